@@ -1,0 +1,1 @@
+"""InTune for TensorFlow: live tuning of tf.data pipelines."""

@@ -1,0 +1,83 @@
+"""Builds intune_tf and its TensorFlow kernel library.
+
+The kernel library is compiled against the TensorFlow installed in the current
+environment, with every compile and link flag taken from `tf.sysconfig`.
+Install with `pip install --no-build-isolation .` (or `-e .`) so that the build
+sees that TensorFlow.
+"""
+
+import os
+
+import setuptools
+from setuptools.command import build_ext as _build_ext
+
+# Keep in sync with the `srcs` of BUILD (tests/test_build_files.py checks it).
+KERNEL_SOURCES = [
+    "intune_tf/cc/kernels/intune_dataset_op.cc",
+    "intune_tf/cc/kernels/control_ops.cc",
+    "intune_tf/cc/kernels/session_registry.cc",
+    "intune_tf/cc/ops/intune_ops.cc",
+]
+KERNEL_HEADERS = [
+    "intune_tf/cc/kernels/session_registry.h",
+]
+
+
+class BuildTfKernels(_build_ext.build_ext):
+  """Compiles the op library with the flags of the installed TensorFlow."""
+
+  def build_extension(self, ext):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    ext.extra_compile_args = list(tf.sysconfig.get_compile_flags()) + [
+        "-O2", "-fPIC", "-Wno-sign-compare"]
+    ext.extra_link_args = list(tf.sysconfig.get_link_flags())
+    ext.define_macros = [("INTUNE_TF_BUILT_FOR", '"%s"' % tf.__version__)]
+    super().build_extension(ext)
+    # Record which TensorFlow the library was built for, next to it.
+    stamp = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)),
+                         "_intune_ops.tfversion")
+    with open(stamp, "w") as f:
+      f.write(tf.__version__ + "\n")
+
+  def get_ext_filename(self, ext_name):
+    # A TensorFlow op library, not a Python extension module: plain name.
+    return os.path.join(*ext_name.split(".")) + ".so"
+
+  def get_export_symbols(self, ext):
+    return []
+
+
+setuptools.setup(
+    name="intune_tf",
+    version="0.1.0",
+    description="InTune: reinforcement-learning tuning of tf.data pipelines",
+    python_requires=">=3.10",
+    packages=["intune_tf", "intune_tf.rewrites", "intune_tf.criteo"],
+    package_dir={
+        "intune_tf": "intune_tf",
+        "intune_tf.rewrites": "rewrites",
+        "intune_tf.criteo": "criteo",
+    },
+    package_data={
+        "intune_tf": ["_intune_ops.tfversion", "data/*"],
+        "intune_tf.criteo": ["data/*"],
+    },
+    ext_modules=[
+        setuptools.Extension(
+            "intune_tf._intune_ops",
+            sources=KERNEL_SOURCES,
+            depends=KERNEL_HEADERS,
+            language="c++",
+        )
+    ],
+    cmdclass={"build_ext": BuildTfKernels},
+    install_requires=[
+        "numpy>=1.23,<3",
+        "psutil>=5.9,<8",
+        "absl-py>=1.0,<3",
+        "matplotlib>=3.7,<4",
+        "tqdm>=4.60,<5",
+    ],
+    entry_points={"console_scripts": ["intune=intune_tf.cli:run"]},
+)
