@@ -23,6 +23,15 @@ KERNEL_HEADERS = [
 ]
 
 
+def _write_stamp(directory: str) -> None:
+  """Records, next to the library, which TensorFlow it was built for."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "_intune_ops.tfversion"), "w") as f:
+    f.write(tf.__version__ + "\n")
+
+
 class BuildTfKernels(_build_ext.build_ext):
   """Compiles the op library with the flags of the installed TensorFlow."""
 
@@ -30,15 +39,16 @@ class BuildTfKernels(_build_ext.build_ext):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     ext.extra_compile_args = list(tf.sysconfig.get_compile_flags()) + [
-        "-O2", "-fPIC", "-Wno-sign-compare"]
+        "-O2", "-fPIC", "-Wno-sign-compare", "-Wno-deprecated-declarations", "-g0"]
     ext.extra_link_args = list(tf.sysconfig.get_link_flags())
     ext.define_macros = [("INTUNE_TF_BUILT_FOR", '"%s"' % tf.__version__)]
     super().build_extension(ext)
-    # Record which TensorFlow the library was built for, next to it.
-    stamp = os.path.join(os.path.dirname(self.get_ext_fullpath(ext.name)),
-                         "_intune_ops.tfversion")
-    with open(stamp, "w") as f:
-      f.write(tf.__version__ + "\n")
+    _write_stamp(os.path.dirname(self.get_ext_fullpath(ext.name)))
+
+  def copy_extensions_to_source(self):
+    super().copy_extensions_to_source()
+    _write_stamp(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              "intune_tf"))
 
   def get_ext_filename(self, ext_name):
     # A TensorFlow op library, not a Python extension module: plain name.
@@ -68,6 +78,7 @@ setuptools.setup(
             "intune_tf._intune_ops",
             sources=KERNEL_SOURCES,
             depends=KERNEL_HEADERS,
+            include_dirs=[os.path.dirname(os.path.abspath(__file__))],
             language="c++",
         )
     ],

@@ -1,1 +1,41 @@
-"""InTune for TensorFlow: live tuning of tf.data pipelines."""
+"""InTune for TensorFlow: live tuning of tf.data input pipelines.
+
+    import intune_tf
+    options = tf.data.Options()
+    options.experimental_intune = True   # or intune_tf.IntuneOptions(...)
+    ds = ds.with_options(options)
+
+Importing the package adds the option. The kernel library is loaded on first
+use.
+"""
+
+from intune_tf import _tf_hooks
+from intune_tf._kernels import KernelLibraryError
+from intune_tf.options import IntuneOptions
+from intune_tf.policies import Budget
+from intune_tf.policies import Policy
+from intune_tf.policies import register as register_policy
+from intune_tf.session import Knob
+from intune_tf.session import Session
+from intune_tf.session import SessionGoneError
+from intune_tf.session import sessions
+from intune_tf.session import StageStats
+from intune_tf.tuner import global_tuner
+
+__version__ = "0.1.0"
+
+_tf_hooks.install()
+
+__all__ = [
+    "Budget",
+    "IntuneOptions",
+    "Knob",
+    "KernelLibraryError",
+    "Policy",
+    "Session",
+    "SessionGoneError",
+    "StageStats",
+    "global_tuner",
+    "register_policy",
+    "sessions",
+]

@@ -1,0 +1,53 @@
+"""Puts InTune on top of a dataset: rewrites, then the root op."""
+
+from __future__ import annotations
+
+from absl import logging
+import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.framework import ops as tf_ops
+
+from intune_tf import _kernels
+from intune_tf import tuner as tuner_lib
+from intune_tf.options import IntuneOptions
+
+
+class IntuneDataset(dataset_ops.UnaryUnchangedStructureDataset):
+  """A dataset whose iterators are tuned live (one session per iterator)."""
+
+  def __init__(self, input_dataset: tf.data.Dataset, options: IntuneOptions):
+    self._input_dataset = input_dataset
+    self._intune = options
+    variant = _kernels.ops().intune_dataset(
+        input_dataset._variant_tensor,  # pylint: disable=protected-access
+        tag=options.to_json(),
+        ram_budget=options.resolved_ram_budget(),
+        max_parallelism=options.resolved_max_cpus(),
+        **self._flat_structure)
+    super().__init__(input_dataset, variant)
+
+
+def _rewrite(dataset: tf.data.Dataset,
+             options: IntuneOptions) -> tf.data.Dataset:
+  """Applies the graph rewrites when the dataset lives in the eager context."""
+  from intune_tf import rewrites  # pylint: disable=g-import-not-at-top
+
+  if not isinstance(dataset._variant_tensor, tf_ops.EagerTensor):  # pylint: disable=protected-access
+    logging.log_first_n(
+        logging.WARNING,
+        "InTune: a dataset built inside a tf.function is tuned without graph "
+        "rewrites: only its AUTOTUNE stages are knobs. Build the dataset "
+        "outside the function to tune it fully.", 1)
+    return dataset
+  rewritten, _ = rewrites.apply(dataset, include_fixed=options.include_fixed,
+                                insert_prefetch=options.insert_prefetch)
+  return rewritten
+
+
+def tune(dataset: tf.data.Dataset, options: IntuneOptions) -> tf.data.Dataset:
+  """Returns `dataset` rewritten for tuning, under an InTune root."""
+  with tf.init_scope():
+    if tf.executing_eagerly():
+      dataset = _rewrite(dataset, options)
+  tuner_lib.global_tuner().start()
+  return IntuneDataset(dataset, options)

@@ -1,0 +1,156 @@
+// Control ops: reach the live tuning sessions from Python.
+#include <string>
+#include <vector>
+
+#include "intune_tf/cc/kernels/session_registry.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tensorflow {
+namespace intune {
+namespace {
+
+inline constexpr char kSessionId[] = "session_id";
+
+Status GetSession(OpKernelContext* ctx,
+                  std::shared_ptr<TuningSession>* session) {
+  const Tensor& id = ctx->input(0);
+  if (!TensorShapeUtils::IsScalar(id.shape())) {
+    return errors::InvalidArgument(kSessionId, " must be a scalar, got shape ",
+                                   id.shape().DebugString());
+  }
+  return SessionRegistry::Global()->Lookup(id.scalar<int64_t>()(), session);
+}
+
+class IntuneListSessionsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    auto sessions = SessionRegistry::Global()->List();
+    const int64_t n = sessions.size();
+    Tensor *ids, *tags;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &ids));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &tags));
+    for (int64_t i = 0; i < n; ++i) {
+      ids->vec<int64_t>()(i) = sessions[i]->id();
+      tags->vec<tstring>()(i) = sessions[i]->tag();
+    }
+  }
+};
+
+class IntuneModelProtoOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    std::shared_ptr<TuningSession> session;
+    OP_REQUIRES_OK(ctx, GetSession(ctx, &session));
+    std::string serialized;
+    OP_REQUIRES_OK(ctx, session->ModelProto(&serialized));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<tstring>()() = serialized;
+  }
+};
+
+class IntuneListKnobsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    std::shared_ptr<TuningSession> session;
+    OP_REQUIRES_OK(ctx, GetSession(ctx, &session));
+    const std::vector<Knob> knobs = session->ListKnobs();
+    const int64_t n = knobs.size();
+    Tensor *names, *values, *mins, *maxs;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &names));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &mins));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n}), &maxs));
+    for (int64_t i = 0; i < n; ++i) {
+      names->vec<tstring>()(i) = knobs[i].name;
+      values->vec<double>()(i) = knobs[i].value;
+      mins->vec<double>()(i) = knobs[i].min;
+      maxs->vec<double>()(i) = knobs[i].max;
+    }
+  }
+};
+
+class IntuneSetKnobsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    std::shared_ptr<TuningSession> session;
+    OP_REQUIRES_OK(ctx, GetSession(ctx, &session));
+    const Tensor& names_t = ctx->input(1);
+    const Tensor& values_t = ctx->input(2);
+    OP_REQUIRES(ctx,
+                TensorShapeUtils::IsVector(names_t.shape()) &&
+                    TensorShapeUtils::IsVector(values_t.shape()),
+                errors::InvalidArgument("names and values must be vectors."));
+    std::vector<std::string> names;
+    std::vector<double> values;
+    for (int64_t i = 0; i < names_t.NumElements(); ++i) {
+      names.emplace_back(names_t.vec<tstring>()(i));
+    }
+    for (int64_t i = 0; i < values_t.NumElements(); ++i) {
+      values.push_back(values_t.vec<double>()(i));
+    }
+    std::vector<double> applied;
+    OP_REQUIRES_OK(ctx, session->SetKnobs(names, values, &applied));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({static_cast<int64_t>(applied.size())}),
+                            &out));
+    for (size_t i = 0; i < applied.size(); ++i) out->vec<double>()(i) = applied[i];
+  }
+};
+
+class IntuneSessionStatsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    std::shared_ptr<TuningSession> session;
+    OP_REQUIRES_OK(ctx, GetSession(ctx, &session));
+    const SessionCounters c = session->Counters();
+    const std::vector<int64_t> fields = {
+        c.elements,      c.gap_time_us,         c.gap_count,
+        c.get_next_time_us, c.buffered_bytes,   c.peak_buffered_bytes,
+        c.ram_budget,    c.guard_shrinks,       c.guard_over_budget,
+        c.created_us};
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({static_cast<int64_t>(fields.size())}),
+                            &out));
+    for (size_t i = 0; i < fields.size(); ++i) out->vec<int64_t>()(i) = fields[i];
+  }
+};
+
+class IntuneSetRamBudgetOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    std::shared_ptr<TuningSession> session;
+    OP_REQUIRES_OK(ctx, GetSession(ctx, &session));
+    const int64_t budget = ctx->input(1).scalar<int64_t>()();
+    OP_REQUIRES(ctx, budget >= 0,
+                errors::InvalidArgument("ram_budget must be >= 0 bytes, got ",
+                                        budget, "."));
+    session->set_ram_budget(budget);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("IntuneListSessions").Device(DEVICE_CPU),
+                        IntuneListSessionsOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneModelProto").Device(DEVICE_CPU),
+                        IntuneModelProtoOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneListKnobs").Device(DEVICE_CPU),
+                        IntuneListKnobsOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneSetKnobs").Device(DEVICE_CPU),
+                        IntuneSetKnobsOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneSessionStats").Device(DEVICE_CPU),
+                        IntuneSessionStatsOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneSetRamBudget").Device(DEVICE_CPU),
+                        IntuneSetRamBudgetOp);
+
+}  // namespace
+}  // namespace intune
+}  // namespace tensorflow

@@ -1,0 +1,92 @@
+// Op registrations of the InTune kernel library (kernels live in kernels/).
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tensorflow {
+namespace intune {
+
+using shape_inference::InferenceContext;
+
+REGISTER_OP("IntuneDataset")
+    .Input("input_dataset: variant")
+    .Output("handle: variant")
+    .Attr("tag: string = ''")
+    .Attr("ram_budget: int = 0")
+    .Attr("max_parallelism: int = 0")
+    .Attr("guard_period_us: int = 2000")
+    .Attr("output_types: list(type) >= 1")
+    .Attr("output_shapes: list(shape) >= 1")
+    .Attr("metadata: string = ''")
+    .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
+                                                           "output_types"))
+    .SetShapeFn(shape_inference::ScalarShape)
+    .Doc(R"doc(
+The root of a tuned tf.data pipeline: owns the autotuning model of its input
+and publishes it as a live tuning session.
+
+tag: a label that identifies the pipeline (shown by the session listing).
+ram_budget: bytes the pipeline's buffers may hold; 0 disables the guard.
+max_parallelism: size of a private runner thread pool (the maximum of every
+  parallelism knob); 0 keeps the runner of the iterator context.
+guard_period_us: how often the budget guard checks buffered bytes.
+)doc");
+
+REGISTER_OP("IntuneListSessions")
+    .Output("session_ids: int64")
+    .Output("tags: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(1, c->Vector(InferenceContext::kUnknownDim));
+      return OkStatus();
+    });
+
+REGISTER_OP("IntuneModelProto")
+    .Input("session_id: int64")
+    .Output("model_proto: string")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::ScalarShape);
+
+REGISTER_OP("IntuneListKnobs")
+    .Input("session_id: int64")
+    .Output("names: string")
+    .Output("values: float64")
+    .Output("mins: float64")
+    .Output("maxs: float64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < 4; ++i) {
+        c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+      }
+      return OkStatus();
+    });
+
+REGISTER_OP("IntuneSetKnobs")
+    .Input("session_id: int64")
+    .Input("names: string")
+    .Input("values: float64")
+    .Output("applied: float64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(2));
+      return OkStatus();
+    });
+
+REGISTER_OP("IntuneSessionStats")
+    .Input("session_id: int64")
+    .Output("counters: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(10));
+      return OkStatus();
+    });
+
+REGISTER_OP("IntuneSetRamBudget")
+    .Input("session_id: int64")
+    .Input("ram_budget: int64")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::NoOutputs);
+
+}  // namespace intune
+}  // namespace tensorflow

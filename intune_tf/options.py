@@ -1,0 +1,131 @@
+"""`IntuneOptions`: what `tf.data.Options().experimental_intune` takes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+from typing import Any, Mapping
+
+from intune_tf import host
+
+# Share of the memory available when the iterator starts that the pipeline's
+# buffers may hold when `ram_budget` is None (TF's own autotuner uses 0.5).
+DEFAULT_RAM_SHARE = 0.5
+# Default period of the background tuner, in seconds.
+DEFAULT_PERIOD_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class IntuneOptions:
+  """How InTune tunes a dataset. Pass it as `options.experimental_intune`.
+
+  `options.experimental_intune = True` is the same as `IntuneOptions()`.
+
+  Attributes:
+    cpu_budget: CPUs the pipeline may keep busy. Default None: the CPUs the
+      process may use, re-read at every tuning step (affinity and cgroup
+      quota), so CPUs that arrive or leave mid-job are used.
+    ram_budget: bytes the pipeline's buffers may hold. Default None: half of
+      the memory available (free RAM, capped by the cgroup) when the iterator
+      is created. The budget guard inside the pipeline enforces it whatever
+      the policy does.
+    policy: name of the tuning policy. Default "even": usable CPUs split
+      evenly over the parallel stages. "fixed" applies `config`.
+    config: knob values for the "fixed" policy (and the starting point of
+      the others), `{knob name: value}` as returned by `Session.config()`.
+      Default None.
+    period_s: seconds between tuning steps of the background tuner. Default
+      0.5.
+    max_cpus: the largest CPU count the job may get; every parallelism knob
+      can range up to it (InTune gives the pipeline a private thread pool of
+      this size). Default None: all CPUs of the machine.
+    include_fixed: also make stages with a fixed parallelism or buffer size
+      tunable (their value is the starting point). Default False: only
+      stages left on `tf.data.AUTOTUNE` are tuned.
+    insert_prefetch: add a prefetch (a memory knob) after parallel stages
+      that have none. Default True.
+    name: a label for the pipeline, shown in session listings. Default "".
+  """
+
+  cpu_budget: int | None = None
+  ram_budget: int | None = None
+  policy: str = "even"
+  config: Mapping[str, float] | None = None
+  period_s: float = DEFAULT_PERIOD_S
+  max_cpus: int | None = None
+  include_fixed: bool = False
+  insert_prefetch: bool = True
+  name: str = ""
+
+  def __post_init__(self):
+    for field in ("cpu_budget", "ram_budget", "max_cpus"):
+      value = getattr(self, field)
+      if value is None:
+        continue
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"IntuneOptions.{field} must be an int or None, got "
+                        f"{value!r} ({type(value).__name__}).")
+      if value <= 0:
+        raise ValueError(f"IntuneOptions.{field} must be positive, got "
+                         f"{value}. Use None to measure it from the machine.")
+    if not isinstance(self.policy, str):
+      raise TypeError(f"IntuneOptions.policy must be a policy name (str), got "
+                      f"{self.policy!r}.")
+    if (isinstance(self.period_s, bool) or
+        not isinstance(self.period_s, numbers.Real) or self.period_s <= 0):
+      raise ValueError(f"IntuneOptions.period_s must be a positive number of "
+                       f"seconds, got {self.period_s!r}.")
+    if self.config is not None:
+      if not isinstance(self.config, Mapping):
+        raise TypeError("IntuneOptions.config must be a mapping of knob name "
+                        f"to value, got {type(self.config).__name__}.")
+      for key, value in self.config.items():
+        if not isinstance(key, str) or isinstance(value, bool) or not (
+            isinstance(value, numbers.Real)):
+          raise TypeError("IntuneOptions.config must map knob names (str) to "
+                          f"numbers, got {key!r}: {value!r}.")
+      object.__setattr__(self, "config", dict(self.config))
+    if self.policy == "fixed" and not self.config:
+      raise ValueError('IntuneOptions(policy="fixed") needs a `config` of '
+                       "knob values.")
+    from intune_tf import policies  # pylint: disable=g-import-not-at-top
+    policies.check_name(self.policy)
+
+  def resolved_ram_budget(self) -> int:
+    """The RAM budget in bytes: the given one, or a share of available RAM."""
+    if self.ram_budget is not None:
+      return int(self.ram_budget)
+    return max(1, int(DEFAULT_RAM_SHARE * host.available_memory()))
+
+  def resolved_cpu_budget(self) -> int:
+    """The CPU budget now: the given one, capped by the usable CPUs."""
+    usable = host.usable_cpus()
+    return usable if self.cpu_budget is None else min(self.cpu_budget, usable)
+
+  def resolved_max_cpus(self) -> int:
+    return int(self.max_cpus or host.machine_cpus())
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> "IntuneOptions":
+    data = json.loads(text)
+    if not isinstance(data, dict):
+      raise ValueError(f"Not an IntuneOptions JSON object: {text[:80]!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def coerce(value: Any) -> IntuneOptions | None:
+  """Turns an `experimental_intune` value into options (None when off)."""
+  if value is None or value is False:
+    return None
+  if value is True:
+    return IntuneOptions()
+  if isinstance(value, IntuneOptions):
+    return value
+  raise TypeError("tf.data.Options().experimental_intune takes True, False or "
+                  "an intune_tf.IntuneOptions(...), got "
+                  f"{value!r} ({type(value).__name__}).")

@@ -1,0 +1,270 @@
+"""Live tuning sessions: the public handle on a tuned pipeline's knobs.
+
+There is one session per live iterator of a dataset with
+`experimental_intune` on. Sessions are created by the kernel library when the
+iterator is created and disappear when it is destroyed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Mapping
+
+import tensorflow as tf
+from tensorflow.core.framework import model_pb2
+
+from intune_tf import _kernels
+from intune_tf.options import IntuneOptions
+
+KINDS = ("parallelism", "buffer_size")
+_CONFIG_FORMAT = "intune_tf.config/1"
+# Order of the counters returned by the IntuneSessionStats op.
+_COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
+             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
+             "guard_shrinks", "guard_over_budget", "created_us")
+
+
+class SessionGoneError(RuntimeError):
+  """The session's iterator was destroyed; its knobs no longer exist."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+  """A tunable parameter of one pipeline stage.
+
+  Attributes:
+    name: stable readable name, "<Stage>(id:<n>)/<parameter>", for example
+      "ParallelMapV2(id:2)/parallelism".
+    kind: "parallelism" (threads of a parallel stage) or "buffer_size"
+      (elements a prefetch may hold).
+    value: the value in force.
+    min: smallest allowed value.
+    max: largest allowed value.
+  """
+  name: str
+  kind: str
+  value: float
+  min: float
+  max: float
+
+  @property
+  def stage(self) -> str:
+    return self.name.rpartition("/")[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class StageStats:
+  """Cumulative statistics of one stage, from the pipeline's model.
+
+  Attributes:
+    name: stage name as in knob names, e.g. "ParallelMapV2(id:2)".
+    elements: elements produced so far.
+    processing_time_ns: CPU-side time spent producing them (summed over
+      threads), nanoseconds.
+    buffered_bytes: bytes held in the stage's buffer now.
+    buffered_elements: elements held in the stage's buffer now.
+    bytes_produced: bytes produced so far.
+    bytes_consumed: bytes consumed so far.
+    parameters: current parameter values, by parameter name.
+    inputs: names of the stages that feed this one.
+  """
+  name: str
+  elements: int
+  processing_time_ns: int
+  buffered_bytes: int
+  buffered_elements: int
+  bytes_produced: int
+  bytes_consumed: int
+  parameters: dict[str, float]
+  inputs: tuple[str, ...]
+
+  @property
+  def time_per_element_ns(self) -> float:
+    return self.processing_time_ns / self.elements if self.elements else 0.0
+
+
+def _node_name(node: model_pb2.ModelProto.Node) -> str:
+  return f"{node.name}(id:{node.id})"
+
+
+class Session:
+  """A live tuned pipeline: list, read and set its knobs."""
+
+  def __init__(self, session_id: int, tag: str):
+    self._id = int(session_id)
+    self._tag = tag
+    try:
+      self._options = IntuneOptions.from_json(tag) if tag else IntuneOptions()
+    except (ValueError, TypeError):
+      self._options = IntuneOptions()
+
+  def __repr__(self) -> str:
+    name = f" {self._options.name!r}" if self._options.name else ""
+    return f"<intune_tf.Session {self._id}{name}>"
+
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, Session) and other._id == self._id
+
+  def __hash__(self) -> int:
+    return hash(self._id)
+
+  @property
+  def id(self) -> int:
+    return self._id
+
+  @property
+  def options(self) -> IntuneOptions:
+    """The `IntuneOptions` the dataset was tuned with."""
+    return self._options
+
+  @property
+  def alive(self) -> bool:
+    return self._id in _live_ids()
+
+  def _call(self, fn, *args):
+    try:
+      with tf.device("/cpu:0"):
+        return fn(tf.constant(self._id, tf.int64), *args)
+    except tf.errors.NotFoundError as e:
+      if "is gone" in e.message:
+        raise SessionGoneError(e.message) from None
+      raise
+
+  def knobs(self) -> list[Knob]:
+    """The pipeline's knobs, sorted by name."""
+    names, values, mins, maxs = self._call(_kernels.ops().intune_list_knobs)
+    knobs = []
+    for n, v, lo, hi in zip(names.numpy(), values.numpy(), mins.numpy(),
+                            maxs.numpy()):
+      name = n.decode()
+      kind = name.rpartition("/")[2]
+      if kind in KINDS:
+        knobs.append(Knob(name, kind, float(v), float(lo), float(hi)))
+    return knobs
+
+  def set(self, values: Mapping[str, float]) -> dict[str, float]:
+    """Sets several knobs at once: all of them, or none if one is invalid.
+
+    Args:
+      values: `{knob name: value}`; values are rounded to integers.
+
+    Returns:
+      The values in force afterwards. The budget guard may have lowered
+      memory knobs below what was asked.
+
+    Raises:
+      KeyError: a name is not a knob of this session (the message lists the
+        valid names).
+      ValueError: a value is outside the knob's [min, max].
+      SessionGoneError: the iterator is gone.
+    """
+    if not values:
+      return {}
+    knobs = {k.name: k for k in self.knobs()}
+    for name, value in values.items():
+      if name not in knobs:
+        raise KeyError(f"Unknown knob {name!r} in session {self._id}. Valid "
+                       f"knobs: {sorted(knobs)}.")
+      k = knobs[name]
+      if (isinstance(value, bool) or not isinstance(value, (int, float)) or
+          not math.isfinite(value) or not k.min <= value <= k.max):
+        raise ValueError(f"Value {value!r} for knob {name!r} is outside its "
+                         f"range [{k.min:g}, {k.max:g}].")
+    names = list(values)
+    try:
+      applied = self._call(_kernels.ops().intune_set_knobs,
+                           tf.constant(names, tf.string),
+                           tf.constant([float(values[n]) for n in names],
+                                       tf.float64))
+    except tf.errors.NotFoundError as e:  # a knob vanished meanwhile
+      raise KeyError(e.message) from None
+    except tf.errors.OutOfRangeError as e:
+      raise ValueError(e.message) from None
+    return dict(zip(names, (float(v) for v in applied.numpy())))
+
+  def model_proto(self) -> model_pb2.ModelProto:
+    """A snapshot of the pipeline's tf.data model (`ModelProto`)."""
+    serialized = self._call(_kernels.ops().intune_model_proto)
+    return model_pb2.ModelProto.FromString(serialized.numpy())
+
+  def stats(self) -> list[StageStats]:
+    """Per-stage statistics, output stage first."""
+    proto = self.model_proto()
+    names = {nid: _node_name(node) for nid, node in proto.nodes.items()}
+    order, todo = [], [proto.output] if proto.output in proto.nodes else []
+    while todo:
+      nid = todo.pop(0)
+      if nid in order or nid not in proto.nodes:
+        continue
+      order.append(nid)
+      todo.extend(proto.nodes[nid].inputs)
+    result = []
+    for nid in order:
+      node = proto.nodes[nid]
+      result.append(StageStats(
+          name=names[nid], elements=node.num_elements,
+          processing_time_ns=node.processing_time,
+          buffered_bytes=node.buffered_bytes,
+          buffered_elements=node.buffered_elements,
+          bytes_produced=node.bytes_produced,
+          bytes_consumed=node.bytes_consumed,
+          parameters={p.name: p.value for p in node.parameters},
+          inputs=tuple(names[i] for i in node.inputs if i in names)))
+    return result
+
+  def counters(self) -> dict[str, int]:
+    """Session counters: elements returned, consumer gap time (us), time in
+    GetNext (us), buffered and peak buffered bytes, RAM budget, guard
+    actions."""
+    values = self._call(_kernels.ops().intune_session_stats).numpy()
+    return dict(zip(_COUNTERS, (int(v) for v in values)))
+
+  def set_ram_budget(self, ram_budget: int) -> None:
+    """Changes the RAM budget that the guard enforces, in bytes (> 0)."""
+    if isinstance(ram_budget, bool) or not isinstance(ram_budget, int) or (
+        ram_budget <= 0):
+      raise ValueError(f"ram_budget must be a positive int of bytes, got "
+                       f"{ram_budget!r}.")
+    self._call(_kernels.ops().intune_set_ram_budget,
+               tf.constant(ram_budget, tf.int64))
+
+  def config(self) -> dict[str, Any]:
+    """The knob values in force, as a JSON-serializable configuration."""
+    return {"format": _CONFIG_FORMAT,
+            "knobs": {k.name: k.value for k in self.knobs()}}
+
+  def apply_config(self, config: Mapping[str, Any]) -> dict[str, float]:
+    """Applies a configuration from `config()` (or a JSON string of one).
+
+    Knobs of the configuration that this pipeline lacks are ignored; values
+    are clamped to each knob's range.
+    """
+    if isinstance(config, str):
+      config = json.loads(config)
+    if (not isinstance(config, Mapping) or
+        config.get("format") != _CONFIG_FORMAT or
+        not isinstance(config.get("knobs"), Mapping)):
+      raise ValueError("Not an intune_tf configuration: expected a mapping "
+                       f"with format {_CONFIG_FORMAT!r} and 'knobs', as "
+                       "returned by Session.config().")
+    knobs = {k.name: k for k in self.knobs()}
+    values = {}
+    for name, value in config["knobs"].items():
+      if name in knobs:
+        k = knobs[name]
+        values[name] = float(min(max(float(value), k.min), k.max))
+    return self.set(values)
+
+
+def _live_ids() -> set[int]:
+  ids, _ = _kernels.ops().intune_list_sessions()
+  return {int(i) for i in ids.numpy()}
+
+
+def sessions() -> list[Session]:
+  """The live tuning sessions of this process, oldest first."""
+  with tf.device("/cpu:0"):
+    ids, tags = _kernels.ops().intune_list_sessions()
+  return [Session(i, t.decode()) for i, t in zip(ids.numpy(), tags.numpy())]

@@ -1,0 +1,126 @@
+"""The tuner loop: observe, decide, apply, for every live session.
+
+One background thread per process steps every live session at the period of
+its options (default 0.5 s). A training loop can instead call `step()` itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from absl import logging
+
+from intune_tf import policies
+from intune_tf import session as session_lib
+
+
+class _Tuned:
+  """Per-session state of the tuner."""
+
+  def __init__(self, session: session_lib.Session):
+    self.session = session
+    self.policy = policies.create(session.options)
+    self.ram_budget = None
+    self.last_good: dict[str, float] | None = None
+    self.reported_error = False
+    self.next_step = 0.0
+
+
+class Tuner:
+  """Steps the policy of every live session."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._tuned: dict[int, _Tuned] = {}
+    self._thread: threading.Thread | None = None
+    self._stop = threading.Event()
+
+  def start(self) -> None:
+    """Starts the background thread (once)."""
+    with self._lock:
+      if self._thread is None or not self._thread.is_alive():
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="intune_tuner",
+                                        daemon=True)
+        self._thread.start()
+
+  def stop(self) -> None:
+    self._stop.set()
+
+  def _run(self) -> None:
+    while not self._stop.is_set():
+      try:
+        self.step(only_due=True)
+      except Exception:  # pylint: disable=broad-except
+        logging.exception("InTune tuner step failed; will retry.")
+      wait = min([t.next_step for t in self._tuned.values()] or
+                 [time.monotonic() + 0.05]) - time.monotonic()
+      self._stop.wait(min(max(wait, 0.005), 0.05))
+
+  def step(self, only_due: bool = False) -> None:
+    """Runs one tuning step on every live session (or only on those due)."""
+    live = session_lib.sessions()
+    with self._lock:
+      ids = {s.id for s in live}
+      for gone in set(self._tuned) - ids:
+        del self._tuned[gone]
+      for s in live:
+        if s.id not in self._tuned:
+          try:
+            self._tuned[s.id] = _Tuned(s)
+          except ValueError as e:  # unknown policy in a foreign tag
+            logging.error("InTune session %d cannot be tuned: %s", s.id, e)
+            self._tuned[s.id] = None
+      tuned = [t for t in self._tuned.values() if t is not None]
+    now = time.monotonic()
+    for t in tuned:
+      if only_due and now < t.next_step:
+        continue
+      t.next_step = now + t.session.options.period_s
+      self._step_one(t)
+
+  def _step_one(self, t: _Tuned) -> None:
+    try:
+      knobs = t.session.knobs()
+      if not knobs:
+        return
+      stats = t.session.stats()
+      bpe = {}
+      for st in stats:
+        if st.buffered_elements > 0:
+          bpe[st.name] = st.buffered_bytes / st.buffered_elements
+        elif st.elements > 0:
+          bpe[st.name] = st.bytes_produced / st.elements
+      opts = t.session.options
+      if t.ram_budget is None:
+        t.ram_budget = t.session.counters()["ram_budget"]
+      budget = policies.Budget(cpus=opts.resolved_cpu_budget(),
+                               ram_bytes=t.ram_budget)
+      try:
+        wanted = t.policy.step(knobs, bpe, budget)
+      except Exception as e:  # pylint: disable=broad-except
+        if not t.reported_error:
+          logging.error("InTune policy %r failed on %r: %r. The pipeline "
+                        "keeps its last good configuration.",
+                        opts.policy, t.session, e)
+          t.reported_error = True
+        if t.last_good:
+          t.session.set({k: v for k, v in t.last_good.items()
+                         if k in {kn.name for kn in knobs}})
+        return
+      current = {k.name: k.value for k in knobs}
+      changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+      if changes:
+        t.session.set(changes)
+      t.last_good = {**current, **wanted}
+    except session_lib.SessionGoneError:
+      pass
+
+
+_TUNER = Tuner()
+
+
+def global_tuner() -> Tuner:
+  """The process's tuner (its thread starts with the first tuned iterator)."""
+  return _TUNER
