@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from typing import Any, Mapping
 
 import tensorflow as tf
@@ -85,6 +86,12 @@ class StageStats:
     return self.processing_time_ns / self.elements if self.elements else 0.0
 
 
+def _clean(message: str) -> str:
+  """Strips TF's op-wrapper decoration from a kernel error message."""
+  message = re.sub(r"^\{\{[^}]*\}\}\s*", "", message.strip())
+  return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)
+
+
 def _node_name(node: model_pb2.ModelProto.Node) -> str:
   return f"{node.name}(id:{node.id})"
 
@@ -129,7 +136,7 @@ class Session:
         return fn(tf.constant(self._id, tf.int64), *args)
     except tf.errors.NotFoundError as e:
       if "is gone" in e.message:
-        raise SessionGoneError(e.message) from None
+        raise SessionGoneError(_clean(e.message)) from None
       raise
 
   def knobs(self) -> list[Knob]:
@@ -179,9 +186,9 @@ class Session:
                            tf.constant([float(values[n]) for n in names],
                                        tf.float64))
     except tf.errors.NotFoundError as e:  # a knob vanished meanwhile
-      raise KeyError(e.message) from None
+      raise KeyError(_clean(e.message)) from None
     except tf.errors.OutOfRangeError as e:
-      raise ValueError(e.message) from None
+      raise ValueError(_clean(e.message)) from None
     return dict(zip(names, (float(v) for v in applied.numpy())))
 
   def model_proto(self) -> model_pb2.ModelProto:

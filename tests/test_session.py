@@ -1,0 +1,143 @@
+"""The public control API: sessions, knobs, set, stats, configurations."""
+
+import gc
+import json
+
+import pytest
+import tensorflow as tf
+
+import intune_tf
+
+_PAR = "ParallelMapV2"
+
+
+def _iterator(**option_fields):
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="fixed", config={"none/parallelism": 1}, **option_fields)
+  ds = tf.data.Dataset.range(10_000).map(
+      lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+          tf.data.AUTOTUNE).with_options(options)
+  it = iter(ds)
+  next(it)
+  return it, intune_tf.sessions()[-1]
+
+
+@pytest.fixture
+def live():
+  it, session = _iterator()
+  yield it, session
+  del it
+  gc.collect()
+
+
+def _by_kind(session, kind):
+  return [k for k in session.knobs() if k.kind == kind]
+
+
+def test_sessions_are_listed_oldest_first():
+  it1, s1 = _iterator(name="first")
+  it2, s2 = _iterator(name="second")
+  ids = [s.id for s in intune_tf.sessions()]
+  assert ids.index(s1.id) < ids.index(s2.id)
+  assert s1.options.name == "first" and s2.options.name == "second"
+  del it1, it2
+
+
+def test_knobs_have_names_kinds_and_ranges(live):
+  _, session = live
+  knobs = session.knobs()
+  kinds = {k.kind for k in knobs}
+  assert kinds == {"parallelism", "buffer_size"}
+  par = _by_kind(session, "parallelism")[0]
+  assert par.name.startswith(_PAR) and par.name.endswith("/parallelism")
+  assert par.min == 1 and par.max >= 1 and par.min <= par.value <= par.max
+
+
+def test_set_applies_and_reads_back(live):
+  it, session = live
+  buf = _by_kind(session, "buffer_size")[0]
+  par = _by_kind(session, "parallelism")[0]
+  applied = session.set({buf.name: 3, par.name: par.min})
+  assert applied == {buf.name: 3.0, par.name: par.min}
+  values = {k.name: k.value for k in session.knobs()}
+  assert values[buf.name] == 3 and values[par.name] == par.min
+  assert int(next(it)) >= 2  # still iterates
+
+
+def test_unknown_knob_lists_valid_names_and_changes_nothing(live):
+  _, session = live
+  buf = _by_kind(session, "buffer_size")[0]
+  session.set({buf.name: 2})
+  with pytest.raises(KeyError, match=r"Unknown knob 'Nope/parallelism'.*"
+                     r"Valid knobs: \[.*ParallelMapV2"):
+    session.set({buf.name: 5, "Nope/parallelism": 1})
+  assert {k.name: k.value for k in session.knobs()}[buf.name] == 2
+
+
+@pytest.mark.parametrize("delta", [-1, +1000])
+def test_value_outside_range_is_rejected(live, delta):
+  _, session = live
+  par = _by_kind(session, "parallelism")[0]
+  bad = par.min + delta if delta < 0 else par.max + delta
+  with pytest.raises(ValueError, match="outside its range"):
+    session.set({par.name: bad})
+
+
+def test_kernel_rejects_out_of_range_too(live):
+  # The kernel validates on its own (for callers that bypass Python checks).
+  from intune_tf import _kernels
+  _, session = live
+  par = _by_kind(session, "parallelism")[0]
+  with pytest.raises(tf.errors.OutOfRangeError, match="outside its range"):
+    _kernels.ops().intune_set_knobs(session.id, [par.name], [par.max + 1.0])
+
+
+def test_session_whose_iterator_is_gone():
+  it, session = _iterator()
+  del it
+  gc.collect()
+  assert not session.alive
+  with pytest.raises(intune_tf.SessionGoneError, match="is gone"):
+    session.knobs()
+  with pytest.raises(intune_tf.SessionGoneError):
+    session.set({"x/parallelism": 1})
+
+
+def test_stats_follow_the_pipeline(live):
+  it, session = live
+  for _ in range(100):
+    next(it)
+  stats = {s.name.split("(")[0]: s for s in session.stats()}
+  assert {"Prefetch", _PAR, "Range"} <= set(stats)
+  assert stats[_PAR].elements >= 100
+  assert stats[_PAR].processing_time_ns > 0
+  assert stats["Prefetch"].inputs[0].startswith(_PAR)
+  counters = session.counters()
+  assert counters["elements"] == 101
+  assert counters["gap_count"] == 100
+
+
+def test_config_round_trip_through_json(live):
+  _, session = live
+  buf = _by_kind(session, "buffer_size")[0]
+  session.set({buf.name: 4})
+  saved = json.dumps(session.config())
+  session.set({buf.name: 1})
+  session.apply_config(saved)
+  assert {k.name: k.value for k in session.knobs()}[buf.name] == 4
+
+
+@pytest.mark.parametrize("bad", [{}, {"knobs": {}}, "[]",
+                                 {"format": "other", "knobs": {}}])
+def test_apply_config_rejects_foreign_data(live, bad):
+  _, session = live
+  with pytest.raises((ValueError, json.JSONDecodeError)):
+    session.apply_config(bad)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True])
+def test_set_ram_budget_rejects_bad_values(live, bad):
+  _, session = live
+  with pytest.raises(ValueError, match="positive int"):
+    session.set_ram_budget(bad)

@@ -1,0 +1,114 @@
+"""The experimental_intune option: survives merges, tunes every iteration."""
+
+import gc
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import intune_tf
+from intune_tf import _tf_hooks
+
+
+def _live():
+  gc.collect()
+  return {s.id for s in intune_tf.sessions()}
+
+
+def _tuned(ds, value=True):
+  options = tf.data.Options()
+  options.experimental_intune = value
+  return ds.with_options(options)
+
+
+def _pipeline():
+  return tf.data.Dataset.range(64).map(
+      lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def test_hook_points_exist_in_this_tf():
+  _tf_hooks.check()
+  assert tf.__version__.rsplit(".", 1)[0] in _tf_hooks.TESTED_TF
+
+
+def test_option_exists_and_is_type_checked():
+  options = tf.data.Options()
+  assert options.experimental_intune is None
+  with pytest.raises(TypeError, match="experimental_intune takes True"):
+    options.experimental_intune = "on"
+
+
+@pytest.mark.parametrize("value", [True, intune_tf.IntuneOptions(name="x")])
+def test_option_survives_merges_and_transformations(value):
+  ds = _tuned(_pipeline(), value)
+  other = tf.data.Options()
+  other.deterministic = True
+  ds = ds.map(lambda x: x + 1).with_options(other).batch(4).prefetch(1)
+  assert ds.options().experimental_intune == value
+  assert ds.options().deterministic is True
+
+
+def test_later_false_turns_it_off():
+  ds = _tuned(_tuned(_pipeline()).map(lambda x: x), False)
+  before = _live()
+  it = iter(ds)
+  next(it)
+  assert _live() == before
+
+
+def test_options_merge_keeps_it():
+  a = tf.data.Options()
+  a.experimental_intune = True
+  b = tf.data.Options()
+  b.deterministic = False
+  assert a.merge(b).experimental_intune is True
+  assert b.merge(a).experimental_intune is True
+
+
+def test_iter_and_for_are_tuned():
+  ds = _tuned(_pipeline())
+  before = _live()
+  it = iter(ds)
+  next(it)
+  assert len(_live() - before) == 1
+  assert [int(x) for x in ds] == [2 * i for i in range(64)]
+  del it
+  assert _live() == before
+
+
+def test_tf_function_loop_is_tuned():
+  ds = _tuned(_pipeline())
+  seen = []
+
+  def count():
+    seen.append(len(intune_tf.sessions()))
+    return np.int64(0)
+
+  @tf.function
+  def total():
+    t = tf.constant(0, tf.int64)
+    for x in ds:
+      t += x + tf.numpy_function(count, [], tf.int64)
+    return t
+
+  assert int(total()) == sum(2 * i for i in range(64))
+  assert seen and min(seen) >= 1
+
+
+@pytest.mark.slow
+def test_model_fit_is_tuned():
+  x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32")
+  y = (x.sum(axis=1) > 0).astype("float32")
+  ds = _tuned(tf.data.Dataset.from_tensor_slices((x, y)).map(
+      lambda a, b: (a * 1.0, b), num_parallel_calls=tf.data.AUTOTUNE).batch(32))
+  counts = []
+
+  class Probe(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+      counts.append(len(intune_tf.sessions()))
+
+  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+  model.compile("sgd", "mse")
+  model.fit(ds, epochs=2, verbose=0, callbacks=[Probe()])
+  assert counts and min(counts) >= 1
