@@ -15,18 +15,20 @@ from absl import app
 from absl import logging
 from absl.flags import argparse_flags
 
+# Top-level commands: modules providing `add_parser(subparsers)`.
+_COMMANDS = ("intune_tf.demo",)
 # (group name, module providing `add_commands`, help).
-_GROUPS = (
-    ("criteo", "intune_tf.criteo.cli", "Criteo workload: generate, convert, bench."),
-)
+_GROUPS = ()
 
 
 def _parser() -> argparse_flags.ArgumentParser:
   parser = argparse_flags.ArgumentParser(
       prog="intune",
       description="InTune: reinforcement-learning tuning of tf.data pipelines.")
-  groups = parser.add_subparsers(dest="group", metavar="GROUP")
+  groups = parser.add_subparsers(dest="group", metavar="COMMAND")
   groups.required = True
+  for module in _COMMANDS:
+    importlib.import_module(module).add_parser(groups)
   for name, module, help_text in _GROUPS:
     sub = groups.add_parser(name, help=help_text)
     commands = sub.add_subparsers(dest="command", metavar="COMMAND")

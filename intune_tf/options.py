@@ -31,7 +31,8 @@ class IntuneOptions:
       is created. The budget guard inside the pipeline enforces it whatever
       the policy does.
     policy: name of the tuning policy. Default "even": usable CPUs split
-      evenly over the parallel stages. "fixed" applies `config`.
+      evenly over the parallel stages. "fixed" applies `config`; "manual"
+      changes nothing (set knobs yourself with `Session.set`).
     config: knob values for the "fixed" policy (and the starting point of
       the others), `{knob name: value}` as returned by `Session.config()`.
       Default None.

@@ -103,9 +103,17 @@ class FixedPolicy(Policy):
     return {k.name: _clamp(config[k.name], k) for k in knobs if k.name in config}
 
 
+class ManualPolicy(Policy):
+  """Changes nothing: the user sets knobs through `Session.set`."""
+
+  def step(self, knobs, bytes_per_element, budget):
+    return {}
+
+
 _REGISTRY: dict[str, Callable[[IntuneOptions], Policy]] = {
     "even": EvenPolicy,
     "fixed": FixedPolicy,
+    "manual": ManualPolicy,
 }
 
 

@@ -92,6 +92,12 @@ def _clean(message: str) -> str:
   return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)
 
 
+def _stage_id(stage: str) -> int:
+  """The model's node id in "Name(id:N)": deeper stages have larger ids."""
+  match = re.search(r"\(id:(\d+)\)$", stage)
+  return int(match.group(1)) if match else 0
+
+
 def _node_name(node: model_pb2.ModelProto.Node) -> str:
   return f"{node.name}(id:{node.id})"
 
@@ -140,7 +146,7 @@ class Session:
       raise
 
   def knobs(self) -> list[Knob]:
-    """The pipeline's knobs, sorted by name."""
+    """The pipeline's knobs, from the input stage to the output stage."""
     names, values, mins, maxs = self._call(_kernels.ops().intune_list_knobs)
     knobs = []
     for n, v, lo, hi in zip(names.numpy(), values.numpy(), mins.numpy(),
@@ -149,7 +155,7 @@ class Session:
       kind = name.rpartition("/")[2]
       if kind in KINDS:
         knobs.append(Knob(name, kind, float(v), float(lo), float(hi)))
-    return knobs
+    return sorted(knobs, key=lambda k: (-_stage_id(k.stage), k.name))
 
   def set(self, values: Mapping[str, float]) -> dict[str, float]:
     """Sets several knobs at once: all of them, or none if one is invalid.

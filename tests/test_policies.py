@@ -78,3 +78,8 @@ def test_registered_policy_is_selectable():
     assert isinstance(policy, Ones)
   finally:
     del policies._REGISTRY["ones-test"]
+
+
+def test_manual_policy_changes_nothing():
+  policy = policies.create(IntuneOptions(policy="manual"))
+  assert policy.step(_knobs(), {}, policies.Budget(8, 10**9)) == {}

@@ -1,0 +1,65 @@
+"""Pipelines and timing shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import tensorflow as tf
+
+import intune_tf
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def busy_udf(size: int):
+  """A map function costing about `size / 250k` ms of single-threaded CPU."""
+
+  def udf(x):
+    v = tf.random.stateless_uniform([size], seed=tf.stack([x, x + 1]))
+    for _ in range(4):
+      v = tf.math.cumsum(tf.sin(v))
+    return x + tf.cast(tf.reduce_sum(v) * 0.0, tf.int64)
+
+  return udf
+
+
+def single_threaded_ops(ds: tf.data.Dataset) -> tf.data.Dataset:
+  """Keeps each UDF on one thread, so parallelism is the stage's knob."""
+  options = tf.data.Options()
+  options.threading.max_intra_op_parallelism = 1
+  return ds.with_options(options)
+
+
+def calibrate(target_ms: float = 1.0) -> int:
+  """The busy_udf size whose single-threaded cost is about `target_ms`."""
+  size = 4096
+  fn = tf.function(busy_udf(size))
+  for _ in range(3):
+    fn(tf.constant(1, tf.int64))
+  n = 200
+  start = time.thread_time()
+  for i in range(n):
+    fn(tf.constant(i, tf.int64))
+  per_ms = (time.thread_time() - start) * 1e3 / n
+  return max(256, int(size * target_ms / max(per_ms, 1e-3)))
+
+
+def with_intune(ds: tf.data.Dataset, **fields) -> tf.data.Dataset:
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(**fields)
+  return ds.with_options(options)
+
+
+def rate(iterator, seconds: float) -> float:
+  """Elements per second pulled from `iterator` during `seconds`."""
+  n, start = 0, time.perf_counter()
+  end = start + seconds
+  while time.perf_counter() < end:
+    next(iterator)
+    n += 1
+  return n / (time.perf_counter() - start)
+
+
+def median(values) -> float:
+  return statistics.median(values)
