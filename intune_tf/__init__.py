@@ -11,8 +11,9 @@ use.
 
 from intune_tf import _tf_hooks
 from intune_tf._kernels import KernelLibraryError
+from intune_tf.observation import Observation
+from intune_tf.observation import report_step_time
 from intune_tf.options import IntuneOptions
-from intune_tf.policies import Budget
 from intune_tf.policies import Policy
 from intune_tf.policies import register as register_policy
 from intune_tf.session import Knob
@@ -27,9 +28,9 @@ __version__ = "0.1.0"
 _tf_hooks.install()
 
 __all__ = [
-    "Budget",
     "IntuneOptions",
     "Knob",
+    "Observation",
     "KernelLibraryError",
     "Policy",
     "Session",
@@ -37,5 +38,6 @@ __all__ = [
     "StageStats",
     "global_tuner",
     "register_policy",
+    "report_step_time",
     "sessions",
 ]

@@ -64,8 +64,8 @@ def run(seconds_per_phase: float = 4.0) -> list[tuple[str, float, dict]]:
   parallel = [k for k in knobs if k.kind == "parallelism"]
   buffers = [k for k in knobs if k.kind == "buffer_size"]
   cpus = host.usable_cpus()
-  even = policies.create(intune_tf.IntuneOptions(policy="even")).step(
-      knobs, {}, policies.Budget(cpus, session.counters()["ram_budget"]))
+  even = dict(zip([k.name for k in parallel],
+                  policies.even_split(cpus, len(parallel))))
   phases = [
       ("unoptimized: 1 thread per stage, no buffers",
        {**{k.name: 1 for k in parallel}, **{k.name: 0 for k in buffers}}),

@@ -8,43 +8,32 @@ tuning step and returns the knob values it wants. Register new policies with
 from __future__ import annotations
 
 import abc
-import dataclasses
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from intune_tf.options import IntuneOptions
 
+if TYPE_CHECKING:
+  from intune_tf.observation import Observation
+
 # Largest prefetch buffer (elements) the "even" policy gives a stage.
 MAX_EVEN_BUFFER = 8
-
-
-@dataclasses.dataclass(frozen=True)
-class Budget:
-  """Resources a pipeline may use at one tuning step.
-
-  Attributes:
-    cpus: CPUs the parallel stages may keep busy.
-    ram_bytes: bytes the buffers may hold.
-  """
-  cpus: int
-  ram_bytes: int
 
 
 class Policy(abc.ABC):
   """Decides knob values for one tuning session.
 
   Subclasses implement `step`. The tuner calls it once per tuning step with
-  the knobs in force, per-stage bytes per element (0 when not yet known) and
-  the budgets; the returned values are applied atomically (knobs left out
-  keep their value). A policy that raises keeps the pipeline at its last
-  good configuration.
+  an `intune_tf.observation.Observation` (knobs in force, per-stage
+  statistics, budgets, host readings); the returned values are applied
+  atomically (knobs left out keep their value). A policy that raises keeps
+  the pipeline at its last good configuration.
   """
 
   def __init__(self, options: IntuneOptions):
     self.options = options
 
   @abc.abstractmethod
-  def step(self, knobs: Sequence["Knob"], bytes_per_element: Mapping[str, float],
-           budget: Budget) -> dict[str, float]:
+  def step(self, obs: "Observation") -> dict[str, float]:
     """Returns `{knob name: value}` for this step."""
 
 
@@ -70,8 +59,58 @@ def buffer_elements(ram_bytes: float, bytes_per_element: float,
   return int(max(1, min(cap, ram_bytes // bytes_per_element)))
 
 
+def proportional_allocation(costs: Sequence[float], total: int,
+                            maxs: Sequence[float] | None = None) -> list[int]:
+  """Integer shares of `total` in proportion to `costs`, each in [1, max].
+
+  Largest-remainder rounding; a stage capped at its max gives its surplus to
+  the others. With no cost information (all 0) the split is even.
+  Example: costs [3, 1], total 4 -> [3, 1]; costs [1, 1, 2], total 6 ->
+  [2, 1, 3] (exact shares 1.5, 1.5, 3; the first remainder wins the tie).
+  """
+  n = len(costs)
+  if n == 0:
+    return []
+  maxs = list(maxs) if maxs is not None else [float("inf")] * n
+  if sum(costs) <= 0:
+    return [int(min(v, m)) for v, m in zip(even_split(total, n), maxs)]
+  result = [1] * n
+  free = [i for i in range(n) if maxs[i] > 1]
+  remaining = max(total, n) - n
+  while remaining > 0 and free:
+    weight = sum(costs[i] for i in free) or len(free)
+    exact = {i: remaining * (costs[i] / weight if weight else 1 / len(free))
+             for i in free}
+    given = {i: int(min(exact[i], maxs[i] - result[i])) for i in free}
+    order = sorted(free, key=lambda i: exact[i] - int(exact[i]), reverse=True)
+    left = remaining - sum(given.values())
+    for i in order:
+      if left <= 0:
+        break
+      if result[i] + given[i] < maxs[i]:
+        given[i] += 1
+        left -= 1
+    if sum(given.values()) == 0:
+      break
+    for i in free:
+      result[i] += given[i]
+    remaining -= sum(given.values())
+    free = [i for i in free if result[i] < maxs[i]]
+  return result
+
+
 def _clamp(value: float, knob) -> float:
   return float(min(max(value, knob.min), knob.max))
+
+
+def _even_buffers(obs, buffers) -> dict[str, float]:
+  values = {}
+  bpe = obs.bytes_per_element
+  for knob in buffers:
+    share = obs.ram_budget / len(buffers)
+    values[knob.name] = _clamp(
+        buffer_elements(share, bpe.get(knob.stage, 0.0), MAX_EVEN_BUFFER), knob)
+  return values
 
 
 class EvenPolicy(Policy):
@@ -81,39 +120,81 @@ class EvenPolicy(Policy):
   `MAX_EVEN_BUFFER` elements.
   """
 
-  def step(self, knobs, bytes_per_element, budget):
-    parallel = [k for k in knobs if k.kind == "parallelism"]
-    buffers = [k for k in knobs if k.kind == "buffer_size"]
-    values = {}
-    for knob, cpus in zip(parallel, even_split(budget.cpus, len(parallel))):
-      values[knob.name] = _clamp(cpus, knob)
-    for knob in buffers:
-      share = budget.ram_bytes / len(buffers)
-      values[knob.name] = _clamp(
-          buffer_elements(share, bytes_per_element.get(knob.stage, 0.0),
-                          MAX_EVEN_BUFFER), knob)
+  def step(self, obs):
+    parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+    buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
+    values = {k.name: _clamp(c, k) for k, c in
+              zip(parallel, even_split(obs.cpu_budget, len(parallel)))}
+    values.update(_even_buffers(obs, buffers))
+    return values
+
+
+class UnoptimizedPolicy(Policy):
+  """Parallelism 1 and buffer 1 per stage."""
+
+  def step(self, obs):
+    return {k.name: _clamp(1, k) for k in obs.knobs}
+
+
+class AnalyticPolicy(Policy):
+  """A Plumber-style allocator: parallelism in proportion to CPU cost.
+
+  Each parallel stage's cost is its share of the pipeline's processing time
+  (CPU-seconds it spends per output element), smoothed over steps; the CPU
+  budget is split in proportion (`proportional_allocation`), re-solved every
+  step, so a change of usable CPUs is followed at once. Buffers as "even".
+  Until a stage has been measured the split is even.
+  """
+
+  SMOOTHING = 0.3
+
+  def __init__(self, options):
+    super().__init__(options)
+    self._cost: dict[str, float] = {}
+
+  def step(self, obs):
+    parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+    buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
+    for k in parallel:
+      st = obs.stage(k.stage)
+      if st is None or st.rate <= 0 or obs.output_rate <= 0:
+        continue
+      cost = st.cpu_per_element_s * st.rate / obs.output_rate
+      old = self._cost.get(k.stage)
+      self._cost[k.stage] = cost if old is None else (
+          self.SMOOTHING * cost + (1 - self.SMOOTHING) * old)
+    costs = [self._cost.get(k.stage, 0.0) for k in parallel]
+    if any(c <= 0 for c in costs):
+      costs = [0.0] * len(parallel)
+    shares = proportional_allocation(costs, obs.cpu_budget,
+                                     [k.max for k in parallel])
+    values = {k.name: _clamp(p, k) for k, p in zip(parallel, shares)}
+    values.update(_even_buffers(obs, buffers))
     return values
 
 
 class FixedPolicy(Policy):
   """Applies `IntuneOptions.config` (clamped to each knob's range)."""
 
-  def step(self, knobs, bytes_per_element, budget):
+  def step(self, obs):
     config = self.options.config or {}
-    return {k.name: _clamp(config[k.name], k) for k in knobs if k.name in config}
+    return {k.name: _clamp(config[k.name], k) for k in obs.knobs
+            if k.name in config}
 
 
 class ManualPolicy(Policy):
   """Changes nothing: the user sets knobs through `Session.set`."""
 
-  def step(self, knobs, bytes_per_element, budget):
+  def step(self, obs):
     return {}
 
 
 _REGISTRY: dict[str, Callable[[IntuneOptions], Policy]] = {
+    "analytic": AnalyticPolicy,
     "even": EvenPolicy,
     "fixed": FixedPolicy,
     "manual": ManualPolicy,
+    "unoptimized": UnoptimizedPolicy,
 }
 
 

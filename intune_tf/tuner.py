@@ -11,6 +11,7 @@ import time
 
 from absl import logging
 
+from intune_tf import observation as observation_lib
 from intune_tf import policies
 from intune_tf import session as session_lib
 
@@ -21,7 +22,7 @@ class _Tuned:
   def __init__(self, session: session_lib.Session):
     self.session = session
     self.policy = policies.create(session.options)
-    self.ram_budget = None
+    self.observer = observation_lib.Observer(session)
     self.last_good: dict[str, float] | None = None
     self.reported_error = False
     self.next_step = 0.0
@@ -35,6 +36,15 @@ class Tuner:
     self._tuned: dict[int, _Tuned] = {}
     self._thread: threading.Thread | None = None
     self._stop = threading.Event()
+    self._listeners = []
+
+  def add_listener(self, fn) -> None:
+    """Calls `fn(session, observation, applied)` after every tuning step."""
+    self._listeners.append(fn)
+
+  def remove_listener(self, fn) -> None:
+    if fn in self._listeners:
+      self._listeners.remove(fn)
 
   def start(self) -> None:
     """Starts the background thread (once)."""
@@ -82,38 +92,27 @@ class Tuner:
 
   def _step_one(self, t: _Tuned) -> None:
     try:
-      knobs = t.session.knobs()
-      if not knobs:
+      obs = t.observer.observe()
+      if not obs.knobs:
         return
-      stats = t.session.stats()
-      bpe = {}
-      for st in stats:
-        if st.buffered_elements > 0:
-          bpe[st.name] = st.buffered_bytes / st.buffered_elements
-        elif st.elements > 0:
-          bpe[st.name] = st.bytes_produced / st.elements
-      opts = t.session.options
-      if t.ram_budget is None:
-        t.ram_budget = t.session.counters()["ram_budget"]
-      budget = policies.Budget(cpus=opts.resolved_cpu_budget(),
-                               ram_bytes=t.ram_budget)
       try:
-        wanted = t.policy.step(knobs, bpe, budget)
+        wanted = t.policy.step(obs)
       except Exception as e:  # pylint: disable=broad-except
         if not t.reported_error:
           logging.error("InTune policy %r failed on %r: %r. The pipeline "
                         "keeps its last good configuration.",
-                        opts.policy, t.session, e)
+                        t.session.options.policy, t.session, e)
           t.reported_error = True
         if t.last_good:
-          t.session.set({k: v for k, v in t.last_good.items()
-                         if k in {kn.name for kn in knobs}})
+          names = {k.name for k in obs.knobs}
+          t.session.set({k: v for k, v in t.last_good.items() if k in names})
         return
-      current = {k.name: k.value for k in knobs}
+      current = {k.name: k.value for k in obs.knobs}
       changes = {k: v for k, v in wanted.items() if current.get(k) != v}
-      if changes:
-        t.session.set(changes)
-      t.last_good = {**current, **wanted}
+      applied = t.session.set(changes) if changes else {}
+      t.last_good = {**current, **applied}
+      for listener in list(self._listeners):
+        listener(t.session, obs, applied)
     except session_lib.SessionGoneError:
       pass
 

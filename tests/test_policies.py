@@ -1,8 +1,10 @@
-"""Policies: the pure allocation maths and the two baseline policies."""
+"""Policies: the pure allocation maths and the baseline policies."""
 
 import pytest
 
 from intune_tf import policies
+from intune_tf.observation import Observation
+from intune_tf.observation import StageObservation
 from intune_tf.options import IntuneOptions
 from intune_tf.session import Knob
 
@@ -29,26 +31,82 @@ def test_buffer_elements(ram, bpe, cap, expected):
   assert policies.buffer_elements(ram, bpe, cap) == expected
 
 
-def _knobs():
-  return [
-      Knob("ParallelMapV2(id:2)/parallelism", "parallelism", 1, 1, 8),
-      Knob("ParallelMapV2(id:4)/parallelism", "parallelism", 1, 1, 8),
-      Knob("ParallelInterleaveDatasetV4(id:6)/parallelism", "parallelism", 1,
-           1, 2),
-      Knob("Prefetch(id:1)/buffer_size", "buffer_size", 0, 0, 1e9),
-  ]
+@pytest.mark.parametrize("costs,total,maxs,expected", [
+    # 1 each, then 2 left: exact 2*3/4 = 1.5, 2*1/4 = 0.5 -> ints 1, 0;
+    # the last unit to the larger remainder (tie 0.5/0.5: the first) -> [3, 1].
+    ([3, 1], 4, None, [3, 1]),
+    # 1 each, 3 left: exact 0.75, 0.75, 1.5 -> ints 0, 0, 1; the 2 left go to
+    # the remainders 0.75, 0.75 -> [2, 2, 2].
+    ([1, 1, 2], 6, None, [2, 2, 2]),
+    ([0, 0], 5, None, [3, 2]),        # no information: even
+    ([10, 1], 2, None, [1, 1]),       # never below 1
+    # 1 each, 6 left: exact 5.45, 0.55 -> the first is capped at 4 (3 more);
+    # the surplus goes to the second in the next round -> [4, 4].
+    ([10, 1], 8, [4, 8], [4, 4]),
+    ([1, 3], 1, None, [1, 1]),        # fewer CPUs than stages
+])
+def test_proportional_allocation(costs, total, maxs, expected):
+  assert policies.proportional_allocation(costs, total, maxs) == expected
+
+
+def _obs(knobs, stages=(), cpu_budget=7, ram=20_000_000, output_rate=100.0):
+  return Observation(
+      time=0, interval_s=1, knobs=tuple(knobs), stages=tuple(stages),
+      output_rate=output_rate, output_latency_s=0, consumer_wait_s=0,
+      usable_cpus=cpu_budget, cpu_budget=cpu_budget, free_memory=ram,
+      total_memory=ram, ram_budget=ram, buffered_bytes=0, cpu_mhz=0,
+      dram_gbps=0, model_step_s=None)
+
+
+def _stage(name, cpu, rate=100.0, bpe=0.0):
+  return StageObservation(name=name, rate=rate, cpu_per_element_s=cpu,
+                          parallelism=1, buffer_size=None, buffer_fill=0,
+                          bytes_per_element=bpe, bytes_produced_per_s=0,
+                          buffered_bytes=0, time_share=0)
+
+
+_KNOBS = [
+    Knob("ParallelInterleaveDatasetV4(id:6)/parallelism", "parallelism", 1, 1,
+         2),
+    Knob("ParallelMapV2(id:4)/parallelism", "parallelism", 1, 1, 8),
+    Knob("ParallelMapV2(id:2)/parallelism", "parallelism", 1, 1, 8),
+    Knob("Prefetch(id:1)/buffer_size", "buffer_size", 0, 0, 1e9),
+]
 
 
 def test_even_policy_splits_cpus_and_memory():
   policy = policies.create(IntuneOptions(policy="even"))
-  values = policy.step(_knobs(), {"Prefetch(id:1)": 4e6},
-                       policies.Budget(cpus=7, ram_bytes=20_000_000))
+  values = policy.step(_obs(_KNOBS, [_stage("Prefetch(id:1)", 0, bpe=4e6)]))
   # 7 CPUs over 3 stages -> 3, 2, 2; the interleave's max is 2.
-  assert values["ParallelMapV2(id:2)/parallelism"] == 3
-  assert values["ParallelMapV2(id:4)/parallelism"] == 2
   assert values["ParallelInterleaveDatasetV4(id:6)/parallelism"] == 2
+  assert values["ParallelMapV2(id:4)/parallelism"] == 2
+  assert values["ParallelMapV2(id:2)/parallelism"] == 2
   # One buffer: 20 MB / 4 MB = 5 elements (under the cap of 8).
   assert values["Prefetch(id:1)/buffer_size"] == 5
+
+
+def test_analytic_policy_follows_measured_costs():
+  policy = policies.create(IntuneOptions(policy="analytic"))
+  stages = [_stage("ParallelInterleaveDatasetV4(id:6)", 0.001),
+            _stage("ParallelMapV2(id:4)", 0.004),
+            _stage("ParallelMapV2(id:2)", 0.002)]
+  values = policy.step(_obs(_KNOBS, stages, cpu_budget=8))
+  # Costs 1 : 4 : 2 over 8 CPUs: 1 each, 5 left -> 5/7, 20/7, 10/7 =
+  # 0.71, 2.86, 1.43 -> ints 0, 2, 1 (3 given), 2 left to the largest
+  # remainders 0.86 and 0.71 -> [2, 4, 2].
+  assert [values[k.name] for k in _KNOBS[:3]] == [2, 4, 2]
+
+
+def test_analytic_policy_is_even_until_measured():
+  policy = policies.create(IntuneOptions(policy="analytic"))
+  values = policy.step(_obs(_KNOBS, [], cpu_budget=4))
+  assert [values[k.name] for k in _KNOBS[:3]] == [2, 1, 1]
+
+
+def test_unoptimized_policy():
+  values = policies.create(IntuneOptions(policy="unoptimized")).step(
+      _obs(_KNOBS))
+  assert set(values.values()) == {1}
 
 
 def test_fixed_policy_applies_its_config_clamped():
@@ -56,10 +114,14 @@ def test_fixed_policy_applies_its_config_clamped():
       "ParallelMapV2(id:2)/parallelism": 3,
       "ParallelInterleaveDatasetV4(id:6)/parallelism": 5,  # max is 2
       "NotHere(id:9)/parallelism": 1})
-  values = policies.create(options).step(_knobs(), {},
-                                         policies.Budget(2, 10**9))
+  values = policies.create(options).step(_obs(_KNOBS))
   assert values == {"ParallelMapV2(id:2)/parallelism": 3,
                     "ParallelInterleaveDatasetV4(id:6)/parallelism": 2}
+
+
+def test_manual_policy_changes_nothing():
+  assert policies.create(IntuneOptions(policy="manual")).step(
+      _obs(_KNOBS)) == {}
 
 
 def test_unknown_policy_lists_valid_names():
@@ -69,17 +131,11 @@ def test_unknown_policy_lists_valid_names():
 
 def test_registered_policy_is_selectable():
   class Ones(policies.Policy):
-    def step(self, knobs, bytes_per_element, budget):
-      return {k.name: 1 for k in knobs}
+    def step(self, obs):
+      return {k.name: 1 for k in obs.knobs}
 
   policies.register("ones-test", Ones)
   try:
-    policy = policies.create(IntuneOptions(policy="ones-test"))
-    assert isinstance(policy, Ones)
+    assert isinstance(policies.create(IntuneOptions(policy="ones-test")), Ones)
   finally:
     del policies._REGISTRY["ones-test"]
-
-
-def test_manual_policy_changes_nothing():
-  policy = policies.create(IntuneOptions(policy="manual"))
-  assert policy.step(_knobs(), {}, policies.Budget(8, 10**9)) == {}

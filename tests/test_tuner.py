@@ -57,10 +57,10 @@ def test_step_can_be_driven_by_hand():
 class _Exploding(policies.Policy):
   calls = 0
 
-  def step(self, knobs, bytes_per_element, budget):
+  def step(self, obs):
     type(self).calls += 1
     if type(self).calls == 1:
-      return {k.name: k.min for k in knobs}
+      return {k.name: k.min for k in obs.knobs}
     raise RuntimeError("boom")
 
 
@@ -82,3 +82,21 @@ def test_failing_policy_keeps_last_good_configuration_and_reports_once(
     del policies._REGISTRY["exploding-test"]
     del it
     gc.collect()
+
+
+def test_listeners_see_every_step():
+  seen = []
+  listener = lambda session, obs, applied: seen.append((session.id, obs))
+  tuner = intune_tf.global_tuner()
+  tuner.add_listener(listener)
+  try:
+    it, session = _iterate("even")
+    for _ in range(1000):
+      next(it)
+    tuner.step()
+  finally:
+    tuner.remove_listener(listener)
+  mine = [obs for sid, obs in seen if sid == session.id]
+  assert mine and mine[-1].knobs and mine[-1].usable_cpus >= 1
+  del it
+  gc.collect()

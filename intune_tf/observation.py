@@ -1,0 +1,201 @@
+"""One structured observation of a tuned pipeline per tuning step.
+
+These are the InTune paper's factors, each with its source and unit:
+
+| field | unit | source |
+|---|---|---|
+| `stages[i].rate` | elements/s | tf.data model: `num_elements` delta over the step |
+| `stages[i].cpu_per_element_s` | CPU-seconds per element | model: `processing_time` delta / `num_elements` delta (self time, summed over the stage's threads) |
+| `stages[i].parallelism`, `.buffer_size` | threads, elements | the stage's knobs (None when it has none) |
+| `stages[i].buffer_fill` | 0..1 | model: `buffered_elements` / `buffer_size` |
+| `stages[i].bytes_per_element` | bytes | model: `buffered_bytes / buffered_elements`, else `bytes_produced / num_elements` |
+| `stages[i].bytes_produced_per_s`, `.buffered_bytes` | bytes/s, bytes | model |
+| `stages[i].time_share` | 0..1 | the stage's share of all stages' processing time in the step |
+| `output_rate` | elements/s | root op: elements returned in the step |
+| `output_latency_s` | s/element | root op: time inside `GetNext` per element in the step |
+| `consumer_wait_s` | s/element | root op: gap between `GetNext` calls (the consumer's own time) |
+| `usable_cpus` | CPUs | affinity and cgroup quota, re-read every step (`intune_tf.host`) |
+| `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus` |
+| `free_memory`, `total_memory` | bytes | psutil, capped by the cgroup memory limit |
+| `ram_budget`, `buffered_bytes` | bytes | root op |
+| `cpu_mhz` | MHz | psutil `cpu_freq()`, else /proc/cpuinfo; 0 if unknown |
+| `dram_gbps` | GB/s | a 64 MB numpy copy, measured once per process |
+| `model_step_s` | s | `report_step_time()` from a training loop; None if none reports |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import threading
+import time
+
+import numpy as np
+import psutil
+
+from intune_tf import host
+from intune_tf import session as session_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class StageObservation:
+  name: str
+  rate: float
+  cpu_per_element_s: float
+  parallelism: float | None
+  buffer_size: float | None
+  buffer_fill: float
+  bytes_per_element: float
+  bytes_produced_per_s: float
+  buffered_bytes: int
+  time_share: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+  """A tuning step's view of one pipeline and its host (see module doc)."""
+  time: float
+  interval_s: float
+  knobs: tuple[session_lib.Knob, ...]
+  stages: tuple[StageObservation, ...]
+  output_rate: float
+  output_latency_s: float
+  consumer_wait_s: float
+  usable_cpus: int
+  cpu_budget: int
+  free_memory: int
+  total_memory: int
+  ram_budget: int
+  buffered_bytes: int
+  cpu_mhz: float
+  dram_gbps: float
+  model_step_s: float | None
+
+  @property
+  def bytes_per_element(self) -> dict[str, float]:
+    return {s.name: s.bytes_per_element for s in self.stages}
+
+  def stage(self, name: str) -> StageObservation | None:
+    return next((s for s in self.stages if s.name == name), None)
+
+  def to_json(self) -> dict:
+    """A JSON-serializable dict (for traces)."""
+    return dataclasses.asdict(self)
+
+
+_step_time = {"value": None}
+_step_lock = threading.Lock()
+
+
+def report_step_time(seconds: float) -> None:
+  """Reports the training loop's step time (the paper's model latency)."""
+  with _step_lock:
+    _step_time["value"] = float(seconds)
+
+
+def model_step_time() -> float | None:
+  with _step_lock:
+    return _step_time["value"]
+
+
+@functools.cache
+def dram_bandwidth_gbps(megabytes: int = 64, repeats: int = 3) -> float:
+  """Copy bandwidth of main memory in GB/s, measured once per process."""
+  src = np.ones(megabytes << 17, dtype=np.float64)  # megabytes MB
+  dst = np.empty_like(src)
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    np.copyto(dst, src)
+    best = min(best, time.perf_counter() - start)
+  return 2 * src.nbytes / best / 1e9  # read + write
+
+
+def cpu_mhz() -> float:
+  """Current CPU clock in MHz (0 when the machine does not say)."""
+  try:
+    freq = psutil.cpu_freq()
+    if freq and freq.current:
+      return float(freq.current)
+  except (NotImplementedError, FileNotFoundError):
+    pass
+  try:
+    with open("/proc/cpuinfo") as f:
+      match = re.search(r"cpu MHz\s*:\s*([\d.]+)", f.read())
+    return float(match.group(1)) if match else 0.0
+  except OSError:
+    return 0.0
+
+
+class Observer:
+  """Turns successive snapshots of one session into per-step observations."""
+
+  def __init__(self, session: session_lib.Session):
+    self.session = session
+    self._last_stats: dict[str, session_lib.StageStats] = {}
+    self._last_counters: dict[str, int] | None = None
+    self._last_time: float | None = None
+
+  def observe(self) -> Observation:
+    """Reads the session and the host; rates are over the time since the
+    previous call (or since the iterator started, the first time)."""
+    now = time.monotonic()
+    knobs = tuple(self.session.knobs())
+    stats = self.session.stats()
+    counters = self.session.counters()
+    if self._last_time is None:
+      interval = max(1e-6, time.time() - counters["created_us"] / 1e6)
+    else:
+      interval = max(1e-6, now - self._last_time)
+    by_stage = {}
+    for k in knobs:
+      by_stage.setdefault(k.stage, {})[k.kind] = k.value
+    deltas = []
+    for st in stats:
+      prev = self._last_stats.get(st.name)
+      elements = st.elements - (prev.elements if prev else 0)
+      ptime = st.processing_time_ns - (prev.processing_time_ns if prev else 0)
+      produced = st.bytes_produced - (prev.bytes_produced if prev else 0)
+      deltas.append((st, max(elements, 0), max(ptime, 0), max(produced, 0)))
+    total_time = sum(d[2] for d in deltas) or 1
+    stages = []
+    for st, elements, ptime, produced in deltas:
+      if st.buffered_elements > 0:
+        bpe = st.buffered_bytes / st.buffered_elements
+      elif st.elements > 0:
+        bpe = st.bytes_produced / st.elements
+      else:
+        bpe = 0.0
+      knob_values = by_stage.get(st.name, {})
+      buffer_size = knob_values.get("buffer_size")
+      stages.append(StageObservation(
+          name=st.name, rate=elements / interval,
+          cpu_per_element_s=(ptime / 1e9 / elements) if elements else 0.0,
+          parallelism=knob_values.get("parallelism"),
+          buffer_size=buffer_size,
+          buffer_fill=(min(1.0, st.buffered_elements / buffer_size)
+                       if buffer_size else 0.0),
+          bytes_per_element=bpe, bytes_produced_per_s=produced / interval,
+          buffered_bytes=st.buffered_bytes, time_share=ptime / total_time))
+    last = self._last_counters or {k: 0 for k in counters}
+    d_elements = counters["elements"] - last["elements"]
+    d_gaps = counters["gap_count"] - last["gap_count"]
+    self._last_stats = {st.name: st for st in stats}
+    self._last_counters = counters
+    self._last_time = now
+    options = self.session.options
+    return Observation(
+        time=time.time(), interval_s=interval, knobs=knobs,
+        stages=tuple(stages), output_rate=d_elements / interval,
+        output_latency_s=((counters["get_next_time_us"] -
+                           last["get_next_time_us"]) / 1e6 / d_elements
+                          if d_elements else 0.0),
+        consumer_wait_s=((counters["gap_time_us"] - last["gap_time_us"]) /
+                         1e6 / d_gaps if d_gaps else 0.0),
+        usable_cpus=host.usable_cpus(),
+        cpu_budget=options.resolved_cpu_budget(),
+        free_memory=host.available_memory(), total_memory=host.total_memory(),
+        ram_budget=counters["ram_budget"],
+        buffered_bytes=counters["buffered_bytes"], cpu_mhz=cpu_mhz(),
+        dram_gbps=dram_bandwidth_gbps(), model_step_s=model_step_time())
