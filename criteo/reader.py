@@ -218,7 +218,8 @@ def lines_dataset(specs: Sequence[FileSpec],
                   *,
                   cycle_length: int = 1,
                   num_parallel_calls: int | None = None,
-                  deterministic: bool | None = None) -> tf.data.Dataset:
+                  deterministic: bool | None = None,
+                  repeat: bool = False) -> tf.data.Dataset:
   """The read stage: one element per row line, interleaved over files.
 
   Args:
@@ -229,6 +230,7 @@ def lines_dataset(specs: Sequence[FileSpec],
       sequential); `tf.data.AUTOTUNE` lets the tuner choose. Capped at
       `cycle_length`.
     deterministic: Passed to `interleave` (default None: the options').
+    repeat: Read the files over and over (default False: once).
 
   Returns:
     Elements `{"line": string, "file": int32 index into specs,
@@ -255,6 +257,8 @@ def lines_dataset(specs: Sequence[FileSpec],
     calls = max(1, min(int(calls), cycle))
   files = tf.data.Dataset.from_tensor_slices((index, paths, compression,
                                               header))
+  if repeat:
+    files = files.repeat()
   return files.interleave(per_file, cycle_length=cycle, block_length=1,
                           num_parallel_calls=calls,
                           deterministic=deterministic)
