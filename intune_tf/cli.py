@@ -16,7 +16,7 @@ from absl import logging
 from absl.flags import argparse_flags
 
 # Top-level commands: modules providing `add_parser(subparsers)`.
-_COMMANDS = ("intune_tf.demo",)
+_COMMANDS = ("intune_tf.demo", "intune_tf.harness")
 # (group name, module providing `add_commands`, help).
 _GROUPS = ()
 

@@ -1,0 +1,537 @@
+"""`intune bench`: policies side by side on the same pipelines.
+
+Every policy runs on every chosen scenario in ONE process, interleaved
+(A B C A B C ...), with repeats. Per policy: median, min and max rows/s after
+the warm-up, the ratio to `autotune`, the fraction of the ceiling, and the
+peak of buffered bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import itertools
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from typing import Callable, Sequence
+
+from absl import logging
+import tensorflow as tf
+from tensorflow.core.framework import model_pb2
+from tqdm import tqdm
+
+import intune_tf
+from intune_tf import host
+from intune_tf import policies
+from intune_tf import resize as resize_lib
+from intune_tf import scenarios as scenarios_lib
+
+AUTOTUNE_POLICIES = ("autotune", "autotune-restart")
+BASELINES = ("unoptimized", "even", "autotune", "autotune-restart", "analytic",
+             "oracle")
+WINDOW_S = 0.5
+TUNING_PERIOD_S = 0.25
+
+
+def valid_policies() -> list[str]:
+  extra = [p for p in policies.names()
+           if p not in ("fixed", "manual", "oracle") and p not in BASELINES]
+  return list(BASELINES) + sorted(extra)
+
+
+def check_policies(names: Sequence[str]) -> None:
+  valid = valid_policies()
+  for name in names:
+    if name not in valid:
+      raise ValueError(f"Unknown policy {name!r}. Valid policies: {valid}.")
+
+
+def ceiling_rows_per_s(cpus: float, seconds_per_row: Sequence[float]) -> float:
+  """Work ceiling: usable CPUs / sum of the stages' CPU-seconds per row.
+
+  Example: 2 CPUs, stages costing 1.27, 1.86 and 0.50 us/row:
+  2 / 3.63e-6 = 550,964 rows/s.
+  """
+  total = sum(seconds_per_row)
+  return cpus / total if total > 0 else float("inf")
+
+
+@dataclasses.dataclass
+class Run:
+  """One run of one policy on one scenario."""
+  policy: str
+  scenario: str
+  repeat: int
+  rows_per_s: float = 0.0
+  windows: list = dataclasses.field(default_factory=list)   # (t, rows/s)
+  knobs: list = dataclasses.field(default_factory=list)     # (t, {name: v})
+  peak_buffered_bytes: int = 0
+  resize_events: list = dataclasses.field(default_factory=list)
+
+
+class _TablePolicy(policies.Policy):
+  """The oracle at run time: the best static configuration for the CPUs."""
+
+  table: dict[int, dict[str, float]] = {}
+
+  def step(self, obs):
+    if not self.table:
+      return {}
+    keys = sorted(self.table)
+    usable = [k for k in keys if k <= obs.usable_cpus] or keys[:1]
+    config = self.table[usable[-1]]
+    return {k.name: min(max(config[k.name], k.min), k.max)
+            for k in obs.knobs if k.name in config}
+
+
+def _autotune_model(iterator) -> model_pb2.ModelProto | None:
+  try:
+    return model_pb2.ModelProto.FromString(tf.raw_ops.IteratorGetModelProto(
+        iterator=iterator._iterator_resource).numpy())  # pylint: disable=protected-access
+  except (tf.errors.OpError, AttributeError):
+    return None
+
+
+def _autotune_knobs(proto) -> dict[str, float]:
+  if proto is None:
+    return {}
+  return {f"{n.name}(id:{n.id})/{p.name}": p.value
+          for n in proto.nodes.values() for p in n.parameters
+          if p.tunable and p.name in ("parallelism", "buffer_size")}
+
+
+class _Sampler:
+  """Samples buffered bytes every few ms on a thread (peak tracking)."""
+
+  def __init__(self, read: Callable[[], int], period_s: float = 0.01):
+    self.read, self.period_s = read, period_s
+    self.peak = 0
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+
+  def _run(self):
+    while not self._stop.is_set():
+      try:
+        self.peak = max(self.peak, int(self.read()))
+      except Exception:  # pylint: disable=broad-except
+        pass  # the session or model may not exist yet / any more
+      self._stop.wait(self.period_s)
+
+  def __enter__(self):
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    self._stop.set()
+    self._thread.join()
+
+
+class Harness:
+  """Runs policies on scenarios and collects `Run`s."""
+
+  def __init__(self, *, seconds: float = 20.0, warmup: float = 5.0,
+               cpu_budget: int | None = None, ram_budget: int | None = None,
+               trace_path: str | None = None):
+    self.seconds, self.warmup = seconds, warmup
+    self.cpu_budget, self.ram_budget = cpu_budget, ram_budget
+    self.runs: list[Run] = []
+    self.ceilings: dict[str, float] = {}
+    self.oracle: dict[str, dict] = {}
+    self._trace = open(trace_path, "a") if trace_path else None
+    self._trace_context: dict = {}
+    self._trace_lock = threading.Lock()
+    if cpu_budget is not None and cpu_budget > host.usable_cpus():
+      logging.warning("--cpu_budget %d is larger than the %d CPUs this "
+                      "process may use; policies are capped at %d.",
+                      cpu_budget, host.usable_cpus(), host.usable_cpus())
+    if ram_budget is not None and ram_budget > host.total_memory():
+      logging.warning("--ram_budget %d bytes is larger than this machine's "
+                      "memory (%d bytes): it cannot prevent an OOM.",
+                      ram_budget, host.total_memory())
+    policies.register("oracle", _TablePolicy)
+
+  def close(self):
+    if self._trace:
+      self._trace.close()
+
+  # --- tracing -------------------------------------------------------------
+  def _on_step(self, session, obs, applied):
+    if not self._trace:
+      return
+    line = json.dumps({**self._trace_context, "session": session.id,
+                       "observation": obs.to_json(), "applied": applied},
+                      default=float)
+    with self._trace_lock:
+      self._trace.write(line + "\n")
+
+  # --- measurements --------------------------------------------------------
+  def _options(self, policy: str, scenario: scenarios_lib.Scenario,
+               config=None) -> intune_tf.IntuneOptions:
+    return intune_tf.IntuneOptions(
+        policy=policy, config=config, period_s=TUNING_PERIOD_S,
+        cpu_budget=self.cpu_budget,
+        ram_budget=scenario.ram_budget or self.ram_budget,
+        name=scenario.name)
+
+  def _tuned(self, scenario, policy, config=None) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.experimental_intune = self._options(policy, scenario, config)
+    return scenario.make(None).with_options(options)
+
+  def measure_ceiling(self, scenario: scenarios_lib.Scenario,
+                      seconds: float = 4.0) -> float:
+    """Runs the pipeline with one thread per stage and sums the stages' CPU
+    time per row (from tf.data's model) into the work ceiling."""
+    it = iter(self._tuned(scenario, "unoptimized"))
+    next(it)
+    session = intune_tf.sessions()[-1]
+    intune_tf.global_tuner().step()
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+      next(it)
+    before = {s.name: s.processing_time_ns for s in session.stats()}
+    elements0 = session.counters()["elements"]
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+      next(it)
+    stats = session.stats()
+    rows = (session.counters()["elements"] - elements0) * scenario.rows_per_element
+    per_row = [(s.processing_time_ns - before.get(s.name, 0)) / 1e9 / rows
+               for s in stats]
+    del it
+    gc.collect()
+    ceiling = ceiling_rows_per_s(host.usable_cpus(), per_row)
+    self.ceilings[scenario.name] = ceiling
+    return ceiling
+
+  def search_oracle(self, scenario: scenarios_lib.Scenario,
+                    settle: float = 0.5, measure: float = 1.5) -> dict:
+    """Grid search over static configurations, per CPU count the scenario
+    uses: every parallelism in 1..CPUs per stage, buffers in {1, 4}."""
+    cpu_counts = sorted({n for _, n in scenario.resize} or
+                        {host.usable_cpus()})
+    cpu_ids = resize_lib.machine_cpu_ids()
+    table, tried = {}, 0
+    it = iter(self._tuned(scenario, "manual"))
+    next(it)
+    session = intune_tf.sessions()[-1]
+    knobs = session.knobs()
+    try:
+      for cpus in cpu_counts:
+        resize_lib.set_process_cpus(cpu_ids[:cpus])
+        par = [k for k in knobs if k.kind == "parallelism"]
+        buf = [k for k in knobs if k.kind == "buffer_size"]
+        grid = itertools.product(
+            *[range(int(k.min), int(min(k.max, cpus)) + 1) for k in par],
+            *[[1, 4] for _ in buf])
+        best, best_rate = None, -1.0
+        for values in grid:
+          config = dict(zip([k.name for k in par + buf], map(float, values)))
+          session.set(config)
+          self._pull(it, settle)
+          rate = self._pull(it, measure) * scenario.rows_per_element / measure
+          tried += 1
+          if rate > best_rate:
+            best, best_rate = config, rate
+        table[cpus] = best
+    finally:
+      resize_lib.set_process_cpus(cpu_ids)
+      del it
+      gc.collect()
+    self.oracle[scenario.name] = {"table": table, "configurations_tried": tried}
+    return table
+
+  @staticmethod
+  def _pull(it, seconds: float) -> int:
+    n, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+      next(it)
+      n += 1
+    return n
+
+  def run(self, scenario: scenarios_lib.Scenario, policy: str,
+          repeat: int) -> Run:
+    """One measured run (warm-up + seconds) of a policy on a scenario."""
+    result = Run(policy, scenario.name, repeat)
+    total = self.warmup + self.seconds
+    schedule = None
+    if scenario.resize:
+      schedule = resize_lib.Schedule([(f * total, n) for f, n in scenario.resize])
+    restart = policy == "autotune-restart"
+    if policy in AUTOTUNE_POLICIES:
+      ds = scenario.make(None)
+    else:
+      if policy == "oracle":
+        _TablePolicy.table = self.oracle[scenario.name]["table"]
+      ds = self._tuned(scenario, policy)
+    self._trace_context = {"scenario": scenario.name, "policy": policy,
+                           "repeat": repeat}
+    tuner = intune_tf.global_tuner()
+    tuner.add_listener(self._on_step)
+    state = {"it": None}
+
+    def buffered():
+      if policy in AUTOTUNE_POLICIES:
+        proto = _autotune_model(state["it"])
+        return sum(n.buffered_bytes for n in proto.nodes.values()) if proto else 0
+      return intune_tf.sessions()[-1].counters()["buffered_bytes"]
+
+    def knob_values():
+      if policy in AUTOTUNE_POLICIES:
+        return _autotune_knobs(_autotune_model(state["it"]))
+      return {k.name: k.value for k in intune_tf.sessions()[-1].knobs()}
+
+    try:
+      state["it"] = iter(ds)
+      next(state["it"])
+      if schedule:
+        schedule.start()
+      start = time.monotonic()
+      cpus_seen = host.usable_cpus()
+      with _Sampler(buffered) as sampler:
+        n, n_window, t_window = 0, 0, start
+        measured_rows, measured_from = 0, None
+        while True:
+          now = time.monotonic()
+          if now - start >= total:
+            break
+          next(state["it"])
+          n += 1
+          n_window += 1
+          if scenario.pause_every and n % scenario.pause_every == 0:
+            time.sleep(scenario.pause_s)
+          if now - start >= self.warmup:
+            if measured_from is None:
+              measured_from = now
+            measured_rows += scenario.rows_per_element
+          if now - t_window >= WINDOW_S:
+            result.windows.append((round(now - start, 3), n_window *
+                                   scenario.rows_per_element / (now - t_window)))
+            result.knobs.append((round(now - start, 3), knob_values()))
+            n_window, t_window = 0, now
+            if restart and host.usable_cpus() != cpus_seen:
+              cpus_seen = host.usable_cpus()
+              state["it"] = _restart(ds, state["it"])
+        elapsed = time.monotonic() - (measured_from or start)
+        result.rows_per_s = measured_rows / elapsed if elapsed > 0 else 0.0
+      result.peak_buffered_bytes = sampler.peak
+    finally:
+      tuner.remove_listener(self._on_step)
+      if schedule:
+        schedule.stop()
+        result.resize_events = schedule.applied
+      state["it"] = None
+      gc.collect()
+    self.runs.append(result)
+    return result
+
+  def run_all(self, scenario_names: Sequence[str], policy_names: Sequence[str],
+              repeats: int) -> None:
+    """Ceiling, oracle search, then the interleaved repeats."""
+    check_policies(policy_names)
+    chosen = [scenarios_lib.get(s) for s in scenario_names]
+    total = len(chosen) * (len(policy_names) * repeats + 1 +
+                           ("oracle" in policy_names))
+    with tqdm(total=total, desc="intune bench", unit="run") as bar:
+      for scenario in chosen:
+        bar.set_postfix_str(f"{scenario.name}: ceiling")
+        self.measure_ceiling(scenario)
+        bar.update()
+        if "oracle" in policy_names:
+          bar.set_postfix_str(f"{scenario.name}: oracle search")
+          self.search_oracle(scenario)
+          bar.update()
+        for repeat in range(repeats):
+          for policy in policy_names:
+            bar.set_postfix_str(f"{scenario.name}: {policy} #{repeat + 1}")
+            self.run(scenario, policy, repeat)
+            bar.update()
+
+  # --- reports -------------------------------------------------------------
+  def summary(self) -> dict:
+    out = {"machine": {"usable_cpus": host.usable_cpus(),
+                       "total_memory": host.total_memory(),
+                       "tensorflow": tf.__version__},
+           "seconds": self.seconds, "warmup": self.warmup, "scenarios": {}}
+    by_scenario: dict[str, dict[str, list[Run]]] = {}
+    for run in self.runs:
+      by_scenario.setdefault(run.scenario, {}).setdefault(run.policy, []).append(run)
+    for name, per_policy in by_scenario.items():
+      ceiling = self.ceilings.get(name)
+      base = per_policy.get("autotune")
+      base_median = statistics.median(r.rows_per_s for r in base) if base else None
+      entry = {"ceiling_rows_per_s": ceiling, "policies": {}}
+      if name in self.oracle:
+        entry["oracle_configurations_tried"] = self.oracle[name][
+            "configurations_tried"]
+        entry["oracle_table"] = {str(k): v for k, v in
+                                 self.oracle[name]["table"].items()}
+      scenario = scenarios_lib.all_scenarios().get(name)
+      if scenario and scenario.ram_budget:
+        entry["ram_budget"] = scenario.ram_budget
+      for policy, runs in per_policy.items():
+        rates = [r.rows_per_s for r in runs]
+        med = statistics.median(rates)
+        entry["policies"][policy] = {
+            "rows_per_s": med, "min": min(rates), "max": max(rates),
+            "repeats": len(rates),
+            "vs_autotune": med / base_median if base_median else None,
+            "of_ceiling": med / ceiling if ceiling else None,
+            "peak_buffered_bytes": max(r.peak_buffered_bytes for r in runs),
+            "runs": [dataclasses.asdict(r) for r in runs]}
+      out["scenarios"][name] = entry
+    return out
+
+  def markdown(self, summary: dict | None = None) -> str:
+    summary = summary or self.summary()
+    lines = []
+    for name, entry in summary["scenarios"].items():
+      ceiling = entry["ceiling_rows_per_s"]
+      lines.append(f"### {name}: ceiling {ceiling:,.0f} rows/s"
+                   if ceiling else f"### {name}")
+      if "oracle_configurations_tried" in entry:
+        lines.append(f"oracle: best of {entry['oracle_configurations_tried']}"
+                     " static configurations")
+      if "ram_budget" in entry:
+        lines.append(f"RAM budget: {entry['ram_budget'] / 2**20:.0f} MB")
+      lines.append("")
+      lines.append("| policy | rows/s (median) | min | max | vs autotune | of "
+                   "ceiling | peak buffered MB |")
+      lines.append("|---|---|---|---|---|---|---|")
+      for policy, p in entry["policies"].items():
+        vs = f"{p['vs_autotune']:.2f}x" if p["vs_autotune"] else "-"
+        of = f"{p['of_ceiling']:.2f}" if p["of_ceiling"] else "-"
+        lines.append(f"| {policy} | {p['rows_per_s']:,.0f} | {p['min']:,.0f} "
+                     f"| {p['max']:,.0f} | {vs} | {of} | "
+                     f"{p['peak_buffered_bytes'] / 2**20:,.1f} |")
+      lines.append("")
+    return "\n".join(lines)
+
+  def plot(self, directory: str) -> list[str]:
+    """Throughput over time per policy (resize events marked) and knob values
+    over time, one PNG each per scenario (first repeat)."""
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    scenario_names = sorted({r.scenario for r in self.runs})
+    for name in scenario_names:
+      runs = [r for r in self.runs if r.scenario == name and r.repeat == 0]
+      fig, ax = plt.subplots(figsize=(10, 5))
+      for r in runs:
+        if r.windows:
+          t, v = zip(*r.windows)
+          ax.plot(t, v, label=r.policy)
+      events = next((r.resize_events for r in runs if r.resize_events), [])
+      for t, n in events:
+        ax.axvline(t, color="grey", linestyle="--")
+        ax.text(t, ax.get_ylim()[1] * 0.95, f" {n} CPU", color="grey")
+      ax.axvline(self.warmup, color="black", linestyle=":", linewidth=0.8)
+      ax.set(xlabel="seconds", ylabel="rows/s", title=f"{name}: throughput")
+      ax.legend()
+      path = os.path.join(directory, f"{name}-throughput.png")
+      fig.savefig(path, dpi=90, bbox_inches="tight")
+      plt.close(fig)
+      paths.append(path)
+      fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.2 * len(runs)),
+                               sharex=True, squeeze=False)
+      for ax, r in zip(axes[:, 0], runs):
+        names = sorted({k for _, values in r.knobs for k in values})
+        for knob in names:
+          pts = [(t, values[knob]) for t, values in r.knobs if knob in values]
+          if pts:
+            t, v = zip(*pts)
+            ax.step(t, v, where="post", label=knob.replace("/", "\n"))
+        ax.set_ylabel(r.policy)
+        for t, _ in events:
+          ax.axvline(t, color="grey", linestyle="--")
+      axes[-1, 0].set_xlabel("seconds")
+      handles, labels = axes[0, 0].get_legend_handles_labels()
+      if handles:
+        fig.legend(handles, labels, loc="upper right", fontsize=7)
+      fig.suptitle(f"{name}: knob values")
+      path = os.path.join(directory, f"{name}-knobs.png")
+      fig.savefig(path, dpi=90, bbox_inches="tight")
+      plt.close(fig)
+      paths.append(path)
+    return paths
+
+
+def _restart(ds: tf.data.Dataset, iterator):
+  """AUTOTUNE-Adaptive: checkpoint the iterator, build a new one, restore."""
+  with tempfile.TemporaryDirectory() as tmp:
+    path = tf.train.Checkpoint(iterator=iterator).write(os.path.join(tmp, "it"))
+    fresh = iter(ds)
+    tf.train.Checkpoint(iterator=fresh).read(path).expect_partial()
+  return fresh
+
+
+def main(args) -> int:
+  """`intune bench`: runs, prints the table, writes JSON and plots."""
+  names = [p for p in args.policies.split(",") if p]
+  scenario_names = [s for s in args.scenarios.split(",") if s]
+  try:
+    check_policies(names)
+    for s in scenario_names:
+      scenarios_lib.get(s)
+  except ValueError as e:
+    print(f"intune bench: {e}")
+    return 2
+  harness = Harness(seconds=args.seconds, warmup=args.warmup,
+                    cpu_budget=args.cpu_budget, ram_budget=args.ram_budget,
+                    trace_path=args.trace)
+  interrupted = False
+  try:
+    harness.run_all(scenario_names, names, args.repeats)
+  except KeyboardInterrupt:
+    interrupted = True
+    print("\nintune bench: interrupted; reporting what was measured.")
+  finally:
+    harness.close()
+  summary = harness.summary()
+  summary["interrupted"] = interrupted
+  summary["command"] = "intune bench " + " ".join(
+      f"--{k}={v}" for k, v in sorted(vars(args).items())
+      if k not in ("func", "group") and v is not None)
+  print(harness.markdown(summary))
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(summary, f, indent=1, default=float)
+    print(f"JSON: {args.json}")
+  if args.plots and harness.runs:
+    for path in harness.plot(args.plots):
+      print(f"plot: {path}")
+  return 130 if interrupted else 0
+
+
+def add_parser(subparsers) -> None:
+  p = subparsers.add_parser(
+      "bench", help="Run policies side by side on benchmark scenarios.")
+  p.add_argument("--policies", default=",".join(BASELINES),
+                 help="Comma-separated policies (default: the six baselines)."
+                 f" Valid: {', '.join(BASELINES)}, and registered ones.")
+  p.add_argument("--scenarios", default=scenarios_lib.DEFAULT,
+                 help=f"Comma-separated scenarios (default "
+                 f"{scenarios_lib.DEFAULT}).")
+  p.add_argument("--repeats", type=int, default=5,
+                 help="Interleaved repeats per policy (default 5).")
+  p.add_argument("--seconds", type=float, default=20.0,
+                 help="Measured seconds per run, after the warm-up "
+                 "(default 20).")
+  p.add_argument("--warmup", type=float, default=5.0,
+                 help="Warm-up seconds per run (default 5).")
+  p.add_argument("--cpu_budget", type=int, default=None,
+                 help="CPU budget of the InTune policies (default: usable).")
+  p.add_argument("--ram_budget", type=int, default=None,
+                 help="RAM budget in bytes (default: the scenario's or half "
+                 "of the available memory).")
+  p.add_argument("--json", default=None, help="Write the results here.")
+  p.add_argument("--plots", default=None, help="Write PNG plots here.")
+  p.add_argument("--trace", default=None,
+                 help="Append the observation stream here (JSON lines).")
+  p.set_defaults(func=main)

@@ -1,0 +1,82 @@
+"""Benchmark scenarios: the pipelines `intune bench` runs policies on."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Mapping
+
+import tensorflow as tf
+
+MB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+  """A pipeline and the conditions it runs under.
+
+  Attributes:
+    name: the name given to `intune bench --scenarios`.
+    description: one line for reports.
+    make: builds the plain pipeline (AUTOTUNE stages); with a mapping
+      `{stage: parallelism}` those stages get fixed values instead.
+    rows_per_element: rows in one element of the output (the batch size).
+    resize: `[(fraction of the run, CPUs), ...]` CPU changes during a run.
+    ram_budget: bytes the InTune policies may buffer (None: the default).
+    pause_every: a bursty consumer pauses `pause_s` every this many elements.
+    pause_s: see `pause_every`.
+  """
+  name: str
+  description: str
+  make: Callable[[Mapping[str, int] | None], tf.data.Dataset]
+  rows_per_element: int
+  resize: tuple[tuple[float, int], ...] = ()
+  ram_budget: int | None = None
+  pause_every: int = 0
+  pause_s: float = 0.0
+
+
+def _criteo(level: int, batch_size: int):
+  def make(parallelism=None):
+    from intune_tf import criteo  # pylint: disable=g-import-not-at-top
+    return criteo.pipeline(level, criteo.default_files(),
+                           batch_size=batch_size, parallelism=parallelism)
+  return make
+
+
+def _big_elements(parallelism=None):
+  """8 MB elements, map then prefetch(AUTOTUNE): AUTOTUNE's prefetch grows."""
+  del parallelism
+  return tf.data.Dataset.range(10**9).map(
+      lambda x: tf.fill([2 * MB], tf.cast(x, tf.float32))).prefetch(
+          tf.data.AUTOTUNE)
+
+
+@functools.cache
+def all_scenarios() -> dict[str, Scenario]:
+  result = {}
+  for level in range(1, 6):
+    for batch in (1024, 4096):
+      name = f"criteo-l{level}-b{batch}"
+      result[name] = Scenario(
+          name, f"Criteo L{level} pipeline, batch {batch}",
+          _criteo(level, batch), batch)
+  result["resize"] = Scenario(
+      "resize", "Criteo L4, batch 4096; usable CPUs 1 -> 2 -> 1",
+      _criteo(4, 4096), 4096, resize=((0.0, 1), (1 / 3, 2), (2 / 3, 1)))
+  result["memory-cap"] = Scenario(
+      "memory-cap", "8 MB elements, prefetch(AUTOTUNE), bursty consumer, "
+      "64 MB budget", _big_elements, 1, ram_budget=64 * MB, pause_every=50,
+      pause_s=0.3)
+  return result
+
+
+DEFAULT = "criteo-l4-b4096"
+
+
+def get(name: str) -> Scenario:
+  scenarios = all_scenarios()
+  if name not in scenarios:
+    raise ValueError(f"Unknown scenario {name!r}. Valid scenarios: "
+                     f"{sorted(scenarios)}.")
+  return scenarios[name]
