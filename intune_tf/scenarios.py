@@ -40,7 +40,8 @@ def _criteo(level: int, batch_size: int):
   def make(parallelism=None):
     from intune_tf import criteo  # pylint: disable=g-import-not-at-top
     return criteo.pipeline(level, criteo.default_files(),
-                           batch_size=batch_size, parallelism=parallelism)
+                           batch_size=batch_size, parallelism=parallelism,
+                           repeat=True, seed=0)
   return make
 
 

@@ -1,0 +1,104 @@
+"""The benchmark harness: measurements, reports, errors."""
+
+import json
+import types
+
+import pytest
+import tensorflow as tf
+
+from intune_tf import harness
+from intune_tf import scenarios
+
+
+def test_ceiling_arithmetic():
+  # 2 CPUs / (1.27 + 1.86 + 0.50) us per row = 2 / 3.63e-6 = 550,964 rows/s.
+  assert harness.ceiling_rows_per_s(2, [1.27e-6, 1.86e-6, 0.50e-6]) == (
+      pytest.approx(550_964, rel=1e-5))
+  assert harness.ceiling_rows_per_s(2, []) == float("inf")
+
+
+def test_unknown_policy_and_scenario_list_valid_names():
+  with pytest.raises(ValueError, match=r"Unknown policy 'best'.*autotune"):
+    harness.check_policies(["even", "best"])
+  with pytest.raises(ValueError, match=r"Unknown scenario 'x'.*memory-cap"):
+    scenarios.get("x")
+
+
+def _tiny(calls=None):
+  def make(parallelism=None):
+    if calls is not None:
+      calls.append(1)
+      if len(calls) > 3:
+        raise KeyboardInterrupt
+    return tf.data.Dataset.range(10**9).map(
+        lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).batch(16)
+  return scenarios.Scenario("tiny", "test pipeline", make, 16)
+
+
+@pytest.mark.slow
+def test_runs_summary_and_markdown(tmp_path):
+  h = harness.Harness(seconds=1.0, warmup=0.3,
+                      trace_path=str(tmp_path / "trace.jsonl"))
+  scenario = _tiny()
+  h.measure_ceiling(scenario, seconds=0.5)
+  for policy in ("autotune", "even", "unoptimized"):
+    run = h.run(scenario, policy, 0)
+    assert run.rows_per_s > 0 and run.windows and run.knobs
+  h.close()
+  summary = h.summary()
+  entry = summary["scenarios"]["tiny"]
+  assert entry["ceiling_rows_per_s"] > 0
+  assert entry["policies"]["autotune"]["vs_autotune"] == 1.0
+  assert set(entry["policies"]) == {"autotune", "even", "unoptimized"}
+  text = h.markdown(summary)
+  assert "| even |" in text and "ceiling" in text
+  lines = (tmp_path / "trace.jsonl").read_text().splitlines()
+  assert lines and json.loads(lines[0])["policy"] in ("even", "unoptimized")
+  paths = h.plot(str(tmp_path / "plots"))
+  assert all(p.endswith(".png") for p in paths) and len(paths) == 2
+
+
+@pytest.mark.slow
+def test_oracle_search_counts_configurations():
+  h = harness.Harness(seconds=0.5, warmup=0.2)
+  table = h.search_oracle(_tiny(), settle=0.05, measure=0.1)
+  tried = h.oracle["tiny"]["configurations_tried"]
+  assert tried >= 2 and table and all(table.values())
+
+
+def _args(tmp_path, **kw):
+  base = dict(policies="even", scenarios="memory-cap", repeats=1, seconds=0.5,
+              warmup=0.1, cpu_budget=None, ram_budget=None,
+              json=str(tmp_path / "out.json"), plots=None, trace=None)
+  base.update(kw)
+  return types.SimpleNamespace(**base)
+
+
+def test_cli_rejects_unknown_names(tmp_path, capsys):
+  assert harness.main(_args(tmp_path, policies="even,nope")) == 2
+  assert "Valid policies" in capsys.readouterr().out
+  assert harness.main(_args(tmp_path, scenarios="nope")) == 2
+  assert "Valid scenarios" in capsys.readouterr().out
+
+
+def test_budget_larger_than_the_machine_warns(caplog):
+  from intune_tf import host
+  with caplog.at_level("WARNING"):
+    harness.Harness(cpu_budget=host.usable_cpus() + 64,
+                    ram_budget=host.total_memory() * 4)
+  text = caplog.text
+  assert "larger than the" in text and "cannot prevent an OOM" in text
+
+
+@pytest.mark.slow
+def test_interrupted_run_still_writes_what_it_measured(tmp_path, monkeypatch):
+  calls = []
+  tiny = _tiny(calls)
+  monkeypatch.setitem(scenarios.all_scenarios(), "tiny", tiny)
+  code = harness.main(_args(tmp_path, scenarios="tiny", repeats=3,
+                            policies="unoptimized"))
+  assert code == 130
+  written = json.loads((tmp_path / "out.json").read_text())
+  assert written["interrupted"] is True
+  runs = written["scenarios"]["tiny"]["policies"]["unoptimized"]["runs"]
+  assert len(runs) >= 1

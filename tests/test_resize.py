@@ -1,0 +1,37 @@
+"""Resize events: the affinity of every thread changes on schedule."""
+
+import os
+import threading
+import time
+
+import psutil
+import pytest
+
+from intune_tf import host
+from intune_tf import resize
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_schedule_changes_every_thread_and_restores():
+  idle = threading.Event()
+  worker = threading.Thread(target=idle.wait, daemon=True)
+  worker.start()
+  all_cpus = resize.machine_cpu_ids()
+  schedule = resize.Schedule([(0.0, 1), (0.3, 2)])
+  schedule.start()
+  time.sleep(0.15)
+  counts = {len(os.sched_getaffinity(t.id))
+            for t in psutil.Process().threads()}
+  assert counts == {1} and host.usable_cpus() == 1
+  time.sleep(0.35)
+  assert host.usable_cpus() == 2
+  schedule.stop()
+  assert [n for _, n in schedule.applied] == [1, 2]
+  assert sorted(os.sched_getaffinity(0)) == all_cpus
+  idle.set()
+
+
+@pytest.mark.parametrize("events", [[(-1.0, 1)], [(0.0, 0)]])
+def test_bad_events_are_rejected(events):
+  with pytest.raises(ValueError, match="Bad resize event"):
+    resize.Schedule(events)
