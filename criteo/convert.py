@@ -6,6 +6,8 @@ and model takes any of the three formats. Values are stored as the text
 reader decodes them (missing dense = 0.0, missing categorical = -1,
 unlabelled = -1.0, see `schema`).
 
+Use `convert_files` (or `intune criteo convert`).
+
 * TFRecord: one `tf.train.Example` per row with features `label` (float, 1),
   `dense` (float, 13) and `sparse` (int64, 26) -- the common production
   layout. Files `part-00000.tfrecord[.gz]`.
@@ -140,7 +142,7 @@ def _arrow_table(features, label):
   return pa.Table.from_arrays(columns, schema=_arrow_schema(pa))
 
 
-def convert(inputs: str | Iterable[str],
+def convert_files(inputs: str | Iterable[str],
             out_dir: str | os.PathLike,
             fmt: str = "tfrecord",
             *,
@@ -203,7 +205,7 @@ def read_tfrecord(patterns: str | Iterable[str],
                   compression: str | None = None,
                   num_parallel_reads: int = 1,
                   drop_remainder: bool = False) -> tf.data.Dataset:
-  """Reads TFRecord files written by `convert`.
+  """Reads TFRecord files written by `convert_files`.
 
   Args:
     patterns: File names or glob patterns.
@@ -243,7 +245,7 @@ def read_parquet(patterns: str | Iterable[str],
                  *,
                  batch_size: int,
                  drop_remainder: bool = False) -> tf.data.Dataset:
-  """Reads Parquet files written by `convert` (compat stack only).
+  """Reads Parquet files written by `convert_files` (compat stack only).
 
   Args:
     patterns: File names or glob patterns.

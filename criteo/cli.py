@@ -1,0 +1,197 @@
+"""`intune criteo ...`: generate, fit, compare, convert, count, bench.
+
+    intune criteo generate --rows 1000000 --out /tmp/criteo --seed 0
+    intune criteo fit --real ../shared/data/criteo/criteo_sample_10k.tsv \\
+        --out criteo/data/criteo_stats.json
+    intune criteo compare --real ../shared/data/criteo/criteo_sample_10k.tsv \\
+        --out compare.png
+    intune criteo convert --out /tmp/tfr --format tfrecord day_0.gz
+    intune criteo count --on-bad-row skip day_*.gz
+    intune criteo bench --rows 200000 --levels 1,2,3,4,5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from absl import logging
+
+
+def _parse_parallelism(text: str | None) -> dict[str, int] | None:
+  """`"read=2,parse=1"` -> {"read": 2, "parse": 1}."""
+  if not text:
+    return None
+  out = {}
+  for item in text.split(","):
+    name, _, value = item.partition("=")
+    if not value:
+      raise argparse.ArgumentTypeError(f"expected stage=int, got {item!r}")
+    out[name.strip()] = int(value)
+  return out
+
+
+def _generate(args: argparse.Namespace) -> int:
+  import tqdm  # pylint: disable=g-import-not-at-top
+  from intune_tf.criteo import synthetic  # pylint: disable=g-import-not-at-top
+  start = time.perf_counter()
+  with tqdm.tqdm(total=args.rows, unit="row", unit_scale=True,
+                 disable=args.quiet) as bar:
+    paths = synthetic.generate(args.rows, args.out, seed=args.seed,
+                               rows_per_file=args.rows_per_file,
+                               stats=args.stats, compress=args.gzip,
+                               progress=bar.update)
+  seconds = time.perf_counter() - start
+  size = sum(os.path.getsize(p) for p in paths)
+  logging.info("wrote %d rows in %d file(s), %.1f MB in %.1f s: %.1f MB/s, "
+               "%.0f rows/s", args.rows, len(paths), size / 1e6, seconds,
+               size / 1e6 / max(seconds, 1e-9), args.rows / max(seconds, 1e-9))
+  for p in paths:
+    print(p)
+  return 0
+
+
+def _fit(args: argparse.Namespace) -> int:
+  from intune_tf.criteo import synthetic  # pylint: disable=g-import-not-at-top
+  stats = synthetic.fit_stats(args.real)
+  text = json.dumps(stats, indent=1) + "\n"
+  if args.out == "-":
+    sys.stdout.write(text)
+  else:
+    with open(args.out, "w") as f:
+      f.write(text)
+    logging.info("wrote %s (fitted on %d rows of %s)", args.out, stats["rows"],
+                 args.real)
+  return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+  from intune_tf.criteo import plots  # pylint: disable=g-import-not-at-top
+  summary = plots.compare(args.real, args.out, args.synthetic, seed=args.seed)
+  logging.info("wrote %s: %s", args.out, summary)
+  print(json.dumps(summary))
+  return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+  import tqdm  # pylint: disable=g-import-not-at-top
+  from intune_tf.criteo import convert  # pylint: disable=g-import-not-at-top
+  try:
+    with tqdm.tqdm(unit="row", unit_scale=True, disable=args.quiet) as bar:
+      paths = convert.convert_files(args.inputs, args.out, args.format,
+                              rows_per_file=args.rows_per_file,
+                              compress=args.compress,
+                              on_bad_row=args.on_bad_row, progress=bar.update)
+  except convert.ParquetUnavailableError as e:
+    logging.error("%s", e)
+    return 2
+  for p in paths:
+    print(p)
+  return 0
+
+
+def _count(args: argparse.Namespace) -> int:
+  from intune_tf.criteo import reader  # pylint: disable=g-import-not-at-top
+  ds = reader.read(args.inputs, batch_size=65536, on_bad_row=args.on_bad_row)
+  rows = sum(int(label.shape[0]) for _, label in ds)
+  print(f"rows: {rows}")
+  print(f"bad_rows_skipped: {int(ds.bad_rows.numpy())}")
+  return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+  from intune_tf.criteo import bench  # pylint: disable=g-import-not-at-top
+  from intune_tf.criteo import files  # pylint: disable=g-import-not-at-top
+  paths = args.files or files.default_files(rows=args.rows,
+                                            cache_dir=args.cache_dir)
+  levels = [int(x) for x in args.levels.split(",")]
+  parallelism = _parse_parallelism(args.parallelism)
+  results = []
+  for level in levels:
+    logging.info("benchmarking L%d", level)
+    results.append(bench.measure(level, paths, batch_size=args.batch_size,
+                                 warmup_batches=args.warmup_batches,
+                                 window_batches=args.window_batches,
+                                 windows=args.windows,
+                                 parallelism=parallelism))
+  print(f"Criteo pipelines, batch {args.batch_size}, "
+        f"{'fixed ' + args.parallelism if parallelism else 'AUTOTUNE'}, "
+        f"{os.cpu_count()} CPU(s), {len(paths)} file(s); median of "
+        f"{args.windows} windows of {args.window_batches} batches after "
+        f"{args.warmup_batches} warm-up batches\n")
+  print(bench.markdown_table(results, args.batch_size))
+  return 0
+
+
+def add_commands(subparsers) -> None:
+  """Adds the `criteo` commands to an argparse subparsers object."""
+  p = subparsers.add_parser(
+      "generate", help="Write synthetic Criteo TSV files (dac layout).")
+  p.add_argument("--rows", type=int, required=True, help="Rows in total.")
+  p.add_argument("--out", required=True, help="Output directory.")
+  p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
+  p.add_argument("--rows-per-file", type=int, default=1_000_000,
+                 help="Rows per file (default 1,000,000).")
+  p.add_argument("--stats", default=None,
+                 help="Parameters JSON (default: the packaged one).")
+  p.add_argument("--gzip", action="store_true", help="Write .tsv.gz files.")
+  p.add_argument("--quiet", action="store_true", help="No progress bar.")
+  p.set_defaults(func=_generate)
+
+  p = subparsers.add_parser(
+      "fit", help="Fit generator parameters to a real labelled TSV file.")
+  p.add_argument("--real", required=True, help="Real dac-layout file.")
+  p.add_argument("--out", default="-", help="JSON to write (default stdout).")
+  p.set_defaults(func=_fit)
+
+  p = subparsers.add_parser(
+      "compare", help="PNG comparing real and synthetic distributions.")
+  p.add_argument("--real", required=True, help="Real dac-layout file.")
+  p.add_argument("--out", required=True, help="PNG to write.")
+  p.add_argument("--synthetic", default=None,
+                 help="Synthetic file (default: generate as many rows).")
+  p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
+  p.set_defaults(func=_compare)
+
+  p = subparsers.add_parser(
+      "convert", help="Convert Criteo text files to TFRecord or Parquet.")
+  p.add_argument("inputs", nargs="+", help="Input files or glob patterns.")
+  p.add_argument("--out", required=True, help="Output directory.")
+  p.add_argument("--format", choices=("tfrecord", "parquet"),
+                 default="tfrecord", help="Default tfrecord; parquet needs "
+                 "tensorflow-io (compat stack).")
+  p.add_argument("--rows-per-file", type=int, default=1_000_000,
+                 help="Rows per output file (default 1,000,000).")
+  p.add_argument("--compress", action="store_true",
+                 help="GZIP TFRecords / snappy Parquet.")
+  p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
+  p.add_argument("--quiet", action="store_true", help="No progress bar.")
+  p.set_defaults(func=_convert)
+
+  p = subparsers.add_parser(
+      "count", help="Count the rows (and skipped bad rows) of Criteo files.")
+  p.add_argument("inputs", nargs="+", help="Input files or glob patterns.")
+  p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
+  p.set_defaults(func=_count)
+
+  p = subparsers.add_parser(
+      "bench", help="Markdown table of L1-L5 pipeline throughput.")
+  p.add_argument("--files", nargs="*", default=None,
+                 help="Criteo files (default: the cached synthetic set).")
+  p.add_argument("--rows", type=int, default=200_000,
+                 help="Rows of the synthetic set (default 200,000).")
+  p.add_argument("--cache-dir", default=None,
+                 help="Where the synthetic set is kept.")
+  p.add_argument("--levels", default="1,2,3,4,5",
+                 help="Comma-separated levels (default 1,2,3,4,5).")
+  p.add_argument("--batch-size", type=int, default=4096)
+  p.add_argument("--warmup-batches", type=int, default=10)
+  p.add_argument("--window-batches", type=int, default=10)
+  p.add_argument("--windows", type=int, default=5)
+  p.add_argument("--parallelism", default=None,
+                 help="Fixed stage parallelism, e.g. read=2,parse=1 "
+                 "(default: AUTOTUNE).")
+  p.set_defaults(func=_bench)
