@@ -118,21 +118,32 @@ def _read_head(path: str) -> tuple[bytes, str, bool]:
   return data[:_SNIFF_BYTES], "GZIP", len(data) <= _SNIFF_BYTES
 
 
-def _classify_tsv_line(fields: Sequence[str]) -> str | None:
-  """Returns the layout one tab-separated line suggests, or None."""
-  n = len(fields)
-  if n == schema.NUM_FIELDS:
-    return schema.LAYOUT_TSV
-  if n < schema.MIN_FIELDS - 1 or n > schema.NUM_FIELDS:
+def _fits(fields: Sequence[str], labelled: bool) -> bool:
+  """Whether one tab-split line is a plausible row of the given layout."""
+  full = schema.NUM_FIELDS if labelled else schema.NUM_TEST_FIELDS
+  if not full - (schema.NUM_FIELDS - schema.MIN_FIELDS) <= len(fields) <= full:
+    return False
+  fields = list(fields) + [""] * (full - len(fields))
+  if labelled:
+    if fields[0] not in ("0", "1"):
+      return False
+    fields = fields[1:]
+  dense, sparse = fields[:schema.NUM_DENSE], fields[schema.NUM_DENSE:]
+  return (all(not v or _INT.fullmatch(v) for v in dense)
+          and all(not v or _HEX8.fullmatch(v) for v in sparse))
+
+
+def _tsv_layout(lines: Sequence[str]) -> str | None:
+  """The layout most of the sniffed lines fit, or None if none fits."""
+  split = [l.split("\t") for l in lines]
+  labelled = sum(_fits(f, True) for f in split)
+  test = sum(_fits(f, False) for f in split)
+  if labelled == test == 0:
     return None
-  # 36..39 fields: a labelled row with stripped trailing fields, or a test
-  # row. Field 13 is I13 (an integer or empty) in the first, C1 (hex) in the
-  # second; field 0 is the label (0/1) in the first.
-  if _HEX8.fullmatch(fields[13]) and not _INT.fullmatch(fields[13]):
-    return schema.LAYOUT_TSV_TEST
-  if fields[0] in ("0", "1") and n >= schema.MIN_FIELDS:
-    return schema.LAYOUT_TSV
-  return None
+  if labelled != test:
+    return schema.LAYOUT_TSV if labelled > test else schema.LAYOUT_TSV_TEST
+  full = sum(len(f) == schema.NUM_FIELDS for f in split)
+  return schema.LAYOUT_TSV if full else schema.LAYOUT_TSV_TEST
 
 
 def sniff(path: str) -> FileSpec:
@@ -177,16 +188,14 @@ def sniff(path: str) -> FileSpec:
         f"{path}: not Criteo data: line 1 is a CSV header with "
         f"{len(header)} columns, expected `Id,Label,I1..I13,C1..C26` (41) or "
         "`Id,I1..I13,C1..C26` (40)")
-  votes = [_classify_tsv_line(l.split("\t")) for l in lines]
-  known = [v for v in votes if v is not None]
-  if not known:
+  layout = _tsv_layout(lines)
+  if layout is None:
     n = len(first.split("\t"))
     raise CriteoFormatError(
         f"{path}: not Criteo data: line 1 has {n} tab-separated field(s) "
         f"({first[:60]!r}), expected {schema.NUM_FIELDS} (label, I1..I13, "
-        f"C1..C26) or {schema.NUM_TEST_FIELDS} (unlabelled test layout)")
-  layout = (schema.LAYOUT_TSV if schema.LAYOUT_TSV in known
-            else schema.LAYOUT_TSV_TEST)
+        f"C1..C26) or {schema.NUM_TEST_FIELDS} (unlabelled test layout), and "
+        f"none of the first {len(lines)} line(s) reads as a Criteo row")
   return FileSpec(path, layout, compression, 0)
 
 
@@ -418,7 +427,8 @@ class Parser:
 
 
 def _quote(s: tf.Tensor) -> tf.Tensor:
-  return tf.strings.join(["'", tf.strings.substr(s, 0, 40), "'"])
+  # Backticks: tf.debugging.Assert escapes quote characters in its message.
+  return tf.strings.join(["`", tf.strings.substr(s, 0, 40), "`"])
 
 
 def read(patterns: str | Iterable[str],

@@ -1,0 +1,18 @@
+"""Shared test fixtures."""
+
+import pathlib
+
+import pytest
+
+# The real Criteo sample lives beside the repository, never inside it.
+CRITEO_REAL_DIR = (pathlib.Path(__file__).resolve().parents[1].parent
+                   / "shared" / "data" / "criteo")
+
+
+@pytest.fixture
+def criteo_real_dir() -> pathlib.Path:
+  """../shared/data/criteo, or skip when this checkout has no shared data."""
+  if not (CRITEO_REAL_DIR / "criteo_sample_10k.tsv").is_file():
+    pytest.skip(f"real Criteo sample not found at {CRITEO_REAL_DIR} (it sits "
+                "beside the repository, in ../shared/data/criteo)")
+  return CRITEO_REAL_DIR
