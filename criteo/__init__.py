@@ -18,8 +18,8 @@ Public surface:
 * `default_files`, `real_sample_files`: data to run on.
 * `dlrm`, `DLRMConfig`, `logistic_regression`, `compile_model`, `auc`.
 
-Importing this package imports TensorFlow but never tensorflow_io or
-matplotlib (loaded on first Parquet use / first plot).
+Importing this package imports TensorFlow but never tensorflow_io (loaded
+on first Parquet use); `plots` imports matplotlib only when drawing.
 """
 
 from intune_tf.criteo.plots import compare
@@ -27,11 +27,11 @@ from intune_tf.criteo.convert import convert_files
 from intune_tf.criteo.convert import ParquetUnavailableError
 from intune_tf.criteo.convert import read_parquet
 from intune_tf.criteo.convert import read_tfrecord
-from intune_tf.criteo.dlrm import auc
-from intune_tf.criteo.dlrm import compile_model
-from intune_tf.criteo.dlrm import dlrm
-from intune_tf.criteo.dlrm import DLRMConfig
-from intune_tf.criteo.dlrm import logistic_regression
+from intune_tf.criteo.models import auc
+from intune_tf.criteo.models import compile_model
+from intune_tf.criteo.models import dlrm
+from intune_tf.criteo.models import DLRMConfig
+from intune_tf.criteo.models import logistic_regression
 from intune_tf.criteo.files import default_files
 from intune_tf.criteo.files import real_sample_files
 from intune_tf.criteo.pipelines import LEVELS

@@ -1,4 +1,4 @@
-"""DLRM (Naumov et al., 2019) in Keras, sized for input-pipeline studies.
+"""DLRM (Naumov et al., 2019) and a logistic-regression baseline in Keras.
 
     model = intune_tf.criteo.dlrm("tiny")          # compiled: BCE + AUC
     model.fit(intune_tf.criteo.read(files, batch_size=4096), epochs=1)

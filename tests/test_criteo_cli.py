@@ -1,0 +1,64 @@
+"""Tests of the `intune criteo ...` commands (intune_tf.criteo.cli)."""
+
+import argparse
+import json
+
+import pytest
+
+from intune_tf.criteo import cli
+from intune_tf.criteo import synthetic
+
+
+def _run(argv):
+  """Parses `argv` as `intune criteo` would and runs the command."""
+  parser = argparse.ArgumentParser(prog="intune criteo")
+  commands = parser.add_subparsers(dest="command", required=True)
+  cli.add_commands(commands)
+  args = parser.parse_args(argv)
+  return args.func(args)
+
+
+def test_generate_then_count(tmp_path, capsys):
+  out = tmp_path / "gen"
+  assert _run(["generate", "--rows", "2500", "--out", str(out), "--seed", "2",
+               "--rows-per-file", "1000", "--quiet"]) == 0
+  printed = capsys.readouterr().out.split()
+  assert [p.rsplit("/", 1)[1] for p in printed] == [
+      "part-00000.tsv", "part-00001.tsv", "part-00002.tsv"]
+  assert _run(["count", str(out / "*.tsv"), "--on-bad-row", "skip"]) == 0
+  assert capsys.readouterr().out.split() == ["rows:", "2500",
+                                             "bad_rows_skipped:", "0"]
+
+
+def test_convert_to_tfrecord(tmp_path, capsys):
+  src = synthetic.generate(300, tmp_path / "src")
+  assert _run(["convert", *src, "--out", str(tmp_path / "tfr"), "--quiet"]) == 0
+  assert capsys.readouterr().out.split()[0].endswith("part-00000.tfrecord")
+
+
+def test_bench_prints_a_markdown_table(tmp_path, capsys):
+  src = synthetic.generate(2000, tmp_path, seed=1)
+  assert _run(["bench", "--files", *src, "--levels", "1,3", "--batch-size",
+               "256", "--warmup-batches", "2", "--window-batches", "2",
+               "--windows", "3"]) == 0
+  out = capsys.readouterr().out
+  assert "| level | stages | rows/s (median) |" in out
+  assert "| L1 | read > batch > prefetch |" in out
+  assert "| L3 | read > shuffle > batch > parse > prefetch |" in out
+
+
+def test_fit_and_compare(tmp_path, capsys, criteo_real_dir):
+  real = str(criteo_real_dir / "criteo_sample_10k.tsv")
+  assert _run(["fit", "--real", real, "--out", str(tmp_path / "s.json")]) == 0
+  assert json.loads((tmp_path / "s.json").read_text()) == synthetic.load_stats()
+  png = tmp_path / "c.png"
+  assert _run(["compare", "--real", real, "--out", str(png)]) == 0
+  assert png.read_bytes()[:4] == b"\x89PNG"
+  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert summary["max_missing_rate_gap"] < 0.03
+
+
+def test_bad_parallelism_flag():
+  with pytest.raises(argparse.ArgumentTypeError):
+    cli._parse_parallelism("read")  # pylint: disable=protected-access
+  assert cli._parse_parallelism("read=2,parse=1") == {"read": 2, "parse": 1}  # pylint: disable=protected-access
