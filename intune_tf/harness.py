@@ -140,6 +140,7 @@ class Harness:
     self.cpu_budget, self.ram_budget = cpu_budget, ram_budget
     self.runs: list[Run] = []
     self.ceilings: dict[str, float] = {}
+    self.stage_costs: dict[str, dict[str, float]] = {}
     self.oracle: dict[str, dict] = {}
     self._trace = open(trace_path, "a") if trace_path else None
     self._trace_context: dict = {}
@@ -183,35 +184,41 @@ class Harness:
     return scenario.make(None).with_options(options)
 
   def measure_ceiling(self, scenario: scenarios_lib.Scenario,
-                      seconds: float = 4.0) -> float:
-    """Runs the pipeline with one thread per stage and sums the stages' CPU
-    time per row (from tf.data's model) into the work ceiling."""
-    it = iter(self._tuned(scenario, "unoptimized"))
-    next(it)
-    session = intune_tf.sessions()[-1]
-    intune_tf.global_tuner().step()
-    end = time.monotonic() + 1.0
-    while time.monotonic() < end:
-      next(it)
-    before = {s.name: s.processing_time_ns for s in session.stats()}
-    elements0 = session.counters()["elements"]
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-      next(it)
-    stats = session.stats()
-    rows = (session.counters()["elements"] - elements0) * scenario.rows_per_element
-    per_row = [(s.processing_time_ns - before.get(s.name, 0)) / 1e9 / rows
-               for s in stats]
-    del it
-    gc.collect()
-    ceiling = ceiling_rows_per_s(host.usable_cpus(), per_row)
+                      seconds: float = 3.0) -> float:
+    """The work ceiling: usable CPUs / the stages' CPU-seconds per row.
+
+    Each stage's cost is measured single-threaded: the scenario's prefix
+    pipelines run one after the other with one thread per stage, each cost
+    is the process CPU time per row of a prefix minus that of the previous
+    one (without prefixes, the whole pipeline counts as one stage). Costs
+    are kept per stage in `self.stage_costs`.
+    """
+    prefixes = scenario.prefixes or (
+        ("pipeline", lambda: scenario.make(None)),)
+    costs, previous = {}, 0.0
+    for stage, make in prefixes:
+      it = iter(make())
+      self._pull(it, 0.5)
+      cpu0, n = time.process_time(), self._pull(it, seconds)
+      per_row = (time.process_time() - cpu0) / max(
+          1, n * scenario.rows_per_element)
+      costs[stage] = max(0.0, per_row - previous)
+      previous = max(previous, per_row)
+      del it
+      gc.collect()
+    self.stage_costs[scenario.name] = costs
+    ceiling = ceiling_rows_per_s(host.usable_cpus(), list(costs.values()))
     self.ceilings[scenario.name] = ceiling
     return ceiling
 
   def search_oracle(self, scenario: scenarios_lib.Scenario,
                     settle: float = 0.5, measure: float = 1.5) -> dict:
-    """Grid search over static configurations, per CPU count the scenario
-    uses: every parallelism in 1..CPUs per stage, buffers in {1, 4}."""
+    """Best static configuration per CPU count the scenario uses.
+
+    A grid over every parallelism in 1..CPUs per parallel stage (buffers at
+    2), then one coordinate pass over each buffer in {1, 2, 4, 8} from the
+    best point. All configurations are measured in one iterator.
+    """
     cpu_counts = sorted({n for _, n in scenario.resize} or
                         {host.usable_cpus()})
     cpu_ids = resize_lib.machine_cpu_ids()
@@ -220,23 +227,34 @@ class Harness:
     next(it)
     session = intune_tf.sessions()[-1]
     knobs = session.knobs()
+    par = [k for k in knobs if k.kind == "parallelism"]
+    buf = [k for k in knobs if k.kind == "buffer_size"]
+
+    def measure_config(config):
+      nonlocal tried
+      session.set(config)
+      self._pull(it, settle)
+      tried += 1
+      return self._pull(it, measure) * scenario.rows_per_element / measure
+
     try:
       for cpus in cpu_counts:
         resize_lib.set_process_cpus(cpu_ids[:cpus])
-        par = [k for k in knobs if k.kind == "parallelism"]
-        buf = [k for k in knobs if k.kind == "buffer_size"]
-        grid = itertools.product(
-            *[range(int(k.min), int(min(k.max, cpus)) + 1) for k in par],
-            *[[1, 4] for _ in buf])
+        buffers = {k.name: 2.0 for k in buf}
         best, best_rate = None, -1.0
-        for values in grid:
-          config = dict(zip([k.name for k in par + buf], map(float, values)))
-          session.set(config)
-          self._pull(it, settle)
-          rate = self._pull(it, measure) * scenario.rows_per_element / measure
-          tried += 1
+        for values in itertools.product(
+            *[range(int(k.min), int(min(k.max, cpus)) + 1) for k in par]):
+          config = {**dict(zip([k.name for k in par], map(float, values))),
+                    **buffers}
+          rate = measure_config(config)
           if rate > best_rate:
             best, best_rate = config, rate
+        for k in buf:
+          for size in (1.0, 4.0, 8.0):
+            config = {**best, k.name: size}
+            rate = measure_config(config)
+            if rate > best_rate:
+              best, best_rate = config, rate
         table[cpus] = best
     finally:
       resize_lib.set_process_cpus(cpu_ids)
@@ -364,7 +382,8 @@ class Harness:
       ceiling = self.ceilings.get(name)
       base = per_policy.get("autotune")
       base_median = statistics.median(r.rows_per_s for r in base) if base else None
-      entry = {"ceiling_rows_per_s": ceiling, "policies": {}}
+      entry = {"ceiling_rows_per_s": ceiling, "policies": {},
+               "stage_seconds_per_row": self.stage_costs.get(name, {})}
       if name in self.oracle:
         entry["oracle_configurations_tried"] = self.oracle[name][
             "configurations_tried"]
@@ -393,6 +412,10 @@ class Harness:
       ceiling = entry["ceiling_rows_per_s"]
       lines.append(f"### {name}: ceiling {ceiling:,.0f} rows/s"
                    if ceiling else f"### {name}")
+      if entry.get("stage_seconds_per_row"):
+        lines.append("stage CPU cost, single-threaded (us/row): " + ", ".join(
+            f"{k} {v * 1e6:.2f}"
+            for k, v in entry["stage_seconds_per_row"].items()))
       if "oracle_configurations_tried" in entry:
         lines.append(f"oracle: best of {entry['oracle_configurations_tried']}"
                      " static configurations")

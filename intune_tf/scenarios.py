@@ -25,6 +25,10 @@ class Scenario:
     ram_budget: bytes the InTune policies may buffer (None: the default).
     pause_every: a bursty consumer pauses `pause_s` every this many elements.
     pause_s: see `pause_every`.
+    prefixes: `(stage, make)` pairs; `make()` builds the pipeline up to and
+      including that stage with one thread per stage, so the stage's cost is
+      the difference of consecutive prefixes (used for the ceiling). Empty:
+      the whole pipeline is measured as one stage.
   """
   name: str
   description: str
@@ -34,15 +38,37 @@ class Scenario:
   ram_budget: int | None = None
   pause_every: int = 0
   pause_s: float = 0.0
+  prefixes: tuple[tuple[str, Callable[[], tf.data.Dataset]], ...] = ()
 
 
 def _criteo(level: int, batch_size: int):
   def make(parallelism=None):
-    from intune_tf import criteo  # pylint: disable=g-import-not-at-top
-    return criteo.pipeline(level, criteo.default_files(),
+    from intune_tf.criteo import files, pipelines  # pylint: disable=g-import-not-at-top
+    return pipelines.pipeline(level, files.default_files(),
                            batch_size=batch_size, parallelism=parallelism,
                            repeat=True, seed=0)
   return make
+
+
+_ONE_THREAD = {"read": 1, "batch": 1, "parse": 1, "features": 1, "heavy": 1,
+               "prefetch": 1}
+
+
+def _criteo_prefixes(level: int, batch_size: int):
+  """Levels 1..level are prefixes of each other: L1 = read + batch, each
+  next level adds one stage."""
+  names = {1: "read+batch", 2: "shuffle", 3: "parse", 4: "features",
+           5: "heavy"}
+  def make(k):
+    def build():
+      from intune_tf.criteo import files, pipelines  # pylint: disable=g-import-not-at-top
+      par = {s: v for s, v in _ONE_THREAD.items()
+             if s in pipelines.STAGES[k]}
+      return pipelines.pipeline(k, files.default_files(),
+                                batch_size=batch_size, parallelism=par,
+                                repeat=True, seed=0)
+    return build
+  return tuple((names[k], make(k)) for k in range(1, level + 1))
 
 
 def _big_elements(parallelism=None):
@@ -61,10 +87,12 @@ def all_scenarios() -> dict[str, Scenario]:
       name = f"criteo-l{level}-b{batch}"
       result[name] = Scenario(
           name, f"Criteo L{level} pipeline, batch {batch}",
-          _criteo(level, batch), batch)
+          _criteo(level, batch), batch,
+          prefixes=_criteo_prefixes(level, batch))
   result["resize"] = Scenario(
       "resize", "Criteo L4, batch 4096; usable CPUs 1 -> 2 -> 1",
-      _criteo(4, 4096), 4096, resize=((0.0, 1), (1 / 3, 2), (2 / 3, 1)))
+      _criteo(4, 4096), 4096, resize=((0.0, 1), (1 / 3, 2), (2 / 3, 1)),
+      prefixes=_criteo_prefixes(4, 4096))
   result["memory-cap"] = Scenario(
       "memory-cap", "8 MB elements, prefetch(AUTOTUNE), bursty consumer, "
       "64 MB budget", _big_elements, 1, ram_budget=64 * MB, pause_every=50,
