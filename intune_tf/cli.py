@@ -18,7 +18,10 @@ from absl.flags import argparse_flags
 # Top-level commands: modules providing `add_parser(subparsers)`.
 _COMMANDS = ("intune_tf.demo", "intune_tf.harness")
 # (group name, module providing `add_commands`, help).
-_GROUPS = ()
+_GROUPS = (
+    ("criteo", "intune_tf.criteo.cli",
+     "Criteo workload: generate, convert, compare, bench."),
+)
 
 
 def _parser() -> argparse_flags.ArgumentParser:
