@@ -29,6 +29,10 @@ class Policy(abc.ABC):
   the pipeline at its last good configuration.
   """
 
+  # A static policy decides from the knobs alone (not from statistics): the
+  # tuner steps it again only when the pipeline's set of knobs changes.
+  static = False
+
   def __init__(self, options: IntuneOptions):
     self.options = options
 
@@ -132,6 +136,8 @@ class EvenPolicy(Policy):
 class UnoptimizedPolicy(Policy):
   """Parallelism 1 and buffer 1 per stage."""
 
+  static = True
+
   def step(self, obs):
     return {k.name: _clamp(1, k) for k in obs.knobs}
 
@@ -176,6 +182,8 @@ class AnalyticPolicy(Policy):
 class FixedPolicy(Policy):
   """Applies `IntuneOptions.config` (clamped to each knob's range)."""
 
+  static = True
+
   def step(self, obs):
     config = self.options.config or {}
     return {k.name: _clamp(config[k.name], k) for k in obs.knobs
@@ -184,6 +192,8 @@ class FixedPolicy(Policy):
 
 class ManualPolicy(Policy):
   """Changes nothing: the user sets knobs through `Session.set`."""
+
+  static = True
 
   def step(self, obs):
     return {}

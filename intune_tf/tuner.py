@@ -26,6 +26,7 @@ class _Tuned:
     self.last_good: dict[str, float] | None = None
     self.reported_error = False
     self.next_step = 0.0
+    self.static_knobs: tuple[str, ...] | None = None
 
 
 class Tuner:
@@ -92,6 +93,11 @@ class Tuner:
 
   def _step_one(self, t: _Tuned) -> None:
     try:
+      if t.policy.static and not self._listeners:
+        names = tuple(k.name for k in t.session.knobs())
+        if names == t.static_knobs:
+          return
+        t.static_knobs = names
       obs = t.observer.observe()
       if not obs.knobs:
         return
