@@ -99,7 +99,10 @@ def test_parquet_fails_clearly_without_tensorflow_io(tmp_path, source):
 
 
 @pytest.mark.slow
-def test_import_does_not_load_tensorflow_io():
+def test_import_does_not_load_tensorflow_io(tmp_path):
   code = ("import sys, intune_tf.criteo\n"
           "assert 'tensorflow_io' not in sys.modules\n")
-  subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+  # Run outside the checkout so that the installed package is imported.
+  done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]

@@ -54,6 +54,7 @@ def test_unknown_config():
     models.dlrm("huge")
 
 
+@pytest.mark.slow
 def test_trains_on_a_pipeline(tmp_path):
   files = synthetic.generate(2048, tmp_path, seed=0)
   ds = pipelines.pipeline(4, files, batch_size=512, seed=0)
