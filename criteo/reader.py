@@ -25,6 +25,9 @@ I1..I13, a categorical that is not 1-8 hexadecimal digits):
   pass your own variable as `bad_rows=`).
 
 Missing values and unlabelled rows read as documented in `schema`.
+
+Limit: the sniff reads 64 KiB, so a gzip file damaged further in fails while
+iterating with TensorFlow's `DataLossError`, which does not name the file.
 """
 
 from __future__ import annotations
