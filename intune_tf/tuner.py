@@ -38,6 +38,28 @@ class Tuner:
     self._thread: threading.Thread | None = None
     self._stop = threading.Event()
     self._listeners = []
+    self._driven: set[int] = set()
+
+  def drive(self, session_id: int) -> None:
+    """The caller steps this session itself (`step_session`); the background
+    thread leaves it alone until `release`."""
+    with self._lock:
+      self._driven.add(session_id)
+
+  def release(self, session_id: int) -> None:
+    with self._lock:
+      self._driven.discard(session_id)
+
+  def step_session(self, session_id: int) -> None:
+    """One tuning step of one session, now (for training loops)."""
+    with self._lock:
+      t = self._tuned.get(session_id)
+    if t is None:
+      self.step()  # registers new sessions
+      with self._lock:
+        t = self._tuned.get(session_id)
+    if t is not None:
+      self._step_one(t)
 
   def add_listener(self, fn) -> None:
     """Calls `fn(session, observation, applied)` after every tuning step."""
@@ -86,7 +108,7 @@ class Tuner:
       tuned = [t for t in self._tuned.values() if t is not None]
     now = time.monotonic()
     for t in tuned:
-      if only_due and now < t.next_step:
+      if only_due and (now < t.next_step or t.session.id in self._driven):
         continue
       t.next_step = now + t.session.options.period_s
       self._step_one(t)
