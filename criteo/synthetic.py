@@ -47,6 +47,7 @@ QUANTILE_LEVELS = tuple(np.round(np.concatenate([
     np.linspace(0.0, 0.9, 91), np.linspace(0.91, 0.99, 9),
     [0.995, 0.999, 1.0]]), 4).tolist())
 _DIGITS = 11  # Sign and 10 decimal digits per integer field.
+_MAX_INT = 10**(_DIGITS - 1) - 1
 _ROW_WIDTH = 2 + schema.NUM_DENSE * (_DIGITS + 1) + schema.NUM_SPARSE * 9
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
@@ -277,6 +278,7 @@ def sample_chunk(stats: dict[str, Any], n: int, rng: np.random.Generator,
     dense_missing[:, j] = rng.random(n) < col["missing_rate"]
     q = np.interp(rng.random(n), levels, np.asarray(col["quantiles"]))
     dense[:, j] = np.floor(q + rng.random(n)).astype(np.int64)
+  np.clip(dense, -_MAX_INT, _MAX_INT, out=dense)  # Fits the 11-char field.
   sparse = np.empty((n, schema.NUM_SPARSE), np.uint64)
   sparse_missing = np.empty((n, schema.NUM_SPARSE), bool)
   for j, col in enumerate(stats["sparse"]):
@@ -302,33 +304,31 @@ def format_rows(chunk: dict[str, np.ndarray]) -> bytes:
   grid = np.zeros((n, _ROW_WIDTH), np.uint8)
   grid[:, 0] = 48 + chunk["label"].astype(np.uint8)
   grid[:, 1] = 9
-  # Integers: [n, 13, 11] characters plus a tab each.
+  stop = 2 + schema.NUM_DENSE * (_DIGITS + 1)
+  # Integers: 11 characters (sign and digits, right-aligned) and a tab each.
+  dense = grid[:, 2:stop].reshape(n, schema.NUM_DENSE, _DIGITS + 1)
   value = chunk["dense"]
-  mag = np.abs(value)
-  powers = 10 ** np.arange(_DIGITS - 1, dtype=np.int64)  # 10^0..10^9
-  ndig = 1 + (mag[..., None] >= powers[1:]).sum(axis=-1)
-  k = np.arange(_DIGITS - 1, -1, -1)  # Position p holds digit k = 10 - p.
-  kk = np.minimum(k, _DIGITS - 2)
-  digits = (mag[..., None] // powers[kk]) % 10
-  chars = np.where(k < ndig[..., None], 48 + digits, 0)
-  chars = np.where((k == ndig[..., None]) & (value[..., None] < 0), 45, chars)
-  chars = np.where(chunk["dense_missing"][..., None], 0, chars)
-  dense = np.zeros((n, schema.NUM_DENSE, _DIGITS + 1), np.uint8)
-  dense[..., :_DIGITS] = chars
-  dense[..., _DIGITS] = 9
-  start = 2
-  stop = start + schema.NUM_DENSE * (_DIGITS + 1)
-  grid[:, start:stop] = dense.reshape(n, -1)
-  # Categoricals: 8 hex characters plus a tab each.
-  shifts = np.arange(28, -1, -4, dtype=np.uint64)
-  nibbles = (chunk["sparse"][..., None] >> shifts) & np.uint64(15)
-  hexchars = _HEX[nibbles.astype(np.int64)]
-  hexchars[chunk["sparse_missing"]] = 0
-  sparse = np.zeros((n, schema.NUM_SPARSE, 9), np.uint8)
-  sparse[..., :8] = hexchars
-  sparse[..., 8] = 9
+  present = ~chunk["dense_missing"]
+  rest = np.abs(value)
+  ndig = np.ones(value.shape, np.int64)
+  for p in range(1, _DIGITS - 1):
+    ndig += rest >= 10 ** p
+  minus = (value < 0) & present
+  for k in range(_DIGITS):  # k-th digit from the right sits at 10 - k.
+    digit = (48 + rest % 10).astype(np.uint8)
+    rest //= 10
+    char = np.where((k < ndig) & present, digit, np.uint8(0))
+    char[(k == ndig) & minus] = 45
+    dense[:, :, _DIGITS - 1 - k] = char
+  dense[:, :, _DIGITS] = 9
+  # Categoricals: 8 hexadecimal characters and a tab each.
+  sparse = grid[:, stop:].reshape(n, schema.NUM_SPARSE, 9)
+  ids = chunk["sparse"].astype(np.uint32)
+  for i in range(8):
+    sparse[:, :, i] = _HEX[(ids >> np.uint32(28 - 4 * i)) & np.uint32(15)]
+  sparse[chunk["sparse_missing"], :8] = 0
+  sparse[:, :, 8] = 9
   sparse[:, -1, 8] = 10
-  grid[:, stop:] = sparse.reshape(n, -1)
   return grid[grid != 0].tobytes()
 
 
