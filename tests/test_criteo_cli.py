@@ -62,3 +62,16 @@ def test_bad_parallelism_flag():
   with pytest.raises(argparse.ArgumentTypeError):
     cli._parse_parallelism("read")  # pylint: disable=protected-access
   assert cli._parse_parallelism("read=2,parse=1") == {"read": 2, "parse": 1}  # pylint: disable=protected-access
+
+
+def test_convert_to_parquet_without_tensorflow_io_exits_2(tmp_path, capsys):
+  from intune_tf.criteo import convert  # pylint: disable=g-import-not-at-top
+  try:
+    convert._tfio()  # pylint: disable=protected-access
+    pytest.skip("tensorflow-io loads here (compat stack): parquet works")
+  except convert.ParquetUnavailableError:
+    pass
+  src = synthetic.generate(10, tmp_path / "src")
+  assert _run(["convert", *src, "--out", str(tmp_path / "pq"), "--format",
+               "parquet", "--quiet"]) == 2
+  assert not (tmp_path / "pq").exists() or not any((tmp_path / "pq").iterdir())
