@@ -72,6 +72,7 @@ def test_unknown_format(tmp_path, source):
     convert.convert_files(source, tmp_path, "avro")
 
 
+@pytest.mark.compat
 def test_parquet_roundtrip_on_compat_stack(tmp_path, source):
   why = _tfio_loads()
   if why is not None:
