@@ -112,13 +112,15 @@ def _leaves(ds):
 
 @pytest.mark.parametrize("name", _NAMES)
 @pytest.mark.parametrize("deterministic", [True, False])
-@pytest.mark.parametrize("include_fixed", [False, True])
+@pytest.mark.parametrize("include_fixed,insert_prefetch",
+                         [(False, False), (True, True)])
 def test_same_output_with_the_option(tmp_path, name, deterministic,
-                                     include_fixed):
+                                     include_fixed, insert_prefetch):
   make = _pipelines(tmp_path)[name]
   plain = _deterministic(make(), deterministic)
   tuned = _with_option(_deterministic(make(), deterministic),
-                       include_fixed=include_fixed)
+                       include_fixed=include_fixed,
+                       insert_prefetch=insert_prefetch)
   expected = [_key(e) for e in plain]
   got = [_key(e) for e in tuned]
   if deterministic:
