@@ -282,6 +282,11 @@ class Harness:
     restart = policy == "autotune-restart"
     if policy in AUTOTUNE_POLICIES:
       ds = scenario.make(None)
+      if restart:
+        options = tf.data.Options()
+        options.experimental_external_state_policy = (
+            tf.data.experimental.ExternalStatePolicy.IGNORE)
+        ds = ds.with_options(options)
     else:
       if policy == "oracle":
         _TablePolicy.table = self.oracle[scenario.name]["table"]
@@ -486,11 +491,23 @@ class Harness:
 
 
 def _restart(ds: tf.data.Dataset, iterator):
-  """AUTOTUNE-Adaptive: checkpoint the iterator, build a new one, restore."""
-  with tempfile.TemporaryDirectory() as tmp:
-    path = tf.train.Checkpoint(iterator=iterator).write(os.path.join(tmp, "it"))
-    fresh = iter(ds)
-    tf.train.Checkpoint(iterator=fresh).read(path).expect_partial()
+  """AUTOTUNE-Adaptive: checkpoint the iterator, build a new one, restore.
+
+  Stateful ops (random noise) are saved by ignoring their state. If the
+  iterator still cannot be saved, the new one starts over (with a warning):
+  the throughput measured is the same.
+  """
+  fresh = iter(ds)
+  try:
+    with tempfile.TemporaryDirectory() as tmp:
+      path = tf.train.Checkpoint(iterator=iterator).write(
+          os.path.join(tmp, "it"))
+      tf.train.Checkpoint(iterator=fresh).read(path).expect_partial()
+  except (tf.errors.OpError, ValueError) as e:
+    logging.log_first_n(logging.WARNING,
+                        "autotune-restart: the iterator could not be "
+                        "checkpointed (%s); it restarts from scratch.", 1,
+                        str(e).splitlines()[0][:200])
   return fresh
 
 
@@ -514,6 +531,11 @@ def main(args) -> int:
   except KeyboardInterrupt:
     interrupted = True
     print("\nintune bench: interrupted; reporting what was measured.")
+  except Exception as e:  # pylint: disable=broad-except
+    interrupted = True
+    logging.exception("intune bench failed: %s", e)
+    print(f"\nintune bench: failed ({type(e).__name__}: {e}); reporting what "
+          "was measured.")
   finally:
     harness.close()
   summary = harness.summary()

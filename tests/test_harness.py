@@ -102,3 +102,20 @@ def test_interrupted_run_still_writes_what_it_measured(tmp_path, monkeypatch):
   assert written["interrupted"] is True
   runs = written["scenarios"]["tiny"]["policies"]["unoptimized"]["runs"]
   assert len(runs) >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2,
+                    reason="needs 2 CPUs to resize")
+def test_autotune_restart_rebuilds_on_resize_even_with_stateful_ops():
+  def make(parallelism=None):
+    return tf.data.Dataset.range(10**9).map(
+        lambda x: x + tf.cast(tf.random.normal([]) * 0, tf.int64),
+        num_parallel_calls=tf.data.AUTOTUNE).batch(16)
+
+  scenario = scenarios.Scenario("tiny-resize", "test", make, 16,
+                                resize=((0.0, 1), (0.5, 2)))
+  h = harness.Harness(seconds=1.6, warmup=0.2)
+  run = h.run(scenario, "autotune-restart", 0)
+  assert run.rows_per_s > 0
+  assert [n for _, n in run.resize_events] == [1, 2]
