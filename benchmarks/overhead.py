@@ -7,6 +7,7 @@ Run: `python benchmarks/overhead.py [repeats] [seconds]`.
 """
 
 import sys
+import time
 
 import tensorflow as tf
 
@@ -28,11 +29,16 @@ def main(repeats: int = 7, seconds: float = 3.0):
                             insert_prefetch=False),
   }
   results = {name: [] for name in variants}
+  cpu = {name: [] for name in variants}
   for _ in range(repeats):
     for name, ds in variants.items():  # interleaved: A B A B ...
       it = iter(ds)
       rate(it, 0.5)  # warm-up
-      results[name].append(rate(it, seconds) * 32)
+      cpu0 = time.process_time()
+      rows_per_s = rate(it, seconds) * 32
+      # Process CPU-seconds per row: robust to other load on the machine.
+      cpu[name].append((time.process_time() - cpu0) / (rows_per_s * seconds))
+      results[name].append(rows_per_s)
       del it
   print(f"fixed configuration, {repeats} interleaved repeats of {seconds:.0f} "
         "s, rows/s")
@@ -41,6 +47,11 @@ def main(repeats: int = 7, seconds: float = 3.0):
   for name, values in results.items():
     print(f"| {name} | {median(values):.0f} | {min(values):.0f} | "
           f"{max(values):.0f} |")
+  print(f"CPU-seconds per row (process time): plain "
+        f"{median(cpu['plain']) * 1e6:.2f} us, intune "
+        f"{median(cpu['intune']) * 1e6:.2f} us: intune costs "
+        f"{(median(cpu['intune']) / median(cpu['plain']) - 1) * 100:+.1f}% CPU "
+        "per row")
   ratios = [b / a for a, b in zip(results["plain"], results["intune"])]
   print(f"intune / plain: median of paired ratios {median(ratios):.3f} "
         f"(min {min(ratios):.3f}, max {max(ratios):.3f}); ratio of medians "

@@ -38,9 +38,12 @@ class IntuneOptions:
       Default None.
     period_s: seconds between tuning steps of the background tuner. Default
       0.5.
-    max_cpus: the largest CPU count the job may get; every parallelism knob
-      can range up to it (InTune gives the pipeline a private thread pool of
-      this size). Default None: all CPUs of the machine.
+    max_cpus: the largest CPU count the job may get, when CPUs may be added
+      while it runs: InTune then gives the pipeline a private runner thread
+      pool of this size, and every parallelism knob ranges up to it (the
+      pool replaces TF's runner, so `options.threading` settings do not
+      apply inside it). Default None: TF's own runner; parallelism knobs
+      range up to its size, fixed when the iterator is created.
     include_fixed: also make stages with a fixed parallelism or buffer size
       tunable (their value is the starting point). Default False: only
       stages left on `tf.data.AUTOTUNE` are tuned.
@@ -107,7 +110,8 @@ class IntuneOptions:
     return usable if self.cpu_budget is None else min(self.cpu_budget, usable)
 
   def resolved_max_cpus(self) -> int:
-    return int(self.max_cpus or host.machine_cpus())
+    """Size of the private runner pool; 0 keeps TF's runner."""
+    return int(self.max_cpus or 0)
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -89,7 +89,7 @@ class Tuner:
         logging.exception("InTune tuner step failed; will retry.")
       wait = min([t.next_step for t in self._tuned.values()] or
                  [time.monotonic() + 0.05]) - time.monotonic()
-      self._stop.wait(min(max(wait, 0.005), 0.05))
+      self._stop.wait(min(max(wait, 0.005), 0.1))
 
   def step(self, only_due: bool = False) -> None:
     """Runs one tuning step on every live session (or only on those due)."""

@@ -32,7 +32,8 @@ def test_defaults_are_measured_from_the_machine():
   assert opts.policy == "even"
   assert opts.resolved_cpu_budget() == host.usable_cpus()
   assert 0 < opts.resolved_ram_budget() <= host.available_memory()
-  assert opts.resolved_max_cpus() == host.machine_cpus()
+  assert opts.resolved_max_cpus() == 0  # TF's own runner
+  assert intune_tf.IntuneOptions(max_cpus=64).resolved_max_cpus() == 64
 
 
 def test_cpu_budget_is_capped_by_usable_cpus():
