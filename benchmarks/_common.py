@@ -8,20 +8,14 @@ import time
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import demo
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
 def busy_udf(size: int):
-  """A map function costing about `size / 250k` ms of single-threaded CPU."""
-
-  def udf(x):
-    v = tf.random.stateless_uniform([size], seed=tf.stack([x, x + 1]))
-    for _ in range(4):
-      v = tf.math.cumsum(tf.sin(v))
-    return x + tf.cast(tf.reduce_sum(v) * 0.0, tf.int64)
-
-  return udf
+  """A map function whose CPU cost grows with `size` (see `calibrate`)."""
+  return demo.busy_udf(size, rounds=4)
 
 
 def single_threaded_ops(ds: tf.data.Dataset) -> tf.data.Dataset:

@@ -19,19 +19,21 @@ from intune_tf import policies
 _ROWS_PER_BATCH = 256
 
 
-def _udf(size: int):
-  def parse(x):
+def busy_udf(size: int, rounds: int = 3):
+  """A map function costing CPU in proportion to `size * rounds` (stateless
+  random numbers, `rounds` of sin and cumsum), returning its input."""
+  def udf(x):
     v = tf.random.stateless_uniform([size], seed=tf.stack([x, x + 1]))
-    for _ in range(3):
+    for _ in range(rounds):
       v = tf.math.cumsum(tf.sin(v))
     return x + tf.cast(tf.reduce_sum(v) * 0.0, tf.int64)
-  return parse
+  return udf
 
 
 def pipeline(size: int = 6000) -> tf.data.Dataset:
   """range -> parse (AUTOTUNE) -> batch -> features (AUTOTUNE) -> prefetch."""
   ds = tf.data.Dataset.range(10**12)
-  ds = ds.map(_udf(size), num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.map(busy_udf(size), num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(_ROWS_PER_BATCH)
   ds = ds.map(lambda b: b * 2 + 1, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.prefetch(tf.data.AUTOTUNE)
