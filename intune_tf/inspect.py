@@ -1,0 +1,198 @@
+"""`intune inspect`: the per-stage table of running InTune jobs.
+
+Reads the status files that tuned processes write (`intune_tf.status`) and
+prints, for every live session, one row per pipeline stage: parallelism,
+buffer (and fill), elements/s, CPUs busy, CPU share, thread utilization and
+which stage is the bottleneck. `--watch SECONDS` refreshes the table until
+Ctrl-C. With nothing running it says so and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+from typing import Any, Mapping, Sequence, TextIO
+
+from intune_tf import status as status_lib
+
+NOTHING_RUNNING = "no running InTune job found (looked in {dir})"
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+  if value is None:
+    return "-"
+  return f"{value:,.{digits}f}"
+
+
+def _bytes(value: float | None) -> str:
+  if value is None:
+    return "-"
+  for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+    if abs(value) >= size:
+      return f"{value / size:.1f} {unit}"
+  return f"{value:.0f} B"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+  widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+            for i, h in enumerate(headers)]
+  def line(cells):
+    return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                     for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+  return [line(headers), line(["-" * w for w in widths])] + [
+      line(r) for r in rows]
+
+
+STAGE_HEADERS = ("stage", "parallelism", "buffer", "fill", "elem/s", "CPUs",
+                 "CPU share", "util", "bottleneck")
+
+
+def stage_table(stages: Sequence[Mapping[str, Any]]) -> list[str]:
+  """The per-stage table of one session, as lines."""
+  rows = []
+  for r in stages:
+    rows.append([
+        r["stage"], _num(r.get("parallelism")), _num(r.get("buffer")),
+        (f"{100 * r['buffer_fill']:.0f}%" if r.get("buffer") else "-"),
+        _num(r.get("rate")), _num(r.get("cpus"), 2),
+        (f"{100 * r['cpu_share']:.0f}%" if r.get("cpu_share") is not None
+         else "-"),
+        (f"{100 * r['utilization']:.0f}%" if r.get("utilization") is not None
+         else "-"),
+        "<== bottleneck" if r.get("bottleneck") else ""])
+  return _table(STAGE_HEADERS, rows)
+
+
+def format_process(data: Mapping[str, Any], now: float | None = None,
+                   include_ended: bool = False) -> list[str]:
+  """Lines describing one process's status file."""
+  now = time.time() if now is None else now
+  role = data.get("role", "process")
+  what = f"pid {data['pid']} on {data.get('host', '?')}"
+  service = data.get("service") or {}
+  if role == "worker":
+    what += (f", tf.data service worker {service.get('worker_address', '?')} "
+             f"of dispatcher {service.get('dispatcher', '?')}")
+  elif role == "dispatcher":
+    what += f", tf.data service dispatcher on port {service.get('port', '?')}"
+  age = now - float(data.get("updated", now))
+  lines = [f"{what} (status {age:.1f} s old)"]
+  sessions = list(data.get("sessions", []))
+  if include_ended:
+    sessions += list(data.get("ended_sessions", []))
+  if not sessions:
+    lines.append("  no tuned pipeline (yet)")
+  for s in sessions:
+    label = f" {s['name']!r}" if s.get("name") else ""
+    state = "" if s.get("alive", True) else "  [ended]"
+    lines.append("")
+    lines.append(
+        f"session {s['id']}{label}: policy {s.get('policy')}, step "
+        f"{s.get('steps', 0)} ({s.get('changes', 0)} with changes), "
+        f"{_num(s.get('output_rate'))} elem/s out, "
+        f"{s.get('bound', '?')}-bound{state}")
+    wait = s.get("consumer_wait_s")
+    latency = s.get("output_latency_s")
+    lines.append(
+        f"  CPU budget {s.get('cpu_budget', '?')} of "
+        f"{s.get('usable_cpus', '?')} usable, buffered "
+        f"{_bytes(s.get('buffered_bytes'))} of {_bytes(s.get('ram_budget'))}"
+        f" budget, GetNext {_num(latency and latency * 1e3, 2)} ms/elem, "
+        f"consumer {_num(wait and wait * 1e3, 2)} ms/elem")
+    lines.extend("  " + line for line in stage_table(s.get("stages", [])))
+  return lines
+
+
+def render(processes: Sequence[Mapping[str, Any]],
+           include_ended: bool = False) -> str:
+  """The whole report for `processes` (from `status.read_all`)."""
+  now = time.time()
+  blocks = ["\n".join(format_process(p, now, include_ended))
+            for p in processes]
+  return "\n\n".join(blocks) + "\n"
+
+
+def _select(directory: pathlib.Path, pid: int | None,
+            service_only: bool) -> list[dict[str, Any]]:
+  found = status_lib.read_all(directory)
+  if pid is not None:
+    found = [p for p in found if p["pid"] == pid]
+  if service_only:
+    found = [p for p in found if p.get("role") in ("worker", "dispatcher")]
+  return found
+
+
+def inspect(directory: str | pathlib.Path | None = None,
+            pid: int | None = None, watch: float | None = None,
+            service_only: bool = False, include_ended: bool = False,
+            out: TextIO = sys.stdout) -> int:
+  """Prints the status of running jobs; returns the exit code.
+
+  Args:
+    directory: the status dir. Default None: `status.default_dir()`.
+    pid: only this process. Default None: every live process.
+    watch: refresh every this many seconds until interrupted. Default None:
+      print once.
+    service_only: only tf.data service workers (and dispatchers). Default
+      False.
+    include_ended: also show the last ended sessions. Default False.
+    out: where to print. Default stdout.
+
+  Returns:
+    0, or 1 when no running job was found (at the first look when watching).
+  """
+  directory = pathlib.Path(directory) if directory else (
+      status_lib.default_dir())
+  where = str(directory) + (f", pid {pid}" if pid is not None else "")
+  found = _select(directory, pid, service_only)
+  if not found:
+    print(NOTHING_RUNNING.format(dir=where), file=out)
+    return 1
+  if watch is None:
+    out.write(render(found, include_ended))
+    return 0
+  try:
+    while True:
+      text = (render(found, include_ended) if found
+              else NOTHING_RUNNING.format(dir=where) + "\n")
+      out.write(_CLEAR + time.strftime("%H:%M:%S ") +
+                f"(every {watch:g} s, Ctrl-C to stop)\n\n" + text)
+      out.flush()
+      time.sleep(watch)
+      found = _select(directory, pid, service_only)
+  except KeyboardInterrupt:
+    return 0
+
+
+def _positive(text: str) -> float:
+  value = float(text)
+  if not value > 0:
+    raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+  return value
+
+
+def main(args: argparse.Namespace) -> int:
+  return inspect(args.status_dir, args.pid, args.watch, args.service,
+                 args.ended)
+
+
+def add_parser(subparsers) -> None:
+  p = subparsers.add_parser(
+      "inspect", help="Show the per-stage table of running InTune jobs.",
+      description=__doc__.split("\n\n")[1])
+  p.add_argument("--pid", type=int, default=None,
+                 help="Only this process (default: every running job).")
+  p.add_argument("--watch", type=_positive, default=None, metavar="SECONDS",
+                 help="Refresh every SECONDS until Ctrl-C (default: once).")
+  p.add_argument("--status-dir", default=None,
+                 help="Where tuned processes write their status "
+                 f"(default: ${status_lib.ENV_DIR} or "
+                 "~/.cache/intune_tf/status).")
+  p.add_argument("--service", action="store_true",
+                 help="Only tf.data service workers and dispatchers.")
+  p.add_argument("--ended", action="store_true",
+                 help="Also show the sessions that ended most recently.")
+  p.set_defaults(func=main)

@@ -1,0 +1,391 @@
+"""tf.data service with InTune: launchers, per-worker budgets, worker status.
+
+    intune service dispatcher --port 5050
+    intune service worker --dispatcher 127.0.0.1:5050 --port 5051
+
+start TensorFlow's own `DispatchServer` and `WorkerServer` in a process that
+has loaded the InTune kernel library and started the tuner. A dataset with
+`experimental_intune` on, distributed with
+`tf.data.experimental.service.distribute` (or `register_dataset`), is then
+tuned on every worker:
+
+- TF's `distribute` registers the dataset through
+  `DatasetV2._apply_debug_options`, which InTune hooks: the graph rewrites
+  and the `IntuneDataset` root are applied on the client, inside the graph
+  sent to the dispatcher, and the root op serializes itself with its options
+  (the tag). Each worker builds that graph, so every iterator a worker
+  creates is a tuning session of the worker process, stepped by the worker's
+  tuner. The client's side of `distribute` is not under the root: set the
+  option before `distribute`, not on the distributed dataset.
+- Budgets are per worker: `cpu_budget` is capped by each worker's usable
+  CPUs at every step; a `ram_budget` left at None is resolved by each worker
+  from its own available memory when its session starts (the client's value
+  baked into the graph is replaced at the worker's first tuning step).
+- Each worker writes a status file (`intune_tf.status`) with the per-stage
+  table of its sessions. `worker_status()` and `intune inspect --service`
+  read them (same host, or a status dir shared by all hosts).
+
+tf.data service has no authentication and no encryption: anyone who can
+reach the ports can read the data and submit work. TensorFlow's servers
+listen on all network interfaces whatever `--host` says (`--host` is the
+address they advertise); keep them on a private network or behind a firewall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from absl import logging
+
+# Seconds a worker waits for its dispatcher to accept connections at start.
+DEFAULT_DISPATCHER_WAIT_S = 30.0
+# Seconds between updates of a dispatcher's status (its worker count).
+_DISPATCHER_STATUS_PERIOD_S = 2.0
+_ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):"
+                      r"(\d{1,5})$")
+SECURITY_NOTE = (
+    "tf.data service has no authentication or encryption: anyone who can "
+    "reach port {port} can read the data and submit work. TensorFlow listens "
+    "on all interfaces; keep it on a private network or behind a firewall.")
+
+
+class ServiceError(RuntimeError):
+  """A launcher cannot start (bad address, port in use, no dispatcher)."""
+
+
+def parse_address(text: str, what: str = "address") -> tuple[str, int]:
+  """Splits "HOST:PORT" (optionally "grpc://HOST:PORT", "[IPv6]:PORT").
+
+  Args:
+    text: the address.
+    what: what it is, for the error message. Default "address".
+
+  Returns:
+    (host, port).
+
+  Raises:
+    ServiceError: not HOST:PORT with a port in 1..65535.
+  """
+  match = _ADDRESS.match(text.strip()) if isinstance(text, str) else None
+  port = int(match.group(2)) if match else 0
+  if not match or not 1 <= port <= 65535:
+    raise ServiceError(
+        f"{what} must be HOST:PORT with a port in 1..65535 (for example "
+        f"127.0.0.1:5050), got {text!r}.")
+  return match.group(1), port
+
+
+def check_port_free(port: int) -> None:
+  """Raises ServiceError if something already listens on `port`.
+
+  TensorFlow's gRPC servers bind all interfaces with SO_REUSEPORT, so a
+  second server on a busy port may start without an error; this check binds
+  the port without that flag first.
+  """
+  sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+  # Connections of a previous server still in TIME_WAIT do not count.
+  sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+  try:
+    sock.bind(("0.0.0.0", port))
+  except OSError as e:
+    if e.errno in (errno.EADDRINUSE, errno.EACCES):
+      raise ServiceError(
+          f"port {port} is not available ({os.strerror(e.errno)}): another "
+          "process uses it; pick another --port.") from None
+    raise ServiceError(f"cannot bind port {port}: {e}") from None
+  finally:
+    sock.close()
+
+
+def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
+  """Waits until a TCP connection to host:port succeeds.
+
+  Raises:
+    ServiceError: nothing accepted connections within `timeout_s`.
+  """
+  deadline = time.monotonic() + timeout_s
+  last: OSError | None = None
+  while True:
+    try:
+      with socket.create_connection((host.strip("[]"), port), timeout=2.0):
+        return
+    except OSError as e:
+      last = e
+    if time.monotonic() >= deadline:
+      raise ServiceError(
+          f"no dispatcher reachable at {host}:{port} after {timeout_s:g} s "
+          f"({last}). Start it first with `intune service dispatcher --port "
+          f"{port}`, or raise --dispatcher-wait.")
+    time.sleep(0.25)
+
+
+def _start_tuner(role: str, **service: Any) -> None:
+  """Loads the kernel library, starts the tuner, labels the status file."""
+  import intune_tf  # pylint: disable=g-import-not-at-top
+  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
+  from intune_tf import status  # pylint: disable=g-import-not-at-top
+
+  _kernels.ops()
+  tuner = intune_tf.global_tuner()
+  tuner.start()
+  writer = status.writer()
+  if writer is not None:
+    writer.set_info(role=role, service=service)
+  if role == "worker":
+    tuner.add_listener(WorkerBudgets())
+
+
+class WorkerBudgets:
+  """Tuner listener: resolves each session's RAM budget on this worker.
+
+  A dataset whose `ram_budget` is None gets, in its graph, a budget computed
+  from the client's memory. At a session's first tuning step on a worker
+  this replaces it with the worker's own (a share of its available memory).
+  """
+
+  def __init__(self):
+    self._seen: set[int] = set()
+
+  def __call__(self, session, obs, applied) -> None:
+    del obs, applied
+    if session.id in self._seen:
+      return
+    self._seen.add(session.id)
+    if session.options.ram_budget is None:
+      budget = session.options.resolved_ram_budget()
+      session.set_ram_budget(budget)
+      logging.info("InTune session %d: RAM budget %d MB on this worker.",
+                   session.id, budget >> 20)
+
+
+def _wait_for_signal(tick=None, period_s: float = 1.0) -> str:
+  """Blocks until SIGTERM or SIGINT; calls `tick()` every `period_s`."""
+  stop = threading.Event()
+  received = []
+
+  def handler(signum, frame):
+    del frame
+    received.append(signal.Signals(signum).name)
+    stop.set()
+
+  old = {s: signal.signal(s, handler) for s in (signal.SIGTERM,
+                                                 signal.SIGINT)}
+  try:
+    while not stop.wait(period_s):
+      if tick is not None:
+        tick()
+  finally:
+    for s, h in old.items():
+      signal.signal(s, h)
+  return received[0] if received else "?"
+
+
+def run_dispatcher(port: int, host: str = "127.0.0.1",
+                   work_dir: str | None = None,
+                   worker_timeout_ms: int | None = None) -> int:
+  """Runs a tf.data service dispatcher until SIGTERM/SIGINT.
+
+  Args:
+    port: port to listen on (all interfaces: TensorFlow's choice).
+    host: the address workers and clients should use, for the log. Default
+      "127.0.0.1".
+    work_dir: directory for the dispatcher's journal (makes it
+      fault-tolerant: a restarted dispatcher resumes its jobs). Default None:
+      no journal.
+    worker_timeout_ms: how long a worker may miss heartbeats before the
+      dispatcher drops it (and clients stop waiting for it). Default None:
+      TensorFlow's default.
+
+  Returns:
+    The exit code (0).
+
+  Raises:
+    ServiceError: the port is in use.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  check_port_free(port)
+  _start_tuner("dispatcher", port=port, address=f"{host}:{port}",
+               work_dir=work_dir)
+  config = tf.data.experimental.service.DispatcherConfig(
+      port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir),
+      worker_timeout_ms=worker_timeout_ms)
+  server = tf.data.experimental.service.DispatchServer(config)
+  logging.info("tf.data service dispatcher with InTune at grpc://%s:%d "
+               "(pid %d).", host, port, os.getpid())
+  logging.warning(SECURITY_NOTE.format(port=port))
+
+  def tick():
+    from intune_tf import status  # pylint: disable=g-import-not-at-top
+    writer = status.writer()
+    if writer is not None:
+      writer.set_info(workers=server._num_workers())  # pylint: disable=protected-access
+
+  name = _wait_for_signal(tick, _DISPATCHER_STATUS_PERIOD_S)
+  logging.info("Dispatcher stopping (%s).", name)
+  server.stop()
+  return 0
+
+
+def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
+               dispatcher_wait_s: float = DEFAULT_DISPATCHER_WAIT_S,
+               heartbeat_interval_ms: int | None = None) -> int:
+  """Runs a tf.data service worker tuned by InTune until SIGTERM/SIGINT.
+
+  Args:
+    dispatcher: the dispatcher's HOST:PORT.
+    port: port to listen on (all interfaces: TensorFlow's choice).
+    host: the address the worker advertises to the dispatcher and clients
+      (`worker_address` HOST:PORT). Default "127.0.0.1".
+    dispatcher_wait_s: seconds to wait for the dispatcher to accept
+      connections. Default `DEFAULT_DISPATCHER_WAIT_S` (30).
+    heartbeat_interval_ms: how often the worker reports to the dispatcher
+      (keep it below the dispatcher's worker timeout). Default None:
+      TensorFlow's default.
+
+  Returns:
+    The exit code (0).
+
+  Raises:
+    ServiceError: bad dispatcher address, port in use, no dispatcher.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  d_host, d_port = parse_address(dispatcher, "--dispatcher")
+  dispatcher = f"{d_host}:{d_port}"
+  check_port_free(port)
+  wait_for_dispatcher(d_host, d_port, dispatcher_wait_s)
+  worker_address = f"{host}:{port}"
+  _start_tuner("worker", dispatcher=dispatcher, worker_address=worker_address,
+               port=port)
+  config = tf.data.experimental.service.WorkerConfig(
+      dispatcher_address=dispatcher, worker_address=worker_address, port=port,
+      heartbeat_interval_ms=heartbeat_interval_ms)
+  server = tf.data.experimental.service.WorkerServer(config)
+  logging.info("tf.data service worker with InTune at %s, dispatcher %s "
+               "(pid %d).", worker_address, dispatcher, os.getpid())
+  logging.warning(SECURITY_NOTE.format(port=port))
+  name = _wait_for_signal()
+  logging.info("Worker stopping (%s).", name)
+  server.stop()
+  return 0
+
+
+def worker_status(status_dir: str | os.PathLike | None = None,
+                  dispatcher: str | None = None) -> list[dict[str, Any]]:
+  """Status of the live InTune tf.data service workers.
+
+  Args:
+    status_dir: where the workers write their status files. Default None:
+      `intune_tf.status.default_dir()` (`$INTUNE_STATUS_DIR` or
+      ~/.cache/intune_tf/status); workers on other hosts are seen when all
+      use one shared directory.
+    dispatcher: only workers of this dispatcher (HOST:PORT). Default None:
+      every worker.
+
+  Returns:
+    One status dict per worker process (see `intune_tf.status`): "pid",
+    "host", "service" ({"dispatcher", "worker_address", "port"}),
+    "sessions" (each with "knobs", "initial_knobs", "steps", "changes",
+    "output_rate", "stages", ...) and "ended_sessions".
+  """
+  from intune_tf import status  # pylint: disable=g-import-not-at-top
+
+  wanted = None
+  if dispatcher is not None:
+    host, port = parse_address(dispatcher, "dispatcher")
+    wanted = f"{host}:{port}"
+  result = []
+  for data in status.read_all(status_dir):
+    service = data.get("service") or {}
+    if data.get("role") != "worker":
+      continue
+    if wanted is not None and service.get("dispatcher") != wanted:
+      continue
+    result.append(data)
+  return result
+
+
+def _port(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if not 1 <= value <= 65535:
+    raise argparse.ArgumentTypeError(f"must be a port in 1..65535, got "
+                                     f"{text!r}")
+  return value
+
+
+def _fail(command: str, error: Exception) -> int:
+  logging.error("intune service %s: %s", command, error)
+  print(f"intune service {command}: error: {error}", flush=True)
+  return 1
+
+
+def _dispatcher_main(args: argparse.Namespace) -> int:
+  try:
+    return run_dispatcher(args.port, args.host, args.work_dir,
+                          args.worker_timeout_ms)
+  except ServiceError as e:
+    return _fail("dispatcher", e)
+
+
+def _worker_main(args: argparse.Namespace) -> int:
+  try:
+    parse_address(args.dispatcher, "--dispatcher")
+  except ServiceError as e:
+    print(f"intune service worker: error: {e}", flush=True)
+    return 2
+  try:
+    return run_worker(args.dispatcher, args.port, args.host,
+                      args.dispatcher_wait, args.heartbeat_interval_ms)
+  except ServiceError as e:
+    return _fail("worker", e)
+
+
+def add_commands(subparsers) -> None:
+  """The `intune service` commands."""
+  d = subparsers.add_parser(
+      "dispatcher", help="Start a tf.data service dispatcher (InTune loaded).")
+  d.add_argument("--port", type=_port, required=True,
+                 help="Port to listen on (TensorFlow listens on all "
+                 "interfaces).")
+  d.add_argument("--host", default="127.0.0.1",
+                 help="The address workers and clients use to reach this "
+                 "dispatcher (default 127.0.0.1).")
+  d.add_argument("--work-dir", default=None,
+                 help="Journal directory: a restarted dispatcher resumes its "
+                 "jobs (default: none).")
+  d.add_argument("--worker-timeout-ms", type=int, default=None,
+                 help="Drop a worker after this long without a heartbeat "
+                 "(default: TensorFlow's).")
+  d.set_defaults(func=_dispatcher_main)
+  w = subparsers.add_parser(
+      "worker", help="Start a tf.data service worker tuned by InTune.")
+  w.add_argument("--dispatcher", required=True, metavar="HOST:PORT",
+                 help="The dispatcher's address.")
+  w.add_argument("--port", type=_port, required=True,
+                 help="Port to listen on (TensorFlow listens on all "
+                 "interfaces).")
+  w.add_argument("--host", default="127.0.0.1",
+                 help="The address this worker advertises to the dispatcher "
+                 "and clients (default 127.0.0.1).")
+  w.add_argument("--dispatcher-wait", type=float,
+                 default=DEFAULT_DISPATCHER_WAIT_S, metavar="SECONDS",
+                 help="Seconds to wait for the dispatcher at start (default "
+                 f"{DEFAULT_DISPATCHER_WAIT_S:g}).")
+  w.add_argument("--heartbeat-interval-ms", type=int, default=None,
+                 help="How often to report to the dispatcher; keep it below "
+                 "the dispatcher's --worker-timeout-ms (default: "
+                 "TensorFlow's).")
+  w.set_defaults(func=_worker_main)
+

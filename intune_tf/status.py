@@ -1,0 +1,471 @@
+"""What the tuner is doing, for `intune inspect`: status files and a decision log.
+
+Status files. Every process whose tuner runs writes one small JSON file,
+`<status dir>/<pid>@<host>.json`, rewritten atomically (temporary file,
+then rename) at most every `WRITE_PERIOD_S` while its sessions step (and at
+least every `HEARTBEAT_S`), and removed when the process exits. The status dir is `$INTUNE_STATUS_DIR`, else
+`~/.cache/intune_tf/status`. `INTUNE_STATUS=off` (or `0`, `false`, `no`)
+turns the files off. A file whose process is gone (killed before it could
+remove it; detected by pid and process start time on the same host, by a
+last update older than `REMOTE_STALE_S` for another host's file in a shared
+directory) is ignored by readers; the next writer that starts on the same
+host deletes it.
+
+The file (format `intune_tf.status/1`) holds the process (pid, host, start
+time, command line, `role` and, for tf.data service workers, `service`) and
+one entry per session: options, steps, knob values (first seen and now),
+output rate, budgets, and one row per pipeline stage:
+
+| field | unit | meaning |
+|---|---|---|
+| `stage` | | stage name as in knob names, e.g. "ParallelMapV2(id:2)" |
+| `parallelism`, `buffer` | threads, elements | the stage's knobs (None when it has none) |
+| `buffer_fill` | 0..1 | buffered elements / buffer size |
+| `rate` | elements/s | elements the stage produced per second in the last step |
+| `cpus` | CPUs | CPU-seconds the stage spent per second (`rate` x CPU-seconds per element) |
+| `cpu_share` | 0..1 | the stage's share of the pipeline's CPU time in the step |
+| `utilization` | 0..1+ | `cpus / threads`: how busy the stage's threads are (threads = parallelism, or 1 for a stage without that knob) |
+| `bottleneck` | bool | the stage with the highest utilization (the least headroom: its threads are the closest to saturated; giving it more parallelism is what can raise throughput). Ties go to the larger CPU share; no stage is flagged in a step where no stage did work |
+
+A session is `input-bound` when the consumer waits longer inside `GetNext`
+than it spends between calls (`output_latency_s > consumer_wait_s`), else
+`consumer-bound`.
+
+Decision log. With `INTUNE_DECISION_LOG=PATH` the tuner appends one JSON line
+per tuning step to PATH: time, pid, session, step, policy, knob values in
+force after the step, the values applied in it, output rate, buffered bytes,
+and the fields of the policy's `last_decision` mapping when it has one (for
+example the agent's action and reward).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import json
+import math
+import numbers
+import os
+import pathlib
+import socket
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Mapping
+
+from absl import logging
+import psutil
+
+from intune_tf import session as session_lib
+
+FORMAT = "intune_tf.status/1"
+ENV_DIR = "INTUNE_STATUS_DIR"
+ENV_SWITCH = "INTUNE_STATUS"
+ENV_DECISION_LOG = "INTUNE_DECISION_LOG"
+# Seconds between rewrites of a status file (when something changed).
+WRITE_PERIOD_S = 0.5
+# Ended sessions kept in a status file (most recent first), marked ended.
+KEEP_ENDED = 4
+# Largest difference (s) between a file's process start time and the live
+# process's for the file to be that process's (pids are reused).
+_START_TOLERANCE_S = 1.0
+# A writer rewrites its file at least this often, even when nothing changed,
+# so that readers on other hosts (shared status dir) can tell it is alive.
+HEARTBEAT_S = 10.0
+# A file written on another host is stale when older than this (seconds).
+REMOTE_STALE_S = 30.0
+_OFF = ("0", "off", "false", "no")
+
+
+def file_name(pid: int, host: str | None = None) -> str:
+  """The status file's name: "<pid>@<host>.json" (hosts may share a dir)."""
+  return f"{pid}@{host or socket.gethostname()}.json"
+
+
+def default_dir() -> pathlib.Path:
+  """`$INTUNE_STATUS_DIR`, else `~/.cache/intune_tf/status`."""
+  env = os.environ.get(ENV_DIR)
+  if env:
+    return pathlib.Path(env).expanduser()
+  return pathlib.Path.home() / ".cache" / "intune_tf" / "status"
+
+
+def enabled() -> bool:
+  """False when `INTUNE_STATUS` turns status files off."""
+  return os.environ.get(ENV_SWITCH, "").strip().lower() not in _OFF
+
+
+def _finite(value: float | None) -> float | None:
+  if value is None:
+    return None
+  value = float(value)
+  return value if math.isfinite(value) else None
+
+
+def stage_rows(obs) -> list[dict[str, Any]]:
+  """One row per stage of an `Observation`, output stage first, with the
+  bottleneck flagged (see the module doc for each field)."""
+  rows = []
+  for st in obs.stages:
+    cpus = st.cpu_per_element_s * st.rate
+    threads = st.parallelism if st.parallelism and st.parallelism > 0 else 1.0
+    rows.append({
+        "stage": st.name,
+        "parallelism": _finite(st.parallelism),
+        "buffer": _finite(st.buffer_size),
+        "buffer_fill": _finite(st.buffer_fill),
+        "rate": _finite(st.rate),
+        "cpus": _finite(cpus),
+        "cpu_share": _finite(st.time_share),
+        "utilization": _finite(cpus / threads),
+        "buffered_bytes": int(st.buffered_bytes),
+        "bottleneck": False,
+    })
+  busy = [r for r in rows if (r["rate"] or 0) > 0 and (r["cpus"] or 0) > 0]
+  if busy:
+    top = max(busy, key=lambda r: (r["utilization"] or 0, r["cpu_share"] or 0))
+    top["bottleneck"] = True
+  return rows
+
+
+def _json_safe(value: Any) -> Any:
+  """Numbers, strings, lists and dicts only: numpy scalars and arrays become
+  Python numbers and lists, non-finite floats None, anything else its str."""
+  if value is None or isinstance(value, (bool, str, int)):
+    return value
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, Mapping):
+    return {str(k): _json_safe(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_json_safe(v) for v in value]
+  if hasattr(value, "tolist"):  # numpy scalar or array
+    return _json_safe(value.tolist())
+  if isinstance(value, numbers.Real):
+    return _json_safe(float(value))
+  return str(value)
+
+
+def write_json_atomic(path: pathlib.Path, data: Mapping[str, Any]) -> None:
+  """Writes `data` as JSON to `path` through a temporary file and a rename,
+  so readers see the old file or the new one, never half of one."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                             dir=path.parent)
+  try:
+    with os.fdopen(fd, "w") as f:
+      json.dump(data, f, sort_keys=True)
+    os.replace(tmp, path)
+  except BaseException:
+    try:
+      os.unlink(tmp)
+    except OSError:
+      pass
+    raise
+
+
+def _process_start(pid: int) -> float | None:
+  try:
+    return psutil.Process(pid).create_time()
+  except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+    return None
+
+
+def _is_live(data: Mapping[str, Any]) -> bool:
+  """Whether the file's process runs: on this host by pid and start time, on
+  another (a shared status dir) by the age of the file's last update."""
+  if data.get("host") != socket.gethostname():
+    updated = data.get("updated")
+    return (isinstance(updated, (int, float)) and
+            time.time() - updated <= REMOTE_STALE_S)
+  pid, started = data.get("pid"), data.get("process_start")
+  if not isinstance(pid, int) or not isinstance(started, (int, float)):
+    return False
+  actual = _process_start(pid)
+  return actual is not None and abs(actual - started) <= _START_TOLERANCE_S
+
+
+@dataclasses.dataclass
+class _SessionRecord:
+  """What the writer keeps of one session between writes."""
+  session_id: int
+  name: str
+  policy: str
+  period_s: float
+  started: float
+  steps: int = 0
+  changes: int = 0
+  initial_knobs: dict[str, float] = dataclasses.field(default_factory=dict)
+  knobs: dict[str, float] = dataclasses.field(default_factory=dict)
+  last: dict[str, Any] = dataclasses.field(default_factory=dict)
+  ended: float | None = None
+
+  def to_json(self) -> dict[str, Any]:
+    return {"id": self.session_id, "name": self.name, "policy": self.policy,
+            "period_s": self.period_s, "started": self.started,
+            "steps": self.steps, "changes": self.changes,
+            "alive": self.ended is None, "ended": self.ended,
+            "initial_knobs": dict(self.initial_knobs),
+            "knobs": dict(self.knobs), **self.last}
+
+
+class StatusWriter:
+  """A tuner listener that keeps this process's status file up to date.
+
+  Args:
+    directory: where to write `<pid>@<host>.json`. Default None: `default_dir()`.
+    period_s: seconds between rewrites. Default `WRITE_PERIOD_S`.
+  """
+
+  def __init__(self, directory: str | os.PathLike | None = None,
+               period_s: float = WRITE_PERIOD_S):
+    self.directory = pathlib.Path(directory) if directory else default_dir()
+    self.path = self.directory / file_name(os.getpid())
+    self._period_s = period_s
+    self._lock = threading.Lock()
+    self._sessions: dict[int, _SessionRecord] = {}
+    self._ended: collections.deque[_SessionRecord] = collections.deque(
+        maxlen=KEEP_ENDED)
+    self._info: dict[str, Any] = {"role": "process"}
+    self._dirty = True
+    self._stop = threading.Event()
+    self._thread: threading.Thread | None = None
+    self._write_failed = False
+    self._process = {"pid": os.getpid(), "host": socket.gethostname(),
+                     "process_start": _process_start(os.getpid()),
+                     "argv": list(sys.argv)}
+
+  def set_info(self, **fields: Any) -> None:
+    """Adds process-level fields to the file (e.g. role="worker")."""
+    with self._lock:
+      self._info.update(_json_safe(fields))
+      self._dirty = True
+
+  def __call__(self, session: session_lib.Session, obs, applied) -> None:
+    """The tuner listener: records one step of `session`."""
+    after = {k.name: float(applied.get(k.name, k.value)) for k in obs.knobs}
+    last = {
+        "updated": obs.time,
+        "output_rate": _finite(obs.output_rate),
+        "output_latency_s": _finite(obs.output_latency_s),
+        "consumer_wait_s": _finite(obs.consumer_wait_s),
+        "bound": ("input" if obs.output_latency_s > obs.consumer_wait_s
+                  else "consumer"),
+        "usable_cpus": obs.usable_cpus, "cpu_budget": obs.cpu_budget,
+        "ram_budget": obs.ram_budget, "buffered_bytes": obs.buffered_bytes,
+        "free_memory": obs.free_memory,
+        "stages": stage_rows(obs),
+    }
+    with self._lock:
+      rec = self._sessions.get(session.id)
+      if rec is None:
+        options = session.options
+        rec = _SessionRecord(
+            session_id=session.id, name=options.name, policy=options.policy,
+            period_s=float(options.period_s), started=obs.time,
+            initial_knobs={k.name: float(k.value) for k in obs.knobs})
+        self._sessions[session.id] = rec
+      rec.steps += 1
+      if applied:
+        rec.changes += 1
+      rec.knobs = after
+      rec.last = last
+      self._dirty = True
+
+  def snapshot(self) -> dict[str, Any]:
+    """The file's contents now."""
+    with self._lock:
+      live = sorted(self._sessions.values(), key=lambda r: r.session_id)
+      return {
+          "format": FORMAT, **self._process, "updated": time.time(),
+          **self._info,
+          "sessions": [r.to_json() for r in live],
+          "ended_sessions": [r.to_json() for r in self._ended],
+      }
+
+  def _forget_gone_sessions(self) -> None:
+    with self._lock:
+      if not self._sessions:
+        return
+    live = {s.id for s in session_lib.sessions()}
+    with self._lock:
+      for sid in [s for s in self._sessions if s not in live]:
+        rec = self._sessions.pop(sid)
+        rec.ended = time.time()
+        self._ended.appendleft(rec)
+        self._dirty = True
+
+  def write_now(self) -> None:
+    """Writes the file now (logs once and carries on if it cannot)."""
+    try:
+      write_json_atomic(self.path, self.snapshot())
+      with self._lock:
+        self._dirty = False
+    except OSError as e:
+      if not self._write_failed:
+        logging.warning("InTune: cannot write the status file %s (%s); "
+                        "`intune inspect` will not see this process. Set %s "
+                        "to a writable directory or %s=off.", self.path, e,
+                        ENV_DIR, ENV_SWITCH)
+        self._write_failed = True
+
+  def _run(self) -> None:
+    last_write = time.monotonic()
+    while not self._stop.wait(self._period_s):
+      try:
+        self._forget_gone_sessions()
+        with self._lock:
+          dirty = self._dirty
+        if dirty or time.monotonic() - last_write >= HEARTBEAT_S:
+          self.write_now()
+          last_write = time.monotonic()
+      except Exception:  # pylint: disable=broad-except
+        logging.exception("InTune status writer failed; will retry.")
+
+  def start(self) -> None:
+    """Removes stale files of dead processes, writes the file and keeps
+    rewriting it from a background thread; removes it at exit."""
+    remove_stale(self.directory)
+    self.write_now()
+    self._thread = threading.Thread(target=self._run,
+                                    name="intune_status", daemon=True)
+    self._thread.start()
+    atexit.register(self.close)
+
+  def close(self) -> None:
+    """Stops rewriting and removes the file."""
+    self._stop.set()
+    try:
+      self.path.unlink()
+    except OSError:
+      pass
+
+
+class DecisionLog:
+  """A tuner listener appending one JSON line per tuning step to a file.
+
+  Args:
+    path: the log file (appended to; created with its directory).
+    tuner: the tuner whose policies' `last_decision` to record. Default None:
+      no policy fields.
+  """
+
+  def __init__(self, path: str | os.PathLike, tuner=None):
+    self.path = pathlib.Path(path).expanduser()
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    self._tuner = tuner
+    self._lock = threading.Lock()
+    self._steps: dict[int, int] = {}
+    self._file = open(self.path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+    atexit.register(self.close)
+
+  def __call__(self, session: session_lib.Session, obs, applied) -> None:
+    with self._lock:
+      step = self._steps.get(session.id, 0) + 1
+      self._steps[session.id] = step
+    record: dict[str, Any] = {
+        "time": obs.time, "pid": os.getpid(), "session": session.id,
+        "name": session.options.name, "step": step,
+        "policy": session.options.policy,
+        "knobs": {k.name: float(applied.get(k.name, k.value))
+                  for k in obs.knobs},
+        "applied": dict(applied), "output_rate": obs.output_rate,
+        "buffered_bytes": obs.buffered_bytes, "cpu_budget": obs.cpu_budget,
+    }
+    policy = self._tuner.policy(session.id) if self._tuner else None
+    decision = getattr(policy, "last_decision", None)
+    if isinstance(decision, Mapping):
+      for key, value in decision.items():
+        record.setdefault(str(key), value)
+    line = json.dumps(_json_safe(record), sort_keys=True)
+    with self._lock:
+      if not self._file.closed:
+        self._file.write(line + "\n")
+        self._file.flush()
+
+  def close(self) -> None:
+    with self._lock:
+      self._file.close()
+
+
+_installed: dict[str, Any] = {}
+_install_lock = threading.Lock()
+
+
+def install(tuner) -> StatusWriter | None:
+  """Adds the status writer (unless `INTUNE_STATUS` is off) and, with
+  `INTUNE_DECISION_LOG` set, the decision log to `tuner`. Idempotent.
+
+  Returns:
+    The process's status writer, or None when status files are off.
+  """
+  with _install_lock:
+    if "done" in _installed:
+      return _installed.get("writer")
+    _installed["done"] = True
+    if enabled():
+      writer = StatusWriter()
+      try:
+        writer.start()
+      except OSError as e:
+        logging.warning("InTune: status files off: cannot use %s (%s).",
+                        writer.directory, e)
+      else:
+        tuner.add_listener(writer)
+        _installed["writer"] = writer
+    log_path = os.environ.get(ENV_DECISION_LOG)
+    if log_path:
+      try:
+        log = DecisionLog(log_path, tuner)
+      except OSError as e:
+        logging.error("InTune: cannot open the decision log %s=%s: %s",
+                      ENV_DECISION_LOG, log_path, e)
+      else:
+        tuner.add_listener(log)
+        _installed["decision_log"] = log
+    return _installed.get("writer")
+
+
+def writer() -> StatusWriter | None:
+  """This process's status writer, once the tuner has started (else None)."""
+  return _installed.get("writer")
+
+
+def remove_stale(directory: str | os.PathLike) -> list[pathlib.Path]:
+  """Deletes status files of this host's processes that are gone (files of
+  other hosts are left to them); returns their paths."""
+  removed = []
+  host = socket.gethostname()
+  for path in pathlib.Path(directory).glob("*.json"):
+    data = _load(path)
+    if data is not None and data.get("host") == host and not _is_live(data):
+      try:
+        path.unlink()
+        removed.append(path)
+      except OSError:
+        pass
+  return removed
+
+
+def _load(path: pathlib.Path) -> dict[str, Any] | None:
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return data if isinstance(data, dict) and data.get("format") == FORMAT \
+      else None
+
+
+def read_all(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+  """Status of every live process in `directory` (default `default_dir()`),
+  by pid. Files of processes that are gone are ignored."""
+  directory = pathlib.Path(directory) if directory else default_dir()
+  result = []
+  for path in sorted(directory.glob("*.json")):
+    data = _load(path)
+    if data is not None and _is_live(data):
+      result.append(data)
+  return sorted(result, key=lambda d: d["pid"])

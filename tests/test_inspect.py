@@ -1,0 +1,348 @@
+"""Status files, `intune inspect` and the decision log."""
+
+import io
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import intune_tf
+from intune_tf import demo
+from intune_tf import inspect as inspect_lib
+from intune_tf import observation as observation_lib
+from intune_tf import policies
+from intune_tf import status
+
+_TIMEOUT_S = 240.0
+_INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
+
+
+class _Deciding(policies.EvenPolicy):
+  """"even", recording a decision the way the learning agent does."""
+
+  def __init__(self, options):
+    super().__init__(options)
+    self.last_decision = None
+    self._n = 0
+
+  def step(self, obs):
+    self._n += 1
+    # numpy values, as an agent would give: logged as plain JSON numbers.
+    self.last_decision = {"action": np.int64(self._n % 3),
+                          "reward": np.float32(0.5 * self._n)}
+    return super().step(obs)
+
+
+policies.register("test_deciding", _Deciding)
+
+
+def _wait(predicate, timeout=_TIMEOUT_S, what="condition"):
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    value = predicate()
+    if value:
+      return value
+    time.sleep(0.1)
+  raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def _pipeline(policy="even", name="inspected"):
+  ds = tf.data.Dataset.range(10**9)
+  ds = ds.map(demo.busy_udf(3000), num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.map(lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.prefetch(tf.data.AUTOTUNE)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy=policy, period_s=0.1, name=name)
+  return ds.with_options(options)
+
+
+def _stage(name, rate, cpu_per_element_s, parallelism=None, buffer_size=None,
+           time_share=0.0):
+  return observation_lib.StageObservation(
+      name=name, rate=rate, cpu_per_element_s=cpu_per_element_s,
+      parallelism=parallelism, buffer_size=buffer_size, buffer_fill=0.5,
+      bytes_per_element=8.0, bytes_produced_per_s=8.0 * rate,
+      buffered_bytes=0, time_share=time_share)
+
+
+def _observation(stages):
+  return observation_lib.Observation(
+      time=0.0, interval_s=1.0, knobs=(), stages=tuple(stages),
+      output_rate=100.0, output_latency_s=0.002, consumer_wait_s=0.001,
+      usable_cpus=2, cpu_budget=2, free_memory=1 << 30, total_memory=2 << 30,
+      ram_budget=1 << 20, buffered_bytes=0, cpu_mhz=0.0, dram_gbps=1.0,
+      model_step_s=None)
+
+
+def test_stage_rows_flag_the_least_headroom():
+  # a: 100 elem/s x 5 ms = 0.5 CPUs on 2 threads -> 25% busy.
+  # b: 100 elem/s x 3 ms = 0.3 CPUs on 1 thread (no knob) -> 30%: bottleneck,
+  #    although a has the larger CPU share.
+  rows = status.stage_rows(_observation([
+      _stage("Prefetch(id:1)", 100, 0.0, buffer_size=4),
+      _stage("ParallelMapV2(id:2)", 100, 0.005, parallelism=2,
+             time_share=0.625),
+      _stage("Batch(id:3)", 100, 0.003, time_share=0.375),
+  ]))
+  by_name = {r["stage"]: r for r in rows}
+  assert by_name["ParallelMapV2(id:2)"]["cpus"] == pytest.approx(0.5)
+  assert by_name["ParallelMapV2(id:2)"]["utilization"] == pytest.approx(0.25)
+  assert by_name["Batch(id:3)"]["utilization"] == pytest.approx(0.3)
+  assert [r["stage"] for r in rows if r["bottleneck"]] == ["Batch(id:3)"]
+  assert by_name["Prefetch(id:1)"]["buffer"] == 4
+  assert by_name["Prefetch(id:1)"]["parallelism"] is None
+
+
+def test_stage_rows_without_work_flag_nothing():
+  rows = status.stage_rows(_observation([
+      _stage("ParallelMapV2(id:2)", 0, 0.0, parallelism=2)]))
+  assert not any(r["bottleneck"] for r in rows)
+
+
+def test_status_file_after_steps(tmp_path):
+  writer = status.StatusWriter(tmp_path, period_s=0.1)
+  writer.set_info(role="test")
+  writer.start()
+  tuner = intune_tf.global_tuner()
+  tuner.add_listener(writer)
+  try:
+    it = iter(_pipeline())
+    next(it)
+    session = intune_tf.sessions()[-1]
+
+    def stepped():
+      for _ in range(20):
+        next(it)
+      data = status.read_all(tmp_path)
+      mine = [s for d in data for s in d["sessions"] if s["id"] == session.id]
+      # A step that fell in the sleep between polls saw no output: wait for
+      # one that did, rather than asserting on whichever step was last.
+      return (mine and mine[0]["steps"] >= 5
+              and (mine[0]["output_rate"] or 0) > 0 and mine[0])
+    entry = _wait(stepped, what="5 tuning steps with output in the status file")
+  finally:
+    tuner.remove_listener(writer)
+  data = json.loads(writer.path.read_text())
+  assert data["format"] == status.FORMAT
+  assert data["pid"] == os.getpid() and data["role"] == "test"
+  assert entry["name"] == "inspected" and entry["policy"] == "even"
+  assert entry["alive"]
+  assert set(entry["knobs"]) == {k.name for k in session.knobs()}
+  assert entry["changes"] >= 1  # "even" moved the knobs at its first step
+  stages = {r["stage"] for r in entry["stages"]}
+  assert {k.stage for k in session.knobs()} <= stages
+  assert sum(r["bottleneck"] for r in entry["stages"]) == 1
+  # The iterator goes away: the session moves to the ended ones.
+  del it
+  ended = _wait(lambda: [s for s in json.loads(writer.path.read_text())[
+      "ended_sessions"] if s["id"] == session.id], what="the session to end")
+  assert not ended[0]["alive"] and ended[0]["ended"] is not None
+  writer.close()
+  assert not writer.path.exists()
+
+
+def test_inspect_prints_the_table_of_a_live_file(tmp_path):
+  writer = status.StatusWriter(tmp_path)
+  writer(intune_tf.Session(7, intune_tf.IntuneOptions(policy="even",
+                                                   name="demo").to_json()),
+         _observation([_stage("Prefetch(id:1)", 100, 0.0, buffer_size=4),
+                       _stage("ParallelMapV2(id:2)", 100, 0.009,
+                              parallelism=1, time_share=1.0)]), {})
+  writer.write_now()
+  out = io.StringIO()
+  assert inspect_lib.inspect(tmp_path, out=out) == 0
+  text = out.getvalue()
+  assert f"pid {os.getpid()}" in text
+  assert "session 7 'demo': policy even, step 1" in text
+  assert "input-bound" in text  # GetNext 2 ms > consumer 1 ms
+  lines = text.splitlines()
+  header = next(i for i, l in enumerate(lines) if l.strip().startswith("stage"))
+  assert lines[header].split() == ["stage", "parallelism", "buffer", "fill",
+                                   "elem/s", "CPUs", "CPU", "share", "util",
+                                   "bottleneck"]
+  row = next(l for l in lines if "ParallelMapV2(id:2)" in l).split()
+  # parallelism 1, no buffer, 100 elem/s, 0.9 CPUs, 100% share, 90% busy.
+  assert row[1:] == ["1", "-", "-", "100", "0.90", "100%", "90%", "<==",
+                     "bottleneck"]
+  assert inspect_lib.inspect(tmp_path, pid=1, out=io.StringIO()) == 1
+  writer.close()
+
+
+def test_inspect_with_nothing_running(tmp_path):
+  out = io.StringIO()
+  assert inspect_lib.inspect(tmp_path / "none", out=out) == 1
+  assert out.getvalue() == (f"no running InTune job found (looked in "
+                            f"{tmp_path / 'none'})\n")
+
+
+def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  host = socket.gethostname()
+  stale = tmp_path / status.file_name(dead.pid)
+  status.write_json_atomic(stale, {"format": status.FORMAT, "pid": dead.pid,
+                                   "host": host, "process_start": time.time(),
+                                   "updated": time.time(), "sessions": []})
+  # A live pid whose start time differs: a reused pid, also stale.
+  reused = tmp_path / status.file_name(os.getpid())
+  status.write_json_atomic(reused, {"format": status.FORMAT,
+                                    "pid": os.getpid(), "host": host,
+                                    "process_start": 1.0,
+                                    "updated": time.time(), "sessions": []})
+  # Files of other hosts (a shared dir): live while recently updated, and
+  # never deleted by this host.
+  remote = {"format": status.FORMAT, "pid": os.getpid(), "host": "elsewhere",
+            "process_start": 1.0, "sessions": []}
+  fresh = tmp_path / status.file_name(1, "elsewhere")
+  status.write_json_atomic(fresh, {**remote, "pid": 1,
+                                   "updated": time.time()})
+  old = tmp_path / status.file_name(2, "elsewhere")
+  status.write_json_atomic(old, {**remote, "pid": 2, "updated": time.time() -
+                                 status.REMOTE_STALE_S - 1})
+  assert [d["pid"] for d in status.read_all(tmp_path)] == [1]
+  assert sorted(status.remove_stale(tmp_path)) == sorted([stale, reused])
+  assert sorted(tmp_path.iterdir()) == sorted([fresh, old])
+
+
+def test_decision_log_lines(tmp_path):
+  path = tmp_path / "logs" / "decisions.jsonl"
+  tuner = intune_tf.global_tuner()
+  log = status.DecisionLog(path, tuner)
+  tuner.add_listener(log)
+  try:
+    it = iter(_pipeline(policy="test_deciding", name="logged"))
+    next(it)
+    session = intune_tf.sessions()[-1]
+
+    def lines():
+      for _ in range(20):
+        next(it)
+      found = [json.loads(l) for l in path.read_text().splitlines()]
+      found = [r for r in found if r["session"] == session.id]
+      return len(found) >= 4 and found
+    records = _wait(lines, what="4 decision log lines")
+  finally:
+    tuner.remove_listener(log)
+    log.close()
+  first = records[0]
+  assert [r["step"] for r in records] == list(range(1, len(records) + 1))
+  assert first["name"] == "logged" and first["policy"] == "test_deciding"
+  assert first["pid"] == os.getpid()
+  assert set(first["knobs"]) == {k.name for k in session.knobs()}
+  assert first["applied"]  # the first step sets the "even" values
+  for r in records:
+    assert r["reward"] == 0.5 * r["step"]
+    assert r["action"] == r["step"] % 3
+    assert r["output_rate"] >= 0 and isinstance(r["time"], float)
+  del it
+
+
+_JOB = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    import test_inspect  # registers the "test_deciding" policy
+    it = iter(test_inspect._pipeline(policy="test_deciding", name="job"))
+    print("running", flush=True)
+    try:
+      while True:
+        next(it)
+    except KeyboardInterrupt:
+      pass
+""")
+
+
+@pytest.mark.slow
+def test_inspect_cli_against_a_running_job(tmp_path):
+  status_dir = tmp_path / "status"
+  log_path = tmp_path / "decisions.jsonl"
+  script = tmp_path / "job.py"
+  script.write_text(_JOB.format(tests=str(pathlib.Path(__file__).parent)))
+  env = dict(os.environ, INTUNE_STATUS_DIR=str(status_dir),
+             INTUNE_DECISION_LOG=str(log_path))
+  job_log = open(tmp_path / "job.log", "wb")  # pylint: disable=consider-using-with
+  job = subprocess.Popen([sys.executable, str(script)], env=env,
+                         stdout=job_log, stderr=subprocess.STDOUT)
+  try:
+    status_file = status_dir / status.file_name(job.pid)
+
+    def stepping():
+      assert job.poll() is None, "the job died"
+      try:
+        data = json.loads(status_file.read_text())
+      except (OSError, ValueError):
+        return False
+      return any(s["steps"] >= 3 for s in data["sessions"])
+    _wait(stepping, what="the job's status file")
+    result = subprocess.run(
+        [_INTUNE, "inspect", "--status-dir", str(status_dir), "--pid",
+         str(job.pid)], capture_output=True, text=True, timeout=_TIMEOUT_S,
+        check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"pid {job.pid}" in result.stdout
+    assert "session 1 'job': policy test_deciding" in result.stdout
+    assert "ParallelMapV2(id:" in result.stdout
+    assert result.stdout.count("<== bottleneck") == 1
+  finally:
+    job.send_signal(signal.SIGINT)
+    try:
+      job.wait(_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      job.kill()
+      job.wait()
+      raise
+    finally:
+      job_log.close()
+  # Removed at exit; the decision log has the policy's fields.
+  assert not status_file.exists()
+  records = [json.loads(l) for l in log_path.read_text().splitlines()]
+  assert len(records) >= 3
+  assert {"action", "reward", "knobs", "output_rate", "step"} <= set(
+      records[-1])
+
+
+@pytest.mark.slow
+def test_inspect_cli_with_nothing_running(tmp_path):
+  result = subprocess.run(
+      [_INTUNE, "inspect", "--status-dir", str(tmp_path)],
+      capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+  assert result.returncode == 1
+  assert result.stdout == (f"no running InTune job found (looked in "
+                           f"{tmp_path})\n")
+
+
+def test_inspect_watch_redraws_until_interrupted(tmp_path):
+  writer = status.StatusWriter(tmp_path)
+  writer(intune_tf.Session(3, intune_tf.IntuneOptions(policy="even").to_json()),
+         _observation([_stage("ParallelMapV2(id:2)", 100, 0.009,
+                              parallelism=1, time_share=1.0)]), {})
+  writer.write_now()
+
+  def interrupt(signum, frame):
+    del signum, frame
+    raise KeyboardInterrupt
+
+  old = signal.signal(signal.SIGALRM, interrupt)
+  signal.setitimer(signal.ITIMER_REAL, 1.2)  # Ctrl-C after 1.2 s
+  out = io.StringIO()
+  try:
+    assert inspect_lib.inspect(tmp_path, watch=0.5, out=out) == 0
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+    writer.close()
+  # Drawn at 0, 0.5 and 1.0 s (the last may miss the 1.2 s interrupt on a
+  # loaded machine), each after clearing the screen.
+  screens = out.getvalue().split("\x1b[H\x1b[2J")[1:]
+  assert 2 <= len(screens) <= 3
+  assert all("session 3: policy even, step 1" in s for s in screens)
+  assert all("(every 0.5 s, Ctrl-C to stop)" in s for s in screens)

@@ -1,0 +1,297 @@
+"""tf.data service with InTune: a real dispatcher and two workers.
+
+The cluster runs as separate `intune service ...` processes on loopback
+ports, each writing its status file into a temporary status dir, from which
+the tests read what each worker's tuner did.
+"""
+
+import collections
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+import intune_tf
+from intune_tf import demo
+from intune_tf import policies
+from intune_tf import service
+
+# Starting a process that imports TensorFlow takes a minute on this 2-core
+# machine when other jobs run; everything waits at most this long.
+_TIMEOUT_S = 240.0
+_INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
+_CPU_BUDGET = 2
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _wait(predicate, timeout=_TIMEOUT_S, what="condition"):
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    value = predicate()
+    if value:
+      return value
+    time.sleep(0.25)
+  raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class _Server:
+  """One `intune service ...` process with its log file."""
+
+  def __init__(self, args, status_dir, log_path):
+    self.args = args
+    self.log_path = log_path
+    env = dict(os.environ, INTUNE_STATUS_DIR=str(status_dir))
+    self.log = open(log_path, "wb")  # pylint: disable=consider-using-with
+    self.proc = subprocess.Popen([_INTUNE, "service", *args], env=env,
+                                 stdout=self.log, stderr=subprocess.STDOUT)
+    self.pid = self.proc.pid
+
+  def output(self) -> str:
+    return pathlib.Path(self.log_path).read_text(errors="replace")
+
+  def stop(self, sig=signal.SIGTERM):
+    if self.proc.poll() is None:
+      self.proc.send_signal(sig)
+      try:
+        self.proc.wait(30)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+        self.proc.wait()
+    self.log.close()
+
+
+class _Cluster:
+  """A dispatcher and two workers on loopback."""
+
+  def __init__(self, tmp: pathlib.Path):
+    self.tmp = tmp
+    self.status_dir = tmp / "status"
+    self.status_dir.mkdir()
+    self.port = _free_port()
+    self.address = f"127.0.0.1:{self.port}"
+    self.dispatcher = _Server(
+        ["dispatcher", "--port", str(self.port), "--worker-timeout-ms",
+         "3000"], self.status_dir, tmp / "dispatcher.log")
+    self.worker_ports = [_free_port(), _free_port()]
+    self.workers = [self._start_worker(i) for i in range(2)]
+    for w in self.workers:
+      self.wait_registered(w)
+
+  def _start_worker(self, i: int) -> _Server:
+    return _Server(
+        ["worker", "--dispatcher", self.address, "--port",
+         str(self.worker_ports[i]), "--heartbeat-interval-ms", "500",
+         "--dispatcher-wait", str(_TIMEOUT_S)],
+        self.status_dir, self.tmp / f"worker{i}-{time.monotonic_ns()}.log")
+
+  def restart_worker(self, i: int) -> _Server:
+    self.workers[i] = self._start_worker(i)
+    self.wait_registered(self.workers[i])
+    return self.workers[i]
+
+  def wait_registered(self, worker: _Server) -> None:
+    def registered():
+      assert worker.proc.poll() is None, worker.output()
+      return ("Worker registered with dispatcher" in worker.output() and
+              self.status(worker) is not None)
+    _wait(registered, what=f"worker {worker.pid} to register")
+
+  def status(self, worker: _Server):
+    """The worker's status dict, or None."""
+    found = [d for d in service.worker_status(self.status_dir, self.address)
+             if d["pid"] == worker.pid]
+    return found[0] if found else None
+
+  def stop(self):
+    for w in self.workers:
+      w.stop()
+    self.dispatcher.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+  c = _Cluster(tmp_path_factory.mktemp("service"))
+  yield c
+  c.stop()
+
+
+def _pipeline(n: int) -> tf.data.Dataset:
+  """range(n) -> a ~0.3 ms UDF (parallel, AUTOTUNE) -> prefetch, tuned."""
+  ds = tf.data.Dataset.range(n)
+  ds = ds.map(demo.busy_udf(2000), num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.prefetch(tf.data.AUTOTUNE)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="even", cpu_budget=_CPU_BUDGET, period_s=0.25, name="svc")
+  return ds.with_options(options)
+
+
+def _distribute(ds, mode, cluster):
+  return ds.apply(tf.data.experimental.service.distribute(
+      mode, f"grpc://{cluster.address}", job_name=None))
+
+
+def _tuned_as_even(session) -> bool:
+  """The worker's tuner moved every knob to what "even" asks."""
+  knobs = session["knobs"]
+  parallel = sorted(v for k, v in knobs.items() if k.endswith("/parallelism"))
+  buffers = [v for k, v in knobs.items() if k.endswith("/buffer_size")]
+  want = sorted(policies.even_split(_CPU_BUDGET, len(parallel)))
+  return (session["changes"] >= 1 and session["steps"] >= 2 and
+          knobs != session["initial_knobs"] and parallel == want and
+          all(b >= 1 for b in buffers))
+
+
+def _sessions(status):
+  return (status or {}).get("sessions", []) + (status or {}).get(
+      "ended_sessions", [])
+
+
+@pytest.mark.slow
+def test_distributed_output_equals_local_and_every_worker_is_tuned(cluster):
+  n = 3000
+  local = collections.Counter(int(x) for x in
+                              _pipeline(n).as_numpy_iterator())
+  assert local == collections.Counter(range(n))
+  distributed = collections.Counter(
+      int(x) for x in _distribute(_pipeline(n), "distributed_epoch",
+                                  cluster).as_numpy_iterator())
+  # Dynamic sharding: every element exactly once over both workers.
+  assert distributed == local
+  for w in cluster.workers:
+    status = cluster.status(w)
+    tuned = [s for s in _sessions(status) if s["name"] == "svc"]
+    assert tuned, f"worker {w.pid} had no tuned session: {status}"
+    assert any(_tuned_as_even(s) for s in tuned), tuned
+    # The RAM budget was resolved by the worker (not the client's value).
+    assert all(s["ram_budget"] > 0 for s in tuned)
+    assert "MB on this worker." in w.output()
+
+
+@pytest.mark.slow
+def test_parallel_epochs_gives_every_element_once_per_worker(cluster):
+  n = 1000
+  local = collections.Counter(int(x) for x in
+                              _pipeline(n).as_numpy_iterator())
+  distributed = collections.Counter(
+      int(x) for x in _distribute(_pipeline(n), "parallel_epochs",
+                                  cluster).as_numpy_iterator())
+  assert distributed == collections.Counter(
+      {k: 2 * v for k, v in local.items()})
+
+
+def _live_steps(cluster, worker) -> int:
+  """Steps of the worker's live "svc" sessions."""
+  return sum(s["steps"] for s in (cluster.status(worker) or {}).get(
+      "sessions", []) if s["name"] == "svc")
+
+
+@pytest.mark.slow
+def test_killed_worker_job_continues_survivor_tuned_restart_tuned(cluster):
+  # A long job with dynamic sharding (at-most-once: no element repeats).
+  it = iter(_distribute(_pipeline(10**7), "distributed_epoch", cluster))
+  seen = []
+
+  def pull_until(predicate, what):
+    def step():
+      for _ in range(50):
+        seen.append(int(next(it)))
+      return predicate()
+    return _wait(step, what=what)
+
+  survivor, victim = cluster.workers
+  pull_until(lambda: _live_steps(cluster, survivor) >= 2 and
+             _live_steps(cluster, victim) >= 2, "both workers tuning the job")
+  victim.stop(signal.SIGKILL)
+  assert victim.proc.returncode == -signal.SIGKILL
+  assert cluster.status(victim) is None  # its stale file is ignored
+  before_elements = len(seen)
+  before_steps = _live_steps(cluster, survivor)
+  # The job goes on, served by the survivor, whose tuner keeps stepping.
+  pull_until(lambda: _live_steps(cluster, survivor) >= before_steps + 8,
+             "the survivor's tuner to keep stepping")
+  assert len(seen) > before_elements
+  survivor_session = [s for s in cluster.status(survivor)["sessions"]
+                      if s["name"] == "svc"][-1]
+  assert _tuned_as_even(survivor_session)
+  # A worker restarted on the same port joins the job and is tuned again.
+  restarted = cluster.restart_worker(1)
+  assert restarted.pid != victim.pid
+  pull_until(lambda: any(_tuned_as_even(s) for s in _sessions(
+      cluster.status(restarted)) if s["name"] == "svc"),
+             "the restarted worker to be tuned")
+  after_restart = len(seen)
+  pull_until(lambda: len(seen) >= after_restart + 200, "more elements")
+  del it
+  # At-most-once visitation: nothing repeated, nothing invented.
+  assert len(seen) == len(set(seen))
+  assert all(0 <= x < 10**7 for x in seen)
+
+
+def test_parse_address():
+  assert service.parse_address("127.0.0.1:5050") == ("127.0.0.1", 5050)
+  assert service.parse_address("grpc://host-1.example:80") == (
+      "host-1.example", 80)
+  assert service.parse_address("[::1]:5050") == ("[::1]", 5050)
+  for bad in ("localhost", "localhost:", ":5050", "host:port", "host:0",
+              "host:70000", "a b:1", "http://host:1"):
+    with pytest.raises(service.ServiceError, match="HOST:PORT"):
+      service.parse_address(bad)
+
+
+def test_check_port_free():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    with pytest.raises(service.ServiceError,
+                       match=f"port {port} is not available"):
+      service.check_port_free(port)
+  service.check_port_free(port)  # closed: free again
+
+
+def _run_cli(*args, timeout=_TIMEOUT_S):
+  return subprocess.run([_INTUNE, "service", *args], capture_output=True,
+                        text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.slow
+def test_cli_bad_dispatcher_address_exits_2():
+  result = _run_cli("worker", "--dispatcher", "localhost", "--port",
+                    str(_free_port()))
+  assert result.returncode == 2
+  assert ("--dispatcher must be HOST:PORT with a port in 1..65535" in
+          result.stdout), result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_cli_port_in_use_exits_1():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    result = _run_cli("dispatcher", "--port", str(port))
+  assert result.returncode == 1
+  assert (f"intune service dispatcher: error: port {port} is not available"
+          in result.stdout), result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_cli_no_dispatcher_exits_1():
+  port = _free_port()
+  result = _run_cli("worker", "--dispatcher", f"127.0.0.1:{port}", "--port",
+                    str(_free_port()), "--dispatcher-wait", "1")
+  assert result.returncode == 1
+  assert f"no dispatcher reachable at 127.0.0.1:{port}" in result.stdout, (
+      result.stdout + result.stderr)
