@@ -1,19 +1,77 @@
-"""The demo (the README's first command) runs and moves the knobs."""
+"""The demo (the README's first command): real model.fit runs, fast mode."""
 
+import argparse
 import gc
+import json
 
 import pytest
 
 from intune_tf import demo
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _warm_start_dir(tmp_path, monkeypatch):
+  monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path / "warmstart"))
+
+
+def _args(tmp_path, **overrides):
+  values = dict(minutes=0.3, repeats=1, policy=None, level=4,
+                batch_size=1024, rows=20_000, ceiling_seconds=0.3,
+                out=str(tmp_path / "demo"))
+  values.update(overrides)
+  return argparse.Namespace(**values)
+
 
 @pytest.mark.slow
-def test_demo_phases_move_knobs_and_report_throughput():
-  results = demo.run(seconds_per_phase=0.4)
-  assert [label.split(":")[0] for label, _, _ in results][0] == "unoptimized"
-  assert all(rows > 0 for _, rows, _ in results)
-  parallelism = [max(v for k, v in knobs.items() if k.endswith("parallelism"))
-                 for _, _, knobs in results]
-  assert parallelism[0] == 1 and max(parallelism) >= 1
-  assert results[2][2] != results[0][2]  # "all CPUs to the first UDF"
+def test_demo_fast_mode_table_png_and_knobs(tmp_path, capsys):
+  assert demo.main(_args(tmp_path)) == 0
+  out = capsys.readouterr().out
+  rows = [line for line in out.splitlines() if line.startswith("| ")]
+  assert rows[0].startswith("| tuner | rows/s (median) |")
+  assert rows[1].startswith("| autotune |") and " 1.00x |" in rows[1]
+  assert rows[2].startswith("| intune (")
+  assert "n/a (not exposed)" in rows[1]  # AUTOTUNE's buffers are not visible
+  png = tmp_path / "demo" / "demo.png"
+  assert png.read_bytes()[:8] == _PNG_SIGNATURE
+  assert png.stat().st_size > 10_000
+  with open(tmp_path / "demo" / "demo.json") as f:
+    saved = json.load(f)
+  summary = saved["summary"]
+  for tuner in ("autotune", "intune"):
+    assert summary[tuner]["rows_per_s"] > 0
+    assert 0 < summary[tuner]["of_ceiling"] < 2
+  assert summary["intune"]["peak_buffered_bytes"] > 0
+  assert summary["autotune"]["peak_buffered_bytes"] is None
+  # Knobs moved: the tuner changed values during the InTune run.
+  assert summary["intune"]["knob_changes"] > 0
+  intune_runs = [r for r in saved["runs"] if r["tuner"] == "intune"]
+  assert intune_runs[0]["knobs"] and intune_runs[0]["windows"]
+  # A 0.3 minute demo with one run per tuner: 9 s each (2.25 s warm-up).
+  assert saved["seconds"] == pytest.approx(6.75)
   gc.collect()
+
+
+@pytest.mark.parametrize("override,message", [
+    ({"policy": "no-such-policy"}, "no-such-policy"),
+    ({"minutes": 0.0}, "minutes must be > 0"),
+    ({"repeats": 0}, "repeats must be a positive int"),
+    ({"level": 2}, "level must be 3, 4 or 5"),
+])
+def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, override,
+                                             message):
+  assert demo.main(_args(tmp_path, **override)) == 2
+  assert message in capsys.readouterr().out
+
+
+def test_knob_labels_name_criteo_stages():
+  names = ["ParallelBatch(id:4)/parallelism", "ParallelMapV2(id:3)/parallelism",
+           "ParallelMapV2(id:2)/parallelism", "Prefetch(id:1)/buffer_size",
+           "Foo(id:9)/parallelism"]
+  assert demo.knob_labels(names, 4) == {
+      "ParallelBatch(id:4)/parallelism": "batch threads",
+      "ParallelMapV2(id:3)/parallelism": "parse threads",
+      "ParallelMapV2(id:2)/parallelism": "features threads",
+      "Prefetch(id:1)/buffer_size": "prefetch buffer",
+      "Foo(id:9)/parallelism": "Foo_9_parallelism"}
