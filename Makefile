@@ -9,7 +9,7 @@ MAIN := .venv
 COMPAT := .venv-compat
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-.PHONY: demo test test-main test-compat setup setup-main setup-compat build bench clean
+.PHONY: demo test test-main test-compat setup setup-main setup-compat build bench clean tfx-example
 
 demo: setup-main
 	$(MAIN)/bin/intune demo
@@ -52,6 +52,12 @@ bench: setup-main
 	$(MAIN)/bin/python benchmarks/live_control.py
 	$(MAIN)/bin/python benchmarks/guard.py
 	$(MAIN)/bin/python benchmarks/overhead.py
+
+# The TFX example pipeline on the compat stack (docs/tfx.md): Criteo sample ->
+# ImportExampleGen -> IntuneTuner -> Trainer (DLRM), LocalDagRunner + MLMD.
+TFX_EXAMPLE_OUT ?= /tmp/intune-tfx-example
+tfx-example: setup-compat
+	$(COMPAT)/bin/python examples/tfx_pipeline/pipeline.py --out $(TFX_EXAMPLE_OUT)
 
 clean:
 	rm -rf build intune_tf/_intune_ops.so intune_tf/_intune_ops.tfversion *.egg-info

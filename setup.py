@@ -63,14 +63,15 @@ setuptools.setup(
     version="0.1.0",
     description="InTune: reinforcement-learning tuning of tf.data pipelines",
     python_requires=">=3.10",
-    packages=["intune_tf", "intune_tf.rewrites", "intune_tf.criteo"],
+    packages=["intune_tf", "intune_tf.rewrites", "intune_tf.criteo",
+              "intune_tf.tfx"],
     package_dir={
         "intune_tf": "intune_tf",
         "intune_tf.rewrites": "rewrites",
         "intune_tf.criteo": "criteo",
     },
     package_data={
-        "intune_tf": ["_intune_ops.tfversion", "data/*"],
+        "intune_tf": ["_intune_ops.tfversion", "data/*", "agent_weights.npz"],
         "intune_tf.criteo": ["data/*"],
     },
     ext_modules=[

@@ -10,6 +10,7 @@ use.
 """
 
 from intune_tf import _tf_hooks
+from intune_tf import agent as _agent  # registers policy="intune"
 from intune_tf._kernels import KernelLibraryError
 from intune_tf.observation import Observation
 from intune_tf.observation import report_step_time

@@ -16,11 +16,14 @@ from absl import logging
 from absl.flags import argparse_flags
 
 # Top-level commands: modules providing `add_parser(subparsers)`.
-_COMMANDS = ("intune_tf.demo", "intune_tf.harness")
+_COMMANDS = ("intune_tf.demo", "intune_tf.harness", "intune_tf.inspect",
+             "intune_tf.pretrain", "intune_tf.calibration")
 # (group name, module providing `add_commands`, help).
 _GROUPS = (
     ("criteo", "intune_tf.criteo.cli",
      "Criteo workload: generate, convert, compare, bench."),
+    ("service", "intune_tf.service",
+     "tf.data service dispatcher and workers tuned by InTune."),
 )
 
 

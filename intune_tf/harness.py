@@ -33,6 +33,7 @@ from intune_tf import scenarios as scenarios_lib
 AUTOTUNE_POLICIES = ("autotune", "autotune-restart")
 BASELINES = ("unoptimized", "even", "autotune", "autotune-restart", "analytic",
              "oracle")
+DEFAULT_POLICIES = BASELINES + ("intune",)
 WINDOW_S = 0.5
 TUNING_PERIOD_S = 0.25
 
@@ -135,8 +136,12 @@ class Harness:
 
   def __init__(self, *, seconds: float = 20.0, warmup: float = 5.0,
                cpu_budget: int | None = None, ram_budget: int | None = None,
-               trace_path: str | None = None):
+               trace_path: str | None = None, oracle_seconds: float = 1.5,
+               warm_start: bool = False):
     self.seconds, self.warmup = seconds, warmup
+    self.oracle_seconds = oracle_seconds
+    # Repeats are independent cold starts unless asked otherwise.
+    self.warm_start = warm_start
     self.cpu_budget, self.ram_budget = cpu_budget, ram_budget
     self.runs: list[Run] = []
     self.ceilings: dict[str, float] = {}
@@ -163,9 +168,13 @@ class Harness:
   def _on_step(self, session, obs, applied):
     if not self._trace:
       return
-    line = json.dumps({**self._trace_context, "session": session.id,
-                       "observation": obs.to_json(), "applied": applied},
-                      default=float)
+    self._write_trace({**self._trace_context, "session": session.id,
+                       "observation": obs.to_json(), "applied": applied})
+
+  def _write_trace(self, record: dict) -> None:
+    if not self._trace:
+      return
+    line = json.dumps(record, default=float)
     with self._trace_lock:
       self._trace.write(line + "\n")
 
@@ -176,7 +185,7 @@ class Harness:
         policy=policy, config=config, period_s=TUNING_PERIOD_S,
         cpu_budget=self.cpu_budget,
         ram_budget=scenario.ram_budget or self.ram_budget,
-        name=scenario.name)
+        name=scenario.name, warm_start=self.warm_start)
 
   def _tuned(self, scenario, policy, config=None) -> tf.data.Dataset:
     options = tf.data.Options()
@@ -233,10 +242,19 @@ class Harness:
     def measure_config(config):
       nonlocal tried
       session.set(config)
+      self._trace_context = {"scenario": scenario.name,
+                             "policy": "oracle-search", "config": config}
       self._pull(it, settle)
       tried += 1
-      return self._pull(it, measure) * scenario.rows_per_element / measure
+      rate = self._pull(it, measure) * scenario.rows_per_element / measure
+      self._write_trace({"kind": "measurement", "scenario": scenario.name,
+                         "config": config, "cpus": host.usable_cpus(),
+                         "rows_per_s": rate,
+                         "rows_per_element": scenario.rows_per_element})
+      return rate
 
+    tuner = intune_tf.global_tuner()
+    tuner.add_listener(self._on_step)
     try:
       for cpus in cpu_counts:
         resize_lib.set_process_cpus(cpu_ids[:cpus])
@@ -257,6 +275,7 @@ class Harness:
               best, best_rate = config, rate
         table[cpus] = best
     finally:
+      tuner.remove_listener(self._on_step)
       resize_lib.set_process_cpus(cpu_ids)
       del it
       gc.collect()
@@ -366,7 +385,7 @@ class Harness:
         bar.update()
         if "oracle" in policy_names:
           bar.set_postfix_str(f"{scenario.name}: oracle search")
-          self.search_oracle(scenario)
+          self.search_oracle(scenario, measure=self.oracle_seconds)
           bar.update()
         for repeat in range(repeats):
           for policy in policy_names:
@@ -524,7 +543,8 @@ def main(args) -> int:
     return 2
   harness = Harness(seconds=args.seconds, warmup=args.warmup,
                     cpu_budget=args.cpu_budget, ram_budget=args.ram_budget,
-                    trace_path=args.trace)
+                    trace_path=args.trace, oracle_seconds=args.oracle_seconds,
+                    warm_start=args.warm_start)
   interrupted = False
   try:
     harness.run_all(scenario_names, names, args.repeats)
@@ -557,7 +577,7 @@ def main(args) -> int:
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
       "bench", help="Run policies side by side on benchmark scenarios.")
-  p.add_argument("--policies", default=",".join(BASELINES),
+  p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                  help="Comma-separated policies (default: the six baselines)."
                  f" Valid: {', '.join(BASELINES)}, and registered ones.")
   p.add_argument("--scenarios", default=scenarios_lib.DEFAULT,
@@ -575,6 +595,12 @@ def add_parser(subparsers) -> None:
   p.add_argument("--ram_budget", type=int, default=None,
                  help="RAM budget in bytes (default: the scenario's or half "
                  "of the available memory).")
+  p.add_argument("--warm_start", action="store_true",
+                 help="Let InTune repeats start from the configuration saved "
+                 "by earlier repeats (default: every repeat starts cold).")
+  p.add_argument("--oracle_seconds", type=float, default=1.5,
+                 help="Seconds the oracle search measures each configuration "
+                 "(longer: less noise, e.g. for calibration traces).")
   p.add_argument("--json", default=None, help="Write the results here.")
   p.add_argument("--plots", default=None, help="Write PNG plots here.")
   p.add_argument("--trace", default=None,

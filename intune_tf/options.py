@@ -30,9 +30,12 @@ class IntuneOptions:
       the memory available (free RAM, capped by the cgroup) when the iterator
       is created. The budget guard inside the pipeline enforces it whatever
       the policy does.
-    policy: name of the tuning policy. Default "even": usable CPUs split
-      evenly over the parallel stages. "fixed" applies `config`; "manual"
-      changes nothing (set knobs yourself with `Session.set`).
+    policy: name of the tuning policy. Default "intune": the pretrained DQN
+      agent, fine-tuned online, with a no-regression guard (AGENT.md).
+      Others: "even" (usable CPUs split evenly over the parallel stages),
+      "analytic" (CPUs in proportion to each stage's CPU cost),
+      "unoptimized", "fixed" (applies `config`), "manual" (changes nothing:
+      set knobs yourself with `Session.set`).
     config: knob values for the "fixed" policy (and the starting point of
       the others), `{knob name: value}` as returned by `Session.config()`.
       Default None.
@@ -52,17 +55,21 @@ class IntuneOptions:
       hand-off per element, and on the Criteo L4 pipeline (2 CPUs) it cost
       about 25% of throughput at the same parallelism.
     name: a label for the pipeline, shown in session listings. Default "".
+    warm_start: start from the configuration (and fine-tuned agent) saved by
+      earlier runs of the same pipeline on the same kind of machine, and save
+      them for the next run (`intune_tf.warmstart`). Default True.
   """
 
   cpu_budget: int | None = None
   ram_budget: int | None = None
-  policy: str = "even"
+  policy: str = "intune"
   config: Mapping[str, float] | None = None
   period_s: float = DEFAULT_PERIOD_S
   max_cpus: int | None = None
   include_fixed: bool = False
   insert_prefetch: bool = False
   name: str = ""
+  warm_start: bool = True
 
   def __post_init__(self):
     for field in ("cpu_budget", "ram_budget", "max_cpus"):

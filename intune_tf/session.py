@@ -112,6 +112,10 @@ class Session:
       self._options = IntuneOptions.from_json(tag) if tag else IntuneOptions()
     except (ValueError, TypeError):
       self._options = IntuneOptions()
+    try:
+      self._fingerprint = str(json.loads(tag).get("fingerprint") or "")
+    except (ValueError, TypeError, AttributeError):
+      self._fingerprint = ""
 
   def __repr__(self) -> str:
     name = f" {self._options.name!r}" if self._options.name else ""
@@ -131,6 +135,11 @@ class Session:
   def options(self) -> IntuneOptions:
     """The `IntuneOptions` the dataset was tuned with."""
     return self._options
+
+  @property
+  def fingerprint(self) -> str:
+    """The pipeline graph's warm-start fingerprint ("" when unknown)."""
+    return self._fingerprint
 
   @property
   def alive(self) -> bool:

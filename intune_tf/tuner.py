@@ -22,6 +22,12 @@ class _Tuned:
   def __init__(self, session: session_lib.Session):
     self.session = session
     self.policy = policies.create(session.options)
+    bind = getattr(self.policy, "bind", None)
+    if bind is not None:
+      try:
+        bind(session)
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning("InTune: warm start of %r failed: %r", session, e)
     self.observer = observation_lib.Observer(session)
     self.last_good: dict[str, float] | None = None
     self.reported_error = False
@@ -65,6 +71,12 @@ class Tuner:
     """Calls `fn(session, observation, applied)` after every tuning step."""
     self._listeners.append(fn)
 
+  def policy(self, session_id: int) -> policies.Policy | None:
+    """The policy instance tuning `session_id` (None before its first step)."""
+    with self._lock:
+      t = self._tuned.get(session_id)
+    return t.policy if t is not None else None
+
   def remove_listener(self, fn) -> None:
     if fn in self._listeners:
       self._listeners.remove(fn)
@@ -77,6 +89,9 @@ class Tuner:
         self._thread = threading.Thread(target=self._run, name="intune_tuner",
                                         daemon=True)
         self._thread.start()
+    if self is _TUNER:
+      from intune_tf import status  # pylint: disable=g-import-not-at-top
+      status.install(self)  # status file, decision log (see intune_tf.status)
 
   def stop(self) -> None:
     self._stop.set()

@@ -69,7 +69,8 @@ def test_oracle_search_counts_configurations():
 def _args(tmp_path, **kw):
   base = dict(policies="even", scenarios="memory-cap", repeats=1, seconds=0.5,
               warmup=0.1, cpu_budget=None, ram_budget=None,
-              json=str(tmp_path / "out.json"), plots=None, trace=None)
+              json=str(tmp_path / "out.json"), plots=None, trace=None,
+              oracle_seconds=1.5, warm_start=False)
   base.update(kw)
   return types.SimpleNamespace(**base)
 

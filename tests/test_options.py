@@ -29,7 +29,7 @@ def test_bad_options_raise_clear_errors(kwargs, error, match):
 
 def test_defaults_are_measured_from_the_machine():
   opts = intune_tf.IntuneOptions()
-  assert opts.policy == "even"
+  assert opts.policy == "intune" and opts.warm_start
   assert opts.resolved_cpu_budget() == host.usable_cpus()
   assert 0 < opts.resolved_ram_budget() <= host.available_memory()
   assert opts.resolved_max_cpus() == 0  # TF's own runner

@@ -214,7 +214,7 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
               l, std::chrono::microseconds(dataset()->guard_period_us_));
           if (cancelled_) return;
         }
-        session_->EnforceBudget();
+        session_->EnforceBudget(/*thorough=*/false);
       }
     }
 

@@ -130,7 +130,7 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
   return OkStatus();
 }
 
-void TuningSession::EnforceBudget() {
+void TuningSession::EnforceBudget(bool thorough) {
   std::shared_ptr<Node> output = model_->output();
   if (output == nullptr) return;
   std::vector<std::shared_ptr<Node>> nodes;
@@ -143,6 +143,7 @@ void TuningSession::EnforceBudget() {
   const int64_t budget = ram_budget_.load();
   if (budget <= 0) return;
   if (total > budget) guard_over_budget_.fetch_add(1);
+  if (!thorough && total <= budget / 2) return;
 
   // Bytes held by async nodes without a memory knob cannot be lowered: they
   // are subtracted from what the knobs may commit. Buffer knobs are lowered

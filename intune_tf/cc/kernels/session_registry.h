@@ -70,8 +70,11 @@ class TuningSession {
   Status ModelProto(std::string* serialized);
 
   // Lowers memory knobs until the pipeline's committed buffer bytes fit the
-  // RAM budget. Called by the guard thread and after every SetKnobs.
-  void EnforceBudget() TF_LOCKS_EXCLUDED(mu_);
+  // RAM budget. Called after every SetKnobs (`thorough`) and by the guard
+  // thread, which skips the knob pass while the bytes actually buffered are
+  // below half the budget: buffers then only grow by filling, which the next
+  // round (5 ms later) sees long before they reach the budget.
+  void EnforceBudget(bool thorough = true) TF_LOCKS_EXCLUDED(mu_);
 
   void set_ram_budget(int64_t bytes);
   void RecordGetNext(int64_t start_us, int64_t end_us);

@@ -1,0 +1,284 @@
+"""`policy="intune"`: the pretrained DQN, fine-tuned online, with a guard.
+
+Each tuning step: read the state, store the previous step's transition
+(its reward is this step's throughput), take one gradient step from the live
+replay buffer, pick a move (epsilon-greedy over the valid moves), and return
+the knob values. Around the agent:
+
+- Budget projection: when usable CPUs drop below the threads in force (a
+  resize), the largest stages give threads back at once, so the allocation
+  fits the new budget without waiting for one-knob moves.
+- No-regression guard: throughput is credited to the configuration that
+  produced it; the best configuration seen (at least `MIN_SAMPLES`
+  measurements, per CPU count) is remembered. When the smoothed throughput
+  stays below `1 - REGRESSION` of the best for more than `PATIENCE` steps,
+  the policy returns to the best configuration and holds it for `HOLD`
+  steps before exploring again.
+- Warm start: `bind(session)` loads the configuration (and fine-tuned
+  weights) saved for the same pipeline on the same machine
+  (`intune_tf.warmstart`) and starts there.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+from absl import logging
+
+from intune_tf import dqn
+from intune_tf import policies
+
+if TYPE_CHECKING:
+  from intune_tf.observation import Observation
+  from intune_tf.options import IntuneOptions
+
+# The pretrained agent shipped with the package (see AGENT.md).
+DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "agent_weights.npz")
+# Exploration while tuning a live pipeline.
+ONLINE_EPSILON = 0.05
+# A regression: smoothed throughput below (1 - REGRESSION) x the best.
+REGRESSION = 0.08
+PATIENCE = 3
+HOLD = 6
+MIN_SAMPLES = 2
+# Smoothing of the current throughput (weight of the newest step).
+SMOOTHING = 0.5
+# Decisions per online gradient step (a step costs a few ms of CPU).
+LEARN_EVERY = 4
+# Steps between saves of the warm-start state.
+SAVE_EVERY = 20
+# A decision waits for this many output elements or this many seconds.
+MIN_ELEMENTS = 16
+MAX_WAIT_S = 3.0
+
+
+def project_to_budget(obs: "Observation") -> dict[str, float]:
+  """Parallelism values that fit the CPU budget, taken from the largest
+  stages one thread at a time ({} when the allocation already fits)."""
+  parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+  limit = dqn.cpu_limit(len(parallel), obs.cpu_budget)
+  values = {k.name: min(k.value, max(k.min, obs.cpu_budget)) for k in parallel}
+  while sum(values.values()) > limit:
+    name = max(values, key=values.get)
+    if values[name] <= 1:
+      break
+    values[name] -= 1
+  return {k.name: values[k.name] for k in parallel if values[k.name] != k.value}
+
+
+class Guard:
+  """Remembers the best configuration per CPU count and detects regressions.
+
+  Args:
+    regression: relative drop that counts as a regression. Default 0.08.
+    patience: steps a regression may last before a revert. Default 3.
+    min_samples: measurements a configuration needs to count as best.
+      Default 2.
+  """
+
+  def __init__(self, regression: float = REGRESSION, patience: int = PATIENCE,
+               min_samples: int = MIN_SAMPLES):
+    self.regression = regression
+    self.patience = patience
+    self.min_samples = min_samples
+    self._rates: dict[tuple, list[float]] = collections.defaultdict(list)
+    self._cpus = None
+    self._smooth = None
+    self._below = 0
+
+  def best(self) -> tuple[dict[str, float] | None, float]:
+    """(best configuration, its mean rate) at the current CPU count."""
+    best, best_rate = None, 0.0
+    for key, rates in self._rates.items():
+      if len(rates) >= self.min_samples:
+        mean = float(np.mean(rates[-5:]))
+        if mean > best_rate:
+          best, best_rate = dict(key), mean
+    return best, best_rate
+
+  def update(self, config: dict[str, float], rate: float, cpus: int) -> bool:
+    """Credits `rate` to `config`; True when the pipeline should revert."""
+    if cpus != self._cpus:
+      self._rates.clear()
+      self._cpus, self._smooth, self._below = cpus, None, 0
+    key = tuple(sorted(config.items()))
+    self._rates[key].append(rate)
+    self._smooth = rate if self._smooth is None else (
+        SMOOTHING * rate + (1 - SMOOTHING) * self._smooth)
+    best, best_rate = self.best()
+    if best is None or best == config:
+      self._below = 0
+      return False
+    if self._smooth < (1 - self.regression) * best_rate:
+      self._below += 1
+    else:
+      self._below = 0
+    if self._below > self.patience:
+      self._below = 0
+      self._smooth = best_rate
+      return True
+    return False
+
+
+class IntunePolicy(policies.Policy):
+  """The InTune agent as a tuning policy (module docstring).
+
+  Args:
+    options: the session's options.
+    weights: agent weights file. Default: the shipped pretrained agent.
+    learn: fine-tune from the live replay buffer. Default True.
+    epsilon: exploration rate. Default `ONLINE_EPSILON` (0.05).
+    seed: exploration seed. Default 0.
+  """
+
+  def __init__(self, options: "IntuneOptions", weights: str | None = None,
+               learn: bool = True, epsilon: float = ONLINE_EPSILON,
+               seed: int = 0, agent: dqn.Agent | None = None):
+    super().__init__(options)
+    self.agent = agent or dqn.Agent(seed=seed, replay_capacity=5_000,
+                                    batch_size=32)
+    if agent is None:
+      path = weights or DEFAULT_WEIGHTS
+      if os.path.exists(path):
+        self.agent.load(path)
+      else:
+        logging.warning("InTune agent weights %s not found: the agent starts "
+                        "untrained.", path)
+    self.learn = learn
+    self.epsilon = epsilon
+    self.guard = Guard()
+    self.last_decision: dict | None = None
+    self.steps = 0
+    self._prev = None
+    self._hold = 0
+    self._acc_elements = 0.0
+    self._acc_seconds = 0.0
+    self._started = False
+    self._hold_values: dict[str, float] = {}
+    self._reference = 0.0
+    self._reference_cpus = None
+    self._warm: dict[str, float] | None = None
+    self.session = None
+
+  # --- warm start -----------------------------------------------------------
+  def bind(self, session) -> None:
+    """Called by the tuner with the live session: loads warm-start state."""
+    from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
+    self.session = session
+    state = warmstart.load(session)
+    if state is not None:
+      self._warm = state.config
+      if state.weights is not None:
+        try:
+          self.agent.set_weights(state.weights)
+        except ValueError as e:
+          logging.warning("Ignoring warm-start agent weights: %s", e)
+
+  def warm_config(self) -> dict[str, float] | None:
+    return self._warm
+
+  def _save(self) -> None:
+    from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
+    best, rate = self.guard.best()
+    if best is None:
+      return
+    weights = self.agent.get_weights() if self.agent.gradient_steps else None
+    try:
+      warmstart.save(self.session, best, rate, weights)
+    except OSError as e:
+      logging.log_first_n(logging.WARNING,
+                          "InTune: cannot save the warm-start state: %s", 1, e)
+
+  # --- the step --------------------------------------------------------------
+  def _reference_rate(self, obs) -> float:
+    if obs.usable_cpus != self._reference_cpus:
+      self._reference_cpus, self._reference = obs.usable_cpus, 0.0
+    self._reference = max(self._reference, dqn.reference_rate(obs))
+    return self._reference
+
+  def _measured(self, obs: "Observation") -> "Observation | None":
+    """`obs` with its rate taken over enough elements, or None to wait.
+
+    A tuning period may see only a few elements of a pipeline of large
+    batches (4 batches of 4096 rows in 0.5 s): a rate counted over so few is
+    mostly quantization noise. Periods accumulate until `MIN_ELEMENTS`
+    elements or `MAX_WAIT_S` seconds were seen.
+    """
+    self._acc_elements += obs.output_rate * obs.interval_s
+    self._acc_seconds += obs.interval_s
+    if (self._acc_elements < MIN_ELEMENTS and
+        self._acc_seconds < MAX_WAIT_S):
+      return None
+    rate = self._acc_elements / max(self._acc_seconds, 1e-9)
+    self._acc_elements = self._acc_seconds = 0.0
+    return dataclasses.replace(obs, output_rate=rate)
+
+  def step(self, obs: "Observation") -> dict[str, float]:
+    start = time.perf_counter()
+    if not obs.knobs:
+      return {}
+    if project_to_budget(obs):
+      self._prev = None
+      self._acc_elements = self._acc_seconds = 0.0
+      self.last_decision = {"step": self.steps, "action": "fit-cpu-budget"}
+      return project_to_budget(obs)
+    if not self._started:
+      self._started = True
+      if self._warm is not None:
+        current = {k.name for k in obs.knobs}
+        values = {k: v for k, v in self._warm.items() if k in current}
+        self._warm = None
+        if values:
+          self._hold, self._hold_values = HOLD, values
+          self.last_decision = {"step": 0, "action": "warm-start"}
+          return values
+      if self.session is not None:
+        # A live pipeline starts at the even split (the paper's start): the
+        # knobs' initial values (a prefetch of 0, one thread everywhere) are
+        # arbitrary, and the agent was pretrained from this start.
+        self.last_decision = {"step": 0, "action": "start-even"}
+        return policies.EvenPolicy(self.options).step(obs)
+    obs = self._measured(obs)
+    if obs is None:
+      return {}
+    self.steps += 1
+    state = dqn.features(obs)
+    mask = dqn.action_mask(obs)
+    ref = self._reference_rate(obs)
+    r = dqn.reward(obs.output_rate, ref, dqn.memory_fraction(obs))
+    loss = None
+    if self._prev is not None:
+      prev_state, prev_action = self._prev
+      self.agent.replay.add(prev_state, prev_action, r, state, mask, False)
+      if self.learn and self.steps % LEARN_EVERY == 0:
+        loss = self.agent.learn()
+    config = {k.name: k.value for k in obs.knobs}
+    decision = {"step": self.steps, "rate": obs.output_rate, "reward": r}
+    revert = self.guard.update(config, obs.output_rate, obs.usable_cpus)
+    if self.session is not None and self.steps % SAVE_EVERY == 0:
+      self._save()
+    if revert:
+      best, _ = self.guard.best()
+      values, action, self._prev = best, "revert-to-best", None
+      self._hold, self._hold_values = HOLD, best
+    elif self._hold > 0:
+      self._hold -= 1
+      # Holding re-asserts the held configuration: a stage that initializes
+      # after the first step may have reset its knob.
+      values, action, self._prev = dict(self._hold_values), "hold", None
+    else:
+      a = self.agent.act(state, mask, self.epsilon)
+      values, action = dqn.apply_action(obs, a), dqn.describe_action(obs, a)
+      self._prev = (state, a)
+    decision.update(action=action, loss=loss,
+                    seconds=time.perf_counter() - start)
+    self.last_decision = decision
+    return values
+
+
+policies.register("intune", IntunePolicy)

@@ -1,0 +1,272 @@
+"""Calibrating the simulator against traces the harness records.
+
+`intune bench --trace T` writes, during its oracle search, the observation
+stream under every configuration it tries and one `measurement` line per
+configuration (rows/s). Calibration turns the observations of one reference
+configuration into a `SimPipeline` (each stage's CPU-seconds per output
+element, read from tf.data's own model), fits the machine constants
+(`SimParams`) by a grid search, and reports, for every configuration, the
+simulator's predicted rows/s beside the measured one.
+
+Mapping the real pipeline onto the simulator's chain of stages: a stage with
+a parallelism knob is a tunable stage; a stage without knobs runs in the
+threads of the nearest knob stage that consumes it (the one with the largest
+model id below its own: ids grow from the root downwards), so its cost is
+added there; a buffer knob is the buffer after its stage; what no knob stage
+consumes is one fixed single-threaded stage.
+
+`intune calibrate --trace T [--json OUT]` prints the table.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gzip
+import itertools
+import json
+import re
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from intune_tf import simulator as sim_lib
+
+_ID = re.compile(r"\(id:(\d+)\)$")
+
+
+def _stage_id(name: str) -> int:
+  match = _ID.search(name)
+  return int(match.group(1)) if match else 0
+
+
+@dataclasses.dataclass
+class Point:
+  """One configuration of a traced oracle search."""
+  scenario: str
+  config: dict[str, float]
+  cpus: int
+  rows_per_s: float
+  rows_per_element: float
+  observations: list[dict]
+
+
+def load_trace(path: str) -> dict[str, list[Point]]:
+  """Reads a trace; per scenario, the measured configurations in order.
+
+  Raises:
+    ValueError: the file holds no oracle-search measurements (names the
+      command that records them) or a line is not JSON (names the line).
+  """
+  pending: dict[tuple, list[dict]] = collections.defaultdict(list)
+  points: dict[str, list[Point]] = collections.defaultdict(list)
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "rt") as f:
+    for number, line in enumerate(f, 1):
+      line = line.strip()
+      if not line:
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{number}: not a JSON line ({e}).") from e
+      if not isinstance(record, dict):
+        raise ValueError(f"{path}:{number}: not a JSON object.")
+      config = record.get("config")
+      if record.get("policy") == "oracle-search" and "observation" in record:
+        key = (record["scenario"], json.dumps(config, sort_keys=True))
+        pending[key].append(record["observation"])
+      elif record.get("kind") == "measurement":
+        key = (record["scenario"], json.dumps(config, sort_keys=True))
+        points[record["scenario"]].append(Point(
+            scenario=record["scenario"], config=dict(config),
+            cpus=int(record["cpus"]), rows_per_s=float(record["rows_per_s"]),
+            rows_per_element=float(record["rows_per_element"]),
+            observations=pending.pop(key, [])))
+  if not points:
+    raise ValueError(
+        f"{path} holds no oracle-search measurements. Record a trace with "
+        "`intune bench --scenarios criteo-l4-b4096 --policies oracle "
+        "--repeats 1 --trace PATH`.")
+  return dict(points)
+
+
+def _costs(observations: Sequence[dict]) -> dict[str, float]:
+  """Median CPU-seconds per output element of each stage (first
+  observation after a change skipped: it straddles two configurations)."""
+  usable = observations[1:] or observations
+  per_stage = collections.defaultdict(list)
+  for obs in usable:
+    out = obs["output_rate"]
+    if out <= 0:
+      continue
+    for st in obs["stages"]:
+      per_stage[st["name"]].append(st["cpu_per_element_s"] * st["rate"] / out)
+  return {name: float(np.median(v)) for name, v in per_stage.items()}
+
+
+def build_pipeline(point: Point, params: sim_lib.SimParams,
+                   cost_scale: float = 1.0
+                   ) -> tuple[sim_lib.SimPipeline, dict[str, int]]:
+  """A `SimPipeline` from the observations of one configuration, with base
+  costs (contention of that configuration divided out, times `cost_scale`),
+  and the map from knob name to stage index."""
+  if not point.observations:
+    raise ValueError(f"{point.scenario}: no observations under {point.config}.")
+  knobs = point.observations[-1]["knobs"]
+  knob_stages = sorted({k["name"].rpartition("/")[0] for k in knobs},
+                       key=_stage_id, reverse=True)  # input first
+  parallel = {k["name"].rpartition("/")[0] for k in knobs
+              if k["kind"] == "parallelism"}
+  buffered = {k["name"].rpartition("/")[0] for k in knobs
+              if k["kind"] == "buffer_size"}
+  costs = _costs(point.observations)
+  per_stage = collections.defaultdict(float)
+  fixed = 0.0
+  ids = sorted(((_stage_id(s), s) for s in knob_stages if s in parallel))
+  for name, cost in costs.items():
+    if name in knob_stages:
+      per_stage[name] += cost
+      continue
+    sid = _stage_id(name)
+    owner = [s for i, s in ids if i < sid]
+    if owner:
+      per_stage[owner[-1]] += cost
+    else:
+      fixed += cost
+  stages, index = [], {}
+  config = point.config
+  threads = [config.get(f"{s}/parallelism", 1.0) for s in knob_stages]
+  threads += [1.0] if fixed > 0 else []
+  contention = sim_lib.effective_costs([1.0] * len(threads), threads,
+                                       point.cpus, params)[0]
+  for s in knob_stages:
+    index[s] = len(stages)
+    stages.append(sim_lib.SimStage(
+        name=s, cost_s=max(per_stage[s], 1e-9) * cost_scale / contention,
+        tunable=s in parallel, buffer=s in buffered))
+  if fixed > 0:
+    stages.append(sim_lib.SimStage(name="fixed(id:0)",
+                                   cost_s=fixed * cost_scale / contention,
+                                   tunable=False))
+  pipeline = sim_lib.SimPipeline(tuple(stages), point.cpus, memory_limit=1e15,
+                                 ram_budget=1e15, noise=0.0)
+  return pipeline, index
+
+
+def predict(pipeline: sim_lib.SimPipeline, index: dict[str, int],
+            config: dict[str, float], cpus: int,
+            params: sim_lib.SimParams) -> float:
+  """Predicted output elements/s of `config` on `pipeline`."""
+  par = [1.0] * len(pipeline.stages)
+  buf = [0.0] * len(pipeline.stages)
+  for name, value in config.items():
+    stage, _, kind = name.rpartition("/")
+    if stage not in index:
+      continue
+    if kind == "parallelism":
+      par[index[stage]] = max(1.0, value)
+    else:
+      buf[index[stage]] = max(0.0, value)
+  return sim_lib.throughput(pipeline.stages, par, buf, cpus, 0.0, params)
+
+
+def _base_pipelines(points_by_scenario, params):
+  """Per scenario, the pipeline of each configuration's observations; the
+  scenario's pipeline takes each stage's median base cost over them."""
+  result = {}
+  for scenario, points in points_by_scenario.items():
+    built = [build_pipeline(p, params) for p in points if p.observations]
+    pipeline, index = built[0]
+    stages = []
+    for i, st in enumerate(pipeline.stages):
+      costs = [b[0].stages[b[1][st.name]].cost_s if st.name in b[1] else
+               b[0].stages[i].cost_s for b in built
+               if len(b[0].stages) == len(pipeline.stages)]
+      stages.append(dataclasses.replace(st, cost_s=float(np.median(costs))))
+    result[scenario] = (dataclasses.replace(pipeline, stages=tuple(stages)),
+                        index)
+  return result
+
+
+def errors(points_by_scenario: dict[str, list[Point]],
+           params: sim_lib.SimParams, cost_scale: float = 1.0,
+           base: dict | None = None) -> list[dict]:
+  """Per configuration: measured and predicted rows/s and the relative error.
+
+  Each scenario's stage costs are the medians over all its configurations'
+  observations (contention divided out), times `cost_scale`: tf.data's model
+  counts a stage's time as wall time in its threads, which includes waiting
+  for a CPU, so one machine-wide factor maps it to CPU time.
+  """
+  rows = []
+  base = base or _base_pipelines(points_by_scenario, params)
+  for scenario, (pipeline, index) in base.items():
+    points = points_by_scenario[scenario]
+    pipeline = dataclasses.replace(pipeline, stages=tuple(
+        dataclasses.replace(st, cost_s=st.cost_s * cost_scale)
+        for st in pipeline.stages))
+    for p in points:
+      predicted = predict(pipeline, index, p.config, p.cpus,
+                          params) * p.rows_per_element
+      rows.append({"scenario": scenario, "config": p.config, "cpus": p.cpus,
+                   "measured": p.rows_per_s, "predicted": predicted,
+                   "error": predicted / p.rows_per_s - 1 if p.rows_per_s else
+                   float("inf")})
+  return rows
+
+
+def fit(points_by_scenario: dict[str, list[Point]],
+        oversubscription: Iterable[float] = np.arange(0.0, 1.01, 0.1),
+        handoff_s: Iterable[float] = (0.0, 3e-4, 1e-3),
+        cost_scale: Iterable[float] = np.arange(0.5, 1.21, 0.05)
+        ) -> tuple[sim_lib.SimParams, float, list[dict]]:
+  """The `SimParams` and cost scale with the smallest median |error| over
+  all configurations, and its errors."""
+  best = None
+  for o, h in itertools.product(oversubscription, handoff_s):
+    params = sim_lib.SimParams(oversubscription=float(o), handoff_s=float(h))
+    base = _base_pipelines(points_by_scenario, params)
+    for k in cost_scale:
+      rows = errors(points_by_scenario, params, float(k), base)
+      score = float(np.median([abs(r["error"]) for r in rows]))
+      if best is None or score < best[0]:
+        best = (score, params, float(k), rows)
+  return best[1], best[2], best[3]
+
+
+def main(args) -> int:
+  points = load_trace(args.trace)
+  params, scale, rows = fit(points)
+  print(f"SimParams: oversubscription {params.oversubscription:.2f}, "
+        f"handoff {params.handoff_s * 1e3:.2f} ms; cost scale {scale:.2f}")
+  print(f"{'scenario':18} {'configuration':44} {'measured':>10} "
+        f"{'predicted':>10} {'error':>7}")
+  for r in rows:
+    config = ",".join(f"{int(v)}" for v in r["config"].values())
+    print(f"{r['scenario']:18} {config:44} {r['measured']:10,.0f} "
+          f"{r['predicted']:10,.0f} {r['error']:+7.1%}")
+  abs_err = [abs(r["error"]) for r in rows]
+  per = collections.defaultdict(list)
+  for r in rows:
+    per[r["scenario"]].append(abs(r["error"]))
+  for scenario, e in per.items():
+    print(f"{scenario}: median |error| {np.median(e):.1%} over {len(e)} "
+          "configurations")
+  print(f"all: median |error| {np.median(abs_err):.1%} over {len(abs_err)} "
+        "configurations")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"params": dataclasses.asdict(params), "cost_scale": scale,
+                 "rows": rows,
+                 "median_abs_error": float(np.median(abs_err))}, f, indent=1)
+  return 0
+
+
+def add_parser(subparsers) -> None:
+  p = subparsers.add_parser(
+      "calibrate", help="Fit the simulator to an `intune bench --trace` "
+      "trace and report predicted vs measured throughput.")
+  p.add_argument("--trace", required=True, help="Trace (JSON lines).")
+  p.add_argument("--json", default=None, help="Write the fit here.")
+  p.set_defaults(func=main)

@@ -1,0 +1,151 @@
+"""Warm start: tuned configurations persist across runs of the same job.
+
+A saved state is keyed by a fingerprint of the pipeline graph (the op types
+of the dataset graph and its functions, so renamed tensors and new file
+paths of the same job match) and of the machine (CPU count and memory size):
+the next run of the same job on the same kind of machine starts at its tuned
+configuration, with the fine-tuned agent. Files live in
+`$INTUNE_WARMSTART_DIR` (default `~/.cache/intune_tf/warmstart`):
+`<key>.json` (configuration, throughput, machine) and `<key>.npz` (agent
+weights, numpy arrays only). Corrupt or foreign files are ignored with a
+warning; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+from absl import logging
+
+from intune_tf import host
+
+FORMAT_VERSION = 1
+
+
+def directory() -> str:
+  return os.environ.get("INTUNE_WARMSTART_DIR") or os.path.join(
+      os.path.expanduser("~"), ".cache", "intune_tf", "warmstart")
+
+
+def graph_fingerprint(graph_def) -> str:
+  """sha256 of the multiset of op types in a dataset GraphDef and its
+  function library (independent of node names, paths and constants)."""
+  ops = collections.Counter(node.op for node in graph_def.node)
+  for fn in graph_def.library.function:
+    ops.update(node.op for node in fn.node_def)
+  text = json.dumps(sorted(ops.items()))
+  return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def machine() -> dict:
+  """The machine part of the key: CPU count and memory size (GiB)."""
+  return {"cpus": os.cpu_count() or 0,
+          "memory_gib": round(host.total_memory() / 2**30)}
+
+
+def key(fingerprint: str, machine_info: Mapping | None = None) -> str:
+  machine_info = machine() if machine_info is None else machine_info
+  text = json.dumps({"graph": fingerprint, "machine": dict(machine_info)},
+                    sort_keys=True)
+  return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+  """A saved warm-start state.
+
+  Attributes:
+    config: knob values, `{knob name: value}`.
+    rows_per_s: output elements/s measured under `config` (0 if unknown).
+    weights: the fine-tuned agent's weights, or None.
+  """
+  config: dict[str, float]
+  rows_per_s: float
+  weights: list[np.ndarray] | None
+
+
+def _fingerprint_of(session) -> str | None:
+  fp = getattr(session, "fingerprint", "")
+  return fp or None
+
+
+def save(session, config: Mapping[str, float] | None = None,
+         rows_per_s: float = 0.0,
+         weights: Sequence[np.ndarray] | None = None) -> str | None:
+  """Saves a session's configuration (default: its knobs now) and, when
+  given, agent weights. Returns the JSON path, or None when the session has
+  no graph fingerprint (a dataset built inside a tf.function) or options
+  turn warm start off."""
+  fp = _fingerprint_of(session)
+  if fp is None or not getattr(session.options, "warm_start", True):
+    return None
+  if config is None:
+    config = session.config()["knobs"]
+  os.makedirs(directory(), exist_ok=True)
+  base = os.path.join(directory(), key(fp))
+  if weights is not None:
+    from intune_tf import dqn  # pylint: disable=g-import-not-at-top
+    dqn.save_weights(base + ".npz", weights, {"fingerprint": fp})
+  data = {"version": FORMAT_VERSION, "fingerprint": fp, "machine": machine(),
+          "config": {k: float(v) for k, v in config.items()},
+          "rows_per_s": float(rows_per_s), "saved": time.time(),
+          "weights": weights is not None}
+  tmp = base + ".json.tmp"
+  with open(tmp, "w") as f:
+    json.dump(data, f, indent=1, sort_keys=True)
+  os.replace(tmp, base + ".json")
+  return base + ".json"
+
+
+def _check(data, fp: str, path: str) -> dict[str, float]:
+  if not isinstance(data, dict):
+    raise ValueError("not a JSON object")
+  if data.get("version") != FORMAT_VERSION:
+    raise ValueError(f"format version {data.get('version')!r}, expected "
+                     f"{FORMAT_VERSION}")
+  if data.get("fingerprint") != fp or data.get("machine") != machine():
+    raise ValueError("saved for another pipeline or machine "
+                     f"({data.get('fingerprint')!r}, {data.get('machine')!r})")
+  config = data.get("config")
+  if not isinstance(config, dict) or not all(
+      isinstance(k, str) and isinstance(v, (int, float)) and
+      not isinstance(v, bool) for k, v in config.items()):
+    raise ValueError("`config` is not a mapping of knob names to numbers")
+  del path
+  return {k: float(v) for k, v in config.items()}
+
+
+def load(session) -> State | None:
+  """The saved state of this session's pipeline on this machine, or None
+  (nothing saved, warm start off, or a corrupt/foreign file: warned)."""
+  fp = _fingerprint_of(session)
+  if fp is None or not getattr(session.options, "warm_start", True):
+    return None
+  base = os.path.join(directory(), key(fp))
+  path = base + ".json"
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      data = json.load(f)
+    config = _check(data, fp, path)
+    rate = float(data.get("rows_per_s") or 0.0)
+  except (OSError, ValueError, TypeError) as e:
+    logging.warning("InTune: ignoring warm-start file %s: %s.", path, e)
+    return None
+  weights = None
+  if data.get("weights") and os.path.exists(base + ".npz"):
+    from intune_tf import dqn  # pylint: disable=g-import-not-at-top
+    try:
+      weights, _ = dqn.load_weights(base + ".npz")
+    except (OSError, ValueError) as e:
+      logging.warning("InTune: ignoring warm-start weights %s: %s.",
+                      base + ".npz", e)
+  return State(config=config, rows_per_s=rate, weights=weights)

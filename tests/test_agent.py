@@ -1,0 +1,145 @@
+"""Tests of intune_tf.agent: budget projection, the guard, the live policy."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import intune_tf
+from intune_tf import agent as agent_lib
+from intune_tf import dqn
+from intune_tf import pretrain
+from intune_tf import simulator as sim
+from intune_tf.options import IntuneOptions
+
+from _observations import knob as _knob
+from _observations import obs as _obs
+
+
+def test_project_to_budget_takes_threads_from_the_largest():
+  knobs = [_knob("A(id:2)/parallelism", "parallelism", 4, hi=8),
+           _knob("B(id:1)/parallelism", "parallelism", 3, hi=8)]
+  # Budget 2 CPUs: each at most 2, together at most 2 + 2 - 1 = 3 threads.
+  # (4, 3) -> (2, 2) -> the first largest gives one back: (1, 2).
+  assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=2)) == {
+      "A(id:2)/parallelism": 1.0, "B(id:1)/parallelism": 2.0}
+  assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=8)) == {}
+
+
+def test_guard_reverts_after_patience():
+  guard = agent_lib.Guard(regression=0.08, patience=3, min_samples=2)
+  a, b = {"k": 1.0}, {"k": 2.0}
+  assert not guard.update(a, 100.0, 2)
+  assert not guard.update(a, 100.0, 2)
+  assert guard.best() == (a, 100.0)
+  # Smoothed rate (weight 0.5): 90, 85, 82.5 -> below 92 three times, not
+  # yet more than patience; 81.25 the fourth time: revert.
+  assert [guard.update(b, 80.0, 2) for _ in range(4)] == [
+      False, False, False, True]
+
+
+def test_guard_forgets_on_cpu_change():
+  guard = agent_lib.Guard(min_samples=1)
+  guard.update({"k": 1.0}, 100.0, 2)
+  guard.update({"k": 2.0}, 10.0, 4)
+  assert guard.best() == ({"k": 2.0}, 10.0)
+
+
+def test_policy_waits_for_enough_elements():
+  policy = agent_lib.IntunePolicy(IntuneOptions())
+  knobs = [_knob("A(id:1)/parallelism", "parallelism", 1)]
+  # 4 elements/s over 0.5 s = 2 elements per period: 8 periods to reach 16.
+  decisions = [policy.step(_obs(knobs, output_rate=4.0)) is not None and
+               policy.last_decision is not None for _ in range(8)]
+  assert policy.steps == 1 and decisions[-1]
+
+
+def _two_stage():
+  stages = (sim.SimStage("A(id:2)", 0.003), sim.SimStage("B(id:1)", 0.001))
+  return sim.SimPipeline(stages, 8, memory_limit=1e12, ram_budget=1e9,
+                         noise=0.0)
+
+
+@pytest.mark.slow
+def test_tiny_agent_learns_a_two_stage_pipeline():
+  """A fresh agent, 3,000 simulator steps on one 2-stage pipeline (costs
+  3:1 on 8 CPUs, optimum 6/2 or so), then greedy: within 5% of optimum."""
+  agent, _ = pretrain.pretrain(seed=0, steps=3000, progress=False,
+                               make_pipeline=lambda rng: _two_stage())
+  s = sim.Simulator(_two_stage(), seed=0)
+  s.set({"A(id:2)/parallelism": 1, "B(id:1)/parallelism": 1})
+  policy = agent_lib.IntunePolicy(IntuneOptions(), agent=agent, learn=False,
+                                  epsilon=0.0)
+  rate = pretrain.run_policy(policy, s, steps=40)
+  assert rate >= 0.95 * s.optimum()[0]
+
+
+def test_shipped_agent_beats_even_in_simulation():
+  pipes = pretrain.evaluation_pipelines(count=20, seed=99)
+  opts = IntuneOptions()
+  intune = pretrain.score(lambda: agent_lib.IntunePolicy(opts), pipes)
+  even = pretrain.score(lambda: intune_tf.policies.EvenPolicy(opts), pipes)
+  assert np.median(intune) > np.median(even)
+  assert np.median(intune) >= 0.9
+
+
+def test_bad_weights_file_is_a_clear_error(tmp_path):
+  bad = tmp_path / "w.npz"
+  bad.write_text("nope")
+  with pytest.raises(ValueError, match="not an InTune agent weights file"):
+    agent_lib.IntunePolicy(IntuneOptions(), weights=str(bad))
+
+
+def _pipeline(n=10**9):
+  return tf.data.Dataset.range(n).map(
+      lambda x: tf.reduce_sum(tf.sin(tf.cast(tf.range(3000), tf.float32)) + 
+                              tf.cast(x, tf.float32)),
+      num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+@pytest.mark.slow
+def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
+  monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
+  monkeypatch.setattr(agent_lib, "SAVE_EVERY", 2)
+  assert IntuneOptions().policy == "intune"
+  options = tf.data.Options()
+  options.experimental_intune = IntuneOptions(period_s=0.1)
+  it = iter(_pipeline().with_options(options))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  tuned = intune_tf.global_tuner()._tuned  # pylint: disable=protected-access
+  end = time.monotonic() + 8
+  while time.monotonic() < end:
+    next(it)
+  policy = tuned[session.id].policy
+  assert isinstance(policy, agent_lib.IntunePolicy)
+  assert policy.steps >= 5 and policy.last_decision["action"]
+  assert policy.last_decision["seconds"] < 0.05
+  saved = list(tmp_path.glob("*.json"))
+  assert len(saved) == 1
+  del it
+
+  # The next run of the same pipeline starts at the saved configuration.
+  from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
+  it = iter(_pipeline().with_options(options))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  state = warmstart.load(session)
+  assert state is not None
+  end = time.monotonic() + 20  # building the agent's networks takes a while
+  first = None
+  while time.monotonic() < end and first is None:
+    next(it)
+    policy = tuned.get(session.id)
+    if policy and policy.policy.last_decision:
+      first = policy.policy.last_decision["action"]
+  assert first == "warm-start"
+  # Within the hold that follows (6 decisions), the saved values are in force.
+  end = time.monotonic() + 5
+  while time.monotonic() < end:
+    next(it)
+    knobs = session.config()["knobs"]
+    if {k: v for k, v in knobs.items() if k in state.config} == state.config:
+      break
+  assert {k: v for k, v in knobs.items() if k in state.config} == state.config

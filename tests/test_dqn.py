@@ -1,0 +1,162 @@
+"""Tests of intune_tf.dqn: reward, TD targets, masking, network, persistence."""
+
+import numpy as np
+import pytest
+
+from intune_tf import dqn
+
+from _observations import knob as _knob
+from _observations import obs as _obs
+from _observations import MB
+
+@pytest.mark.parametrize("rate,reference,memory,expected", [
+    (50, 100, 0.5, 0.5),        # 50/100 * 1
+    (50, 100, 0.95, 0.25),      # 0.5 * (1 - 0.95) / 0.1
+    (50, 100, 1.2, 0.0),        # memory over 100%: nothing
+    (300, 100, 0.0, 2.0),       # 3.0 capped at 2
+    (10, 0, 0.0, 0.0),          # no reference yet
+])
+def test_reward_by_hand(rate, reference, memory, expected):
+  assert dqn.reward(rate, reference, memory) == pytest.approx(expected)
+
+
+def test_td_targets_by_hand():
+  rewards = np.array([1.0, 0.5, 0.2])
+  next_q = np.array([[1.0, 3.0, 2.0], [4.0, 0.0, 1.0], [7.0, 1.0, 0.0]])
+  mask = np.array([[True, False, True], [True, True, True],
+                   [False, True, True]])
+  dones = np.array([0.0, 1.0, 0.0])
+  # Row 0: best valid is index 2 (3.0 is masked): 1 + 0.9 * 2 = 2.8.
+  # Row 1: done: 0.5. Row 2: best valid of (1, 0) is 1: 0.2 + 0.9 = 1.1.
+  y = dqn.td_targets(rewards, next_q, mask, dones, 0.9)
+  np.testing.assert_allclose(y, [2.8, 0.5, 1.1])
+  # Double DQN: the online net picks index 0 in row 0 -> target's 1.0:
+  # 1 + 0.9 * 1 = 1.9; row 2 it picks index 2 -> 0.0: 0.2.
+  online = np.array([[9.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
+  y = dqn.td_targets(rewards, next_q, mask, dones, 0.9, online)
+  np.testing.assert_allclose(y, [1.9, 0.5, 0.2])
+
+
+def test_action_mask_at_budget_edges():
+  knobs = [_knob("A(id:3)/parallelism", "parallelism", 1),
+           _knob("B(id:2)/parallelism", "parallelism", 3),
+           _knob("P(id:1)/buffer_size", "buffer_size", 2, lo=0, hi=100)]
+  # CPU limit 4 + 2 - 1 = 5 threads, 4 in use. RAM: 2 x 10 MB of 40 MB.
+  mask = dqn.action_mask(_obs(knobs))
+  expected = {
+      # A: 1 -> -4, 0 below min; +1 -> 5 threads ok; +5 -> 6 > 4 CPUs.
+      "A": [False, False, True, False],
+      # B: 3 -> -2 no, 2 ok, 4 ok (4 <= 4 CPUs, 5 threads), 8 no.
+      "B": [False, True, True, False],
+      # P: 2 -> -3 no, 1 ok, 3 (30 MB) ok, 7 (70 MB > 40 MB) no.
+      "P": [False, True, True, False],
+  }
+  assert mask.tolist() == expected["A"] + expected["B"] + expected["P"] + [True]
+
+
+def test_action_mask_unknown_element_size_allows_growth():
+  knobs = [_knob("P(id:1)/buffer_size", "buffer_size", 2, lo=0, hi=100)]
+  mask = dqn.action_mask(_obs(knobs, bytes_per_element=0.0, ram_budget=1))
+  assert mask.tolist() == [False, True, True, True, True]
+
+
+def test_apply_and_describe_actions():
+  knobs = [_knob("A(id:2)/parallelism", "parallelism", 2),
+           _knob("P(id:1)/buffer_size", "buffer_size", 6, lo=0, hi=64)]
+  obs = _obs(knobs)
+  assert dqn.apply_action(obs, 3) == {"A(id:2)/parallelism": 7.0}  # +5
+  assert dqn.apply_action(obs, 4) == {"P(id:1)/buffer_size": 1.0}  # -5
+  assert dqn.apply_action(obs, 8) == {}
+  assert dqn.describe_action(obs, 6) == "P(id:1)/buffer_size +1"
+  assert dqn.describe_action(obs, 8) == "no-op"
+
+
+def test_flat_q_layout():
+  per_knob = np.array([[0., 1., 2., 3., 4.], [10., 11., 12., 13., 14.]])
+  # Moves of knob 0, moves of knob 1, then the no-op: mean(2, 12) = 7.
+  np.testing.assert_allclose(dqn.flat_q(per_knob),
+                             [0, 1, 3, 4, 10, 11, 13, 14, 7])
+  # With knob 1 padded out, the no-op is knob 0's stay value alone.
+  np.testing.assert_allclose(
+      dqn.flat_q(per_knob[None], np.array([[1.0, 0.0]]))[0, -1], 2.0)
+
+
+def test_select_only_valid_actions():
+  rng = np.random.default_rng(0)
+  q = np.array([5.0, 1.0, 0.0])
+  mask = np.array([False, True, True])
+  assert dqn.select(q, mask, 0.0, rng) == 1
+  picks = {dqn.select(q, mask, 1.0, rng) for _ in range(50)}
+  assert picks == {1, 2}
+
+
+def test_features_mark_the_bottleneck_and_gap():
+  knobs = [_knob("A(id:2)/parallelism", "parallelism", 1),
+           _knob("B(id:1)/parallelism", "parallelism", 3)]
+  obs = _obs(knobs, costs={"A(id:2)": 0.03, "B(id:1)": 0.01})
+  f = dqn.features(obs)
+  assert f.shape == (2, dqn.NUM_FEATURES)
+  # A: busy = 100/s * 0.03 s / 1 thread = 3 -> capped at 2; B: 100*.01/3.
+  assert f[0, 6] == pytest.approx(2.0)
+  assert f[1, 6] == pytest.approx(1 / 3)
+  assert f[:, 7].tolist() == [1.0, 0.0]
+  # Proportional share of 4 CPUs: A 3, B 1. Gap A (3 - 1)/3, B (1 - 3)/3.
+  assert f[0, 5] == pytest.approx(2 / 3)
+  assert f[1, 5] == pytest.approx(-2 / 3)
+
+
+def test_replay_pads_and_refuses_too_many_knobs():
+  replay = dqn.Replay(4)
+  state = np.ones((2, dqn.NUM_FEATURES), np.float32)
+  assert replay.add(state, 8, 1.0, state, np.ones(9, bool), False)
+  # The no-op of a 2-knob pipeline (8) is the padded no-op.
+  assert replay.action[0] == 4 * dqn.MAX_KNOBS
+  assert replay.knobs[0, :3].tolist() == [1, 1, 0]
+  # Moves of the 2 knobs (8), then padding, then the no-op.
+  assert replay.next_mask[0, :8].all() and replay.next_mask[0, -1]
+  assert not replay.next_mask[0, 8:-1].any()
+  big = np.ones((dqn.MAX_KNOBS + 1, dqn.NUM_FEATURES), np.float32)
+  assert not replay.add(big, 0, 0.0, big, np.ones(4 * len(big) + 1, bool),
+                        False)
+  assert replay.size == 1
+
+
+def test_weights_round_trip_and_bad_files(tmp_path):
+  agent = dqn.Agent(seed=1)
+  path = str(tmp_path / "w.npz")
+  agent.save(path, {"seed": 1})
+  other = dqn.Agent(seed=2)
+  assert other.load(path) == {"seed": 1}
+  for a, b in zip(agent.get_weights(), other.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  x = np.random.default_rng(0).random((3, dqn.NUM_FEATURES), np.float32)
+  np.testing.assert_allclose(dqn.forward(other.weights, x),
+                             other.network(x[None]).numpy()[0], rtol=1e-4,
+                             atol=1e-5)
+
+  garbage = tmp_path / "garbage.npz"
+  garbage.write_bytes(b"not a zip")
+  with pytest.raises(ValueError, match="not an InTune agent weights file"):
+    dqn.load_weights(str(garbage))
+  pickled = tmp_path / "pickled.npz"
+  np.savez(pickled, w0=np.array([{"evil": 1}], dtype=object))
+  with pytest.raises(ValueError, match="not an InTune agent weights file"):
+    dqn.load_weights(str(pickled))
+  wrong = tmp_path / "wrong.npz"
+  dqn.save_weights(str(wrong), [np.zeros((3, 3))])
+  with pytest.raises(ValueError, match="holds 1 arrays"):
+    dqn.load_weights(str(wrong))
+
+
+def test_learn_moves_q_towards_target():
+  agent = dqn.Agent(seed=0, batch_size=8, learning_rate=1e-2)
+  state = np.ones((1, dqn.NUM_FEATURES), np.float32)
+  mask = np.array([False, False, False, False, True])
+  for _ in range(8):
+    agent.replay.add(state, 2, 1.0, state, mask, True)  # done: target 1.0
+  before = agent.q_values(state)[2]
+  for _ in range(100):
+    agent.learn()
+  after = agent.q_values(state)[2]
+  assert abs(after - 1.0) < abs(before - 1.0)
+  assert abs(after - 1.0) < 0.1

@@ -1,0 +1,127 @@
+"""Tests of intune_tf.simulator: the throughput model, optimum, dynamics."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from intune_tf import observation as observation_lib
+from intune_tf import policies
+from intune_tf import simulator as sim
+from intune_tf.options import IntuneOptions
+
+MB = 1 << 20
+TWO = (sim.SimStage("A(id:2)", 0.01), sim.SimStage("B(id:1)", 0.02))
+
+
+@pytest.mark.parametrize("parallelism,cpus,expected", [
+    # 3 threads on 4 CPUs: no contention. Capacities 1/.01 = 100 and
+    # 2/.02 = 100; CPU bound 4 / .03 = 133: 100.
+    ((1, 2), 4, 100.0),
+    # 6 threads on 4 CPUs: contention 1 + 0.15 * (6/4 - 1) = 1.075. Costs
+    # .01075 and .0215; capacities 279 and 139.5; CPU 4 / .03225 = 124.03.
+    ((3, 3), 4, 4 / 0.03225),
+    # Two threads on one CPU: contention 1 + 0.15 * (2 - 1) = 1.15; the CPU
+    # bound 1 / (.03 * 1.15) = 28.99 rules.
+    ((1, 1), 1, 1 / (0.03 * 1.15)),
+])
+def test_throughput_by_hand(parallelism, cpus, expected):
+  assert sim.throughput(TWO, parallelism, (0, 0), cpus) == pytest.approx(
+      expected)
+
+
+def test_consumer_bounds_throughput():
+  # The consumer takes 20 ms per element: 50/s whatever the pipeline does.
+  assert sim.throughput(TWO, (4, 4), (0, 0), 8, consumer_step_s=0.02) == (
+      pytest.approx(50.0))
+
+
+def test_jitter_costs_and_buffers_recover():
+  stage = (sim.SimStage("A(id:1)", 0.01, cv=1.0),)
+  # cv 1: variability 1/2; busy 1; loss 0.5 * 0.5 * 1 = 0.25 -> 75/s.
+  assert sim.throughput(stage, (1,), (0,), 1) == pytest.approx(75.0)
+  # A buffer of 3 does not help a stage that is always busy (busy ** 4 = 1),
+  # but one that is 50% busy loses 0.25 * 0.5 ** 4 with it.
+  assert sim.throughput(stage, (1,), (3,), 1, consumer_step_s=0.02) == (
+      pytest.approx(50 * (1 - 0.25 * 0.5 ** 4)))
+
+
+def _grid_best(pipeline, cpus):
+  n = len(pipeline.stages)
+  limit = sim.cpu_limit(n, cpus)
+  best = 0.0
+  for par in itertools.product(range(1, cpus + 1), repeat=n):
+    if sum(par) > limit:
+      continue
+    best = max(best, sim.throughput(pipeline.stages, par, (0,) * n, cpus))
+  return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_optimum_matches_a_grid_search(seed):
+  rng = np.random.default_rng(seed)
+  stages = tuple(sim.SimStage(f"S{i}(id:{i})", float(rng.lognormal(-5, 1)))
+                 for i in range(3))
+  cpus = int(rng.integers(2, 6))
+  pipeline = sim.SimPipeline(stages, cpus, memory_limit=1e12, ram_budget=0)
+  rate, par, buf = sim.optimum(pipeline)
+  assert rate == pytest.approx(_grid_best(pipeline, cpus), rel=1e-9)
+  assert sum(par) <= sim.cpu_limit(3, cpus) and buf == [0, 0, 0]
+
+
+def test_optimum_fills_buffers_within_the_ram_budget():
+  stages = (sim.SimStage("A(id:2)", 0.01, cv=1.0, buffer=True,
+                         bytes_per_element=4 * MB),
+            sim.SimStage("B(id:1)", 0.01, cv=1.0, buffer=True,
+                         bytes_per_element=4 * MB))
+  pipeline = sim.SimPipeline(stages, 4, memory_limit=1e12,
+                             ram_budget=20 * MB)
+  rate, _, buf = sim.optimum(pipeline)
+  assert sum(buf) * 4 * MB <= 20 * MB and sum(buf) >= 4
+  assert rate > sim.optimum(pipeline, ram_budget=0)[0]
+
+
+def test_simulator_oom_resize_and_determinism():
+  stages = (sim.SimStage("A(id:2)", 0.01),
+            sim.SimStage("B(id:1)", 0.01, buffer=True, bytes_per_element=MB))
+  pipeline = sim.SimPipeline(stages, 8, memory_limit=40 * MB,
+                             ram_budget=100 * MB, resize=((2, 2),))
+  s = sim.Simulator(pipeline, seed=3)
+  s.set({"A(id:2)/parallelism": 8, "B(id:1)/parallelism": 4})
+  assert s.parallelism == [8, 4] and not s.oom
+  s.advance()
+  s.advance()  # step 2: 8 -> 2 CPUs, parallelism clamped
+  assert s.cpus == 2 and s.parallelism == [2, 2]
+  s.set({"B(id:1)/buffer_size": 60})  # 60 x 1 MB > 40 MB limit
+  assert s.oom and s.true_rate() == 0.0
+  a = sim.Simulator(pipeline, seed=7).observe()
+  b = sim.Simulator(pipeline, seed=7).observe()
+  assert a.output_rate == b.output_rate
+  assert isinstance(a, observation_lib.Observation)
+  assert [k.name for k in a.knobs] == [
+      "A(id:2)/parallelism", "B(id:1)/parallelism", "B(id:1)/buffer_size"]
+
+
+@pytest.mark.parametrize("policy", ["even", "analytic", "unoptimized"])
+def test_baseline_policies_run_unchanged_on_the_simulator(policy):
+  rng = np.random.default_rng(0)
+  pipeline = sim.random_pipeline(rng, cpus=(8, 8), events=False)
+  s = sim.Simulator(pipeline, seed=0)
+  p = policies.create(IntuneOptions(policy=policy))
+  for _ in range(5):
+    s.set(p.step(s.observe()))
+    s.advance()
+  assert 0 < s.true_rate() <= s.optimum()[0] * (1 + 1e-9)
+
+
+def test_random_pipelines_span_the_issue_ranges():
+  rng = np.random.default_rng(0)
+  pipes = [sim.random_pipeline(rng) for _ in range(300)]
+  sizes = {len(p.stages) for p in pipes}
+  cpus = [p.cpus for p in pipes]
+  assert sizes == set(range(3, 9))
+  assert min(cpus) == 2 and max(cpus) >= 100
+  assert any(p.resize for p in pipes) and any(p.memory_events for p in pipes)
+  costs = np.concatenate([[s.cost_s for s in p.stages] for p in pipes])
+  # Heavy tail: the largest cost is far above the median.
+  assert costs.max() / np.median(costs) > 20

@@ -1,0 +1,99 @@
+"""Tests of intune_tf.warmstart: fingerprints, save/load, bad files."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import intune_tf
+from intune_tf import dqn
+from intune_tf import warmstart
+
+
+def _pipeline(path):
+  ds = tf.data.Dataset.from_tensor_slices([path]).repeat()
+  return ds.map(tf.strings.length, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _graph(ds):
+  graph_def = tf.compat.v1.GraphDef()
+  graph_def.ParseFromString(ds._as_serialized_graph().numpy())  # pylint: disable=protected-access
+  return graph_def
+
+
+def test_fingerprint_ignores_paths_and_sees_structure():
+  a = warmstart.graph_fingerprint(_graph(_pipeline("/data/day1")))
+  b = warmstart.graph_fingerprint(_graph(_pipeline("/data/day2")))
+  c = warmstart.graph_fingerprint(_graph(_pipeline("/x").batch(2)))
+  assert a == b != c
+
+
+@pytest.fixture(name="session")
+def _session(tmp_path, monkeypatch):
+  monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(policy="manual")
+  it = iter(_pipeline("/data").with_options(options))
+  next(it)
+  yield intune_tf.sessions()[-1]
+  del it
+
+
+def test_save_and_load_round_trip(session, tmp_path):
+  knob = session.knobs()[0].name
+  weights = dqn.Agent(seed=0).get_weights()
+  path = warmstart.save(session, {knob: 2.0}, 123.0, weights)
+  assert path.startswith(str(tmp_path)) and session.fingerprint
+  state = warmstart.load(session)
+  assert state.config == {knob: 2.0} and state.rows_per_s == 123.0
+  for a, b in zip(state.weights, weights):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_save_defaults_to_the_knobs_in_force(session):
+  warmstart.save(session)
+  assert warmstart.load(session).config == session.config()["knobs"]
+
+
+@pytest.mark.parametrize("corrupt,message", [
+    (lambda d: "{truncated", "Expecting"),
+    (lambda d: json.dumps({**d, "version": 99}), "format version 99"),
+    (lambda d: json.dumps({**d, "machine": {"cpus": 1024, "memory_gib": 1}}),
+     "another pipeline or machine"),
+    (lambda d: json.dumps({**d, "config": {"k": "fast"}}),
+     "not a mapping of knob names to numbers"),
+    (lambda d: json.dumps([d]), "not a JSON object"),
+])
+def test_corrupt_or_foreign_files_are_ignored_with_a_warning(
+    session, corrupt, message, caplog):
+  path = warmstart.save(session, {"k": 1.0}, 1.0)
+  with open(path) as f:
+    data = json.load(f)
+  with open(path, "w") as f:
+    f.write(corrupt(data))
+  with caplog.at_level("WARNING"):
+    assert warmstart.load(session) is None
+  assert message in caplog.text and path in caplog.text
+
+
+def test_corrupt_weights_keep_the_configuration(session, caplog):
+  path = warmstart.save(session, {"k": 1.0}, 1.0, dqn.Agent().get_weights())
+  with open(path.replace(".json", ".npz"), "wb") as f:
+    f.write(b"garbage")
+  with caplog.at_level("WARNING"):
+    state = warmstart.load(session)
+  assert state.config == {"k": 1.0} and state.weights is None
+  assert "ignoring warm-start weights" in caplog.text
+
+
+def test_warm_start_off_saves_and_loads_nothing(tmp_path, monkeypatch):
+  monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(policy="manual",
+                                                        warm_start=False)
+  it = iter(_pipeline("/data").with_options(options))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  assert warmstart.save(session) is None and warmstart.load(session) is None
+  assert not list(tmp_path.iterdir())
