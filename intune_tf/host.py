@@ -75,17 +75,26 @@ def cgroup_memory() -> tuple[int, int] | None:
   return None
 
 
+def memory() -> tuple[int, int]:
+  """(total, available) bytes from one reading of RAM and the cgroup.
+
+  total: what this process may use in all (RAM, capped by the cgroup limit);
+  available: free RAM now, capped by the cgroup headroom.
+  """
+  vm = psutil.virtual_memory()
+  total, available = vm.total, vm.available
+  cg = cgroup_memory()
+  if cg:
+    total = min(total, cg[0])
+    available = min(available, max(0, cg[0] - cg[1]))
+  return total, available
+
+
 def total_memory() -> int:
   """Bytes of memory this process may use in all: RAM, capped by the cgroup."""
-  total = psutil.virtual_memory().total
-  cg = cgroup_memory()
-  return min(total, cg[0]) if cg else total
+  return memory()[0]
 
 
 def available_memory() -> int:
   """Bytes of memory available now: free RAM, capped by the cgroup headroom."""
-  available = psutil.virtual_memory().available
-  cg = cgroup_memory()
-  if cg:
-    available = min(available, max(0, cg[0] - cg[1]))
-  return available
+  return memory()[1]

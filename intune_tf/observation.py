@@ -185,6 +185,8 @@ class Observer:
     self._last_counters = counters
     self._last_time = now
     options = self.session.options
+    usable_cpus = host.usable_cpus()
+    total_memory, available_memory = host.memory()
     return Observation(
         time=time.time(), interval_s=interval, knobs=knobs,
         stages=tuple(stages), output_rate=d_elements / interval,
@@ -193,9 +195,9 @@ class Observer:
                           if d_elements else 0.0),
         consumer_wait_s=((counters["gap_time_us"] - last["gap_time_us"]) /
                          1e6 / d_gaps if d_gaps else 0.0),
-        usable_cpus=host.usable_cpus(),
-        cpu_budget=options.resolved_cpu_budget(),
-        free_memory=host.available_memory(), total_memory=host.total_memory(),
+        usable_cpus=usable_cpus,
+        cpu_budget=options.resolved_cpu_budget(usable_cpus),
+        free_memory=available_memory, total_memory=total_memory,
         ram_budget=counters["ram_budget"],
         buffered_bytes=counters["buffered_bytes"], cpu_mhz=cpu_mhz(),
         dram_gbps=dram_bandwidth_gbps(), model_step_s=model_step_time())

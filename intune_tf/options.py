@@ -111,9 +111,14 @@ class IntuneOptions:
       return int(self.ram_budget)
     return max(1, int(DEFAULT_RAM_SHARE * host.available_memory()))
 
-  def resolved_cpu_budget(self) -> int:
-    """The CPU budget now: the given one, capped by the usable CPUs."""
-    usable = host.usable_cpus()
+  def resolved_cpu_budget(self, usable_cpus: int | None = None) -> int:
+    """The CPU budget now: the given one, capped by the usable CPUs.
+
+    Args:
+      usable_cpus: a reading of `host.usable_cpus()` already taken. Default
+        None: read it now.
+    """
+    usable = host.usable_cpus() if usable_cpus is None else usable_cpus
     return usable if self.cpu_budget is None else min(self.cpu_budget, usable)
 
   def resolved_max_cpus(self) -> int:

@@ -7,6 +7,7 @@ iterator is created and disappear when it is destroyed.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -96,10 +97,6 @@ def _stage_id(stage: str) -> int:
   """The model's node id in "Name(id:N)": deeper stages have larger ids."""
   match = re.search(r"\(id:(\d+)\)$", stage)
   return int(match.group(1)) if match else 0
-
-
-def _node_name(node: model_pb2.ModelProto.Node) -> str:
-  return f"{node.name}(id:{node.id})"
 
 
 class Session:
@@ -214,17 +211,20 @@ class Session:
   def stats(self) -> list[StageStats]:
     """Per-stage statistics, output stage first."""
     proto = self.model_proto()
-    names = {nid: _node_name(node) for nid, node in proto.nodes.items()}
-    order, todo = [], [proto.output] if proto.output in proto.nodes else []
+    nodes = dict(proto.nodes.items())  # one pass over the proto map
+    names = {nid: f"{node.name}(id:{nid})" for nid, node in nodes.items()}
+    order, seen = [], set()
+    todo = collections.deque([proto.output] if proto.output in nodes else [])
     while todo:
-      nid = todo.pop(0)
-      if nid in order or nid not in proto.nodes:
+      nid = todo.popleft()
+      if nid in seen or nid not in nodes:
         continue
+      seen.add(nid)
       order.append(nid)
-      todo.extend(proto.nodes[nid].inputs)
+      todo.extend(nodes[nid].inputs)
     result = []
     for nid in order:
-      node = proto.nodes[nid]
+      node = nodes[nid]
       result.append(StageStats(
           name=names[nid], elements=node.num_elements,
           processing_time_ns=node.processing_time,
@@ -285,8 +285,20 @@ def _live_ids() -> set[int]:
   return {int(i) for i in ids.numpy()}
 
 
+# Live sessions by id: a session's tag never changes, so the tuner's frequent
+# listings parse each tag once.
+_known: dict[int, Session] = {}
+
+
 def sessions() -> list[Session]:
   """The live tuning sessions of this process, oldest first."""
   with tf.device("/cpu:0"):
     ids, tags = _kernels.ops().intune_list_sessions()
-  return [Session(i, t.decode()) for i, t in zip(ids.numpy(), tags.numpy())]
+  ids = [int(i) for i in ids.numpy()]
+  result = []
+  for i, tag in zip(ids, tags.numpy()):
+    known = _known.get(i)
+    result.append(known if known is not None else Session(i, tag.decode()))
+  _known.clear()
+  _known.update((s.id, s) for s in result)
+  return result

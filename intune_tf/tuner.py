@@ -16,6 +16,11 @@ from intune_tf import policies
 from intune_tf import session as session_lib
 
 
+# Longest wait of the tuner thread: a new iterator is seen within this time.
+# Each wake lists the sessions (an op call), so shorter costs CPU.
+_DISCOVERY_S = 0.25
+
+
 class _Tuned:
   """Per-session state of the tuner."""
 
@@ -102,9 +107,9 @@ class Tuner:
         self.step(only_due=True)
       except Exception:  # pylint: disable=broad-except
         logging.exception("InTune tuner step failed; will retry.")
-      wait = min([t.next_step for t in self._tuned.values()] or
-                 [time.monotonic() + 0.05]) - time.monotonic()
-      self._stop.wait(min(max(wait, 0.005), 0.1))
+      wait = min([t.next_step for t in self._tuned.values() if t] or
+                 [time.monotonic() + _DISCOVERY_S]) - time.monotonic()
+      self._stop.wait(min(max(wait, 0.005), _DISCOVERY_S))
 
   def step(self, only_due: bool = False) -> None:
     """Runs one tuning step on every live session (or only on those due)."""

@@ -30,3 +30,6 @@ def test_usable_cpus_follows_affinity():
 def test_memory_readings_are_consistent():
   total, available = host.total_memory(), host.available_memory()
   assert 0 < available <= total <= psutil.virtual_memory().total
+  both_total, both_available = host.memory()
+  assert both_total == total  # the total does not move between readings
+  assert 0 < both_available <= both_total

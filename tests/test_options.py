@@ -40,6 +40,10 @@ def test_cpu_budget_is_capped_by_usable_cpus():
   assert intune_tf.IntuneOptions(cpu_budget=10_000).resolved_cpu_budget() == (
       host.usable_cpus())
   assert intune_tf.IntuneOptions(cpu_budget=1).resolved_cpu_budget() == 1
+  # A reading already taken is used as given: min(4, 3) = 3; no budget
+  # given -> the reading itself, 3.
+  assert intune_tf.IntuneOptions(cpu_budget=4).resolved_cpu_budget(3) == 3
+  assert intune_tf.IntuneOptions().resolved_cpu_budget(3) == 3
 
 
 def test_json_round_trip():

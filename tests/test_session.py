@@ -41,7 +41,15 @@ def test_sessions_are_listed_oldest_first():
   ids = [s.id for s in intune_tf.sessions()]
   assert ids.index(s1.id) < ids.index(s2.id)
   assert s1.options.name == "first" and s2.options.name == "second"
-  del it1, it2
+  # A session's tag is parsed once: later listings return the same object,
+  # and a session that ended drops out of the listing.
+  again = {s.id: s for s in intune_tf.sessions()}
+  assert again[s1.id] is intune_tf.sessions()[ids.index(s1.id)]
+  assert again[s2.id].options.name == "second"
+  del it1
+  gc.collect()
+  assert s1.id not in {s.id for s in intune_tf.sessions()}
+  del it2
 
 
 def test_knobs_have_names_kinds_and_ranges(live):
