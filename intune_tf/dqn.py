@@ -40,6 +40,11 @@ NUM_FEATURES = 18
 # Knobs per pipeline a training batch holds (inference has no limit).
 MAX_KNOBS = 32
 # Largest buffer the agent sets, elements.
+# The agent never takes a buffer below one element: a prefetch of 0 does not
+# overlap the pipeline with its consumer at all, a loss the simulator's
+# jitter model does not price (measured live: Criteo L4 spent half a
+# benchmark at 0). A buffer already below it may still grow.
+MIN_BUFFER = 1
 MAX_BUFFER = 64
 # Memory-use fraction above which the reward starts to fall.
 MEMORY_SAFE = 0.9
@@ -101,7 +106,8 @@ def cpu_limit(parallel_knobs: int, cpu_budget: int) -> int:
 def action_mask(obs: "Observation") -> np.ndarray:
   """Valid flat actions (bool, length 4n + 1) for the knobs of `obs`.
 
-  A move is valid when the new value stays within the knob's range, a
+  A move is valid when the new value stays within the knob's range (a
+  buffer at least `MIN_BUFFER`), a
   parallelism stays within the CPU budget (each stage at most `cpu_budget`,
   all together at most `cpu_limit`), and a buffer keeps the committed bytes
   (buffer size times element size, over all buffers) within the RAM budget
@@ -118,7 +124,7 @@ def action_mask(obs: "Observation") -> np.ndarray:
   for i, k in enumerate(knobs):
     for j, move in enumerate(MOVES):
       new = k.value + move
-      if new < k.min:
+      if new < (max(k.min, MIN_BUFFER) if k.kind == "buffer_size" else k.min):
         continue
       if k.kind == "parallelism":
         ok = (new <= min(k.max, obs.cpu_budget) and

@@ -35,6 +35,8 @@ BASELINES = ("unoptimized", "even", "autotune", "autotune-restart", "analytic",
              "oracle")
 DEFAULT_POLICIES = BASELINES + ("intune",)
 WINDOW_S = 0.5
+# Windows averaged when judging recovery after a CPU change (about 2 s).
+RECOVERY_SMOOTHING = 4
 TUNING_PERIOD_S = 0.25
 
 
@@ -59,6 +61,55 @@ def ceiling_rows_per_s(cpus: float, seconds_per_row: Sequence[float]) -> float:
   """
   total = sum(seconds_per_row)
   return cpus / total if total > 0 else float("inf")
+
+
+def phase_targets(runs: Sequence["Run"]) -> dict[int, float]:
+  """Reference rows/s per CPU count: the median window rate of `runs` (the
+  oracle's) over the second half of each phase of the resize schedule."""
+  rates: dict[int, list[float]] = {}
+  for run in runs:
+    events = list(run.resize_events)
+    for i, (t0, cpus) in enumerate(events):
+      t1 = events[i + 1][0] if i + 1 < len(events) else float("inf")
+      end = t1 if t1 < float("inf") else max((t for t, _ in run.windows),
+                                             default=t0)
+      half = t0 + (end - t0) / 2
+      rates.setdefault(cpus, []).extend(
+          v for t, v in run.windows if half <= t < t1)
+  return {c: statistics.median(v) for c, v in rates.items() if v}
+
+
+def recovery_seconds(windows: Sequence[tuple[float, float]],
+                     events: Sequence[tuple[float, int]],
+                     targets: dict[int, float], fraction: float = 0.95,
+                     smooth: int = RECOVERY_SMOOTHING) -> list[float | None]:
+  """Seconds from each CPU change until throughput is back to `fraction` of
+  the new CPU count's target.
+
+  Throughput is the mean of the last `smooth` windows, all taken after the
+  change; the time counted is to the end of the first such run of windows.
+  The first event (the schedule's start) is not a change and is skipped.
+
+  Returns:
+    One entry per change: seconds, or None if never reached before the next
+    change (or the end of the run), or if there is no target for the count.
+  """
+  out = []
+  for i, (t0, cpus) in enumerate(events):
+    if i == 0:
+      continue
+    t1 = events[i + 1][0] if i + 1 < len(events) else float("inf")
+    target = targets.get(cpus)
+    phase = [v for t, v in windows if t0 <= t < t1]
+    times = [t for t, _ in windows if t0 <= t < t1]
+    found = None
+    if target:
+      for j in range(smooth - 1, len(phase)):
+        if statistics.fmean(phase[j - smooth + 1:j + 1]) >= fraction * target:
+          found = times[j] - t0
+          break
+    out.append(found)
+  return out
 
 
 @dataclasses.dataclass
@@ -416,6 +467,11 @@ class Harness:
       scenario = scenarios_lib.all_scenarios().get(name)
       if scenario and scenario.ram_budget:
         entry["ram_budget"] = scenario.ram_budget
+      targets = (phase_targets(per_policy["oracle"])
+                 if scenario and scenario.resize and "oracle" in per_policy
+                 else None)
+      if targets:
+        entry["recovery_targets"] = {str(k): v for k, v in targets.items()}
       for policy, runs in per_policy.items():
         rates = [r.rows_per_s for r in runs]
         med = statistics.median(rates)
@@ -426,6 +482,10 @@ class Harness:
             "of_ceiling": med / ceiling if ceiling else None,
             "peak_buffered_bytes": max(r.peak_buffered_bytes for r in runs),
             "runs": [dataclasses.asdict(r) for r in runs]}
+        if targets:
+          entry["policies"][policy]["recovery_s"] = [
+              recovery_seconds(r.windows, r.resize_events, targets)
+              for r in runs]
       out["scenarios"][name] = entry
     return out
 
@@ -456,6 +516,18 @@ class Harness:
                      f"| {p['max']:,.0f} | {vs} | {of} | "
                      f"{p['peak_buffered_bytes'] / 2**20:,.1f} |")
       lines.append("")
+      if "recovery_targets" in entry:
+        lines.append("seconds to 95% of the oracle's rows/s after each CPU "
+                     "change (per repeat; '-' = not within the phase); "
+                     "targets: " + ", ".join(
+                         f"{c} CPU {v:,.0f}"
+                         for c, v in entry["recovery_targets"].items()))
+        lines.append("")
+        for policy, p in entry["policies"].items():
+          per_run = ["/".join("-" if x is None else f"{x:.1f}" for x in r)
+                     for r in p.get("recovery_s", [])]
+          lines.append(f"- {policy}: " + ", ".join(per_run))
+        lines.append("")
     return "\n".join(lines)
 
   def plot(self, directory: str) -> list[str]:

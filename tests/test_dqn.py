@@ -54,6 +54,16 @@ def test_action_mask_at_budget_edges():
   assert mask.tolist() == expected["A"] + expected["B"] + expected["P"] + [True]
 
 
+def test_action_mask_keeps_buffers_at_one_element():
+  knobs = [_knob("P(id:1)/buffer_size", "buffer_size", 1, lo=0, hi=100),
+           _knob("Q(id:2)/buffer_size", "buffer_size", 0, lo=0, hi=100)]
+  mask = dqn.action_mask(_obs(knobs, bytes_per_element=0.0, ram_budget=1))
+  # P: 1 -> -4, 0 below MIN_BUFFER = 1 although the knob allows 0; 2, 6 ok.
+  # Q: 0 (set by someone else) -> may grow to 1 and 5, not shrink.
+  assert mask.tolist() == [False, False, True, True,
+                           False, False, True, True, True]
+
+
 def test_action_mask_unknown_element_size_allows_growth():
   knobs = [_knob("P(id:1)/buffer_size", "buffer_size", 2, lo=0, hi=100)]
   mask = dqn.action_mask(_obs(knobs, bytes_per_element=0.0, ram_budget=1))

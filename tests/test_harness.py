@@ -17,6 +17,45 @@ def test_ceiling_arithmetic():
   assert harness.ceiling_rows_per_s(2, []) == float("inf")
 
 
+# Windows (t, rows/s) of a run with CPU changes at 0 s (start, 1 CPU),
+# 10 s (-> 2) and 20 s (-> 1); the run ends at 30 s.
+_EVENTS = [(0.0, 1), (10.0, 2), (20.0, 1)]
+_WINDOWS = ([(t, 100.0) for t in range(0, 10)] +
+            [(10.0, 90.0), (11.0, 150.0), (12.0, 200.0), (13.0, 210.0),
+             (14.0, 190.0)] + [(float(t), 200.0) for t in range(15, 20)] +
+            [(float(t), 60.0) for t in range(20, 30)])
+
+
+def test_phase_targets_take_the_second_half_of_each_phase():
+  run = harness.Run("oracle", "resize", 0, windows=_WINDOWS,
+                    resize_events=_EVENTS)
+  # 1 CPU: t in [5, 10) -> 100 x 5, and t in [24.5, 30) -> 60 x 5
+  #   (the last phase ends at its last window, 29: half = 24.5);
+  #   median of five 100s and five 60s = (60 + 100) / 2 = 80.
+  # 2 CPUs: t in [15, 20) -> 200 x 5 -> 200.
+  assert harness.phase_targets([run]) == {1: 80.0, 2: 200.0}
+
+
+@pytest.mark.parametrize("smooth,expected", [
+    # 2 CPUs, target 200: 95% = 190. smooth 1: 200 at t=12 -> 2 s.
+    # 1 CPU, target 60 (given): 95% = 57; 60 at t=20 -> 0 s.
+    (1, [2.0, 0.0]),
+    # smooth 2: (90+150)/2 = 120 at t=11, (150+200)/2 = 175 at t=12,
+    # (200+210)/2 = 205 >= 190 at t=13 -> 3 s; 1 CPU: (60+60)/2 at t=21 -> 1 s.
+    (2, [3.0, 1.0]),
+])
+def test_recovery_seconds_by_hand(smooth, expected):
+  targets = {1: 60.0, 2: 200.0}
+  assert harness.recovery_seconds(_WINDOWS, _EVENTS, targets,
+                                  smooth=smooth) == expected
+
+
+def test_recovery_never_reached_or_without_target_is_none():
+  # 2 CPUs never reach 95% of 1000 before the next change; no target for 1.
+  assert harness.recovery_seconds(_WINDOWS, _EVENTS, {2: 1000.0}) == [
+      None, None]
+
+
 def test_unknown_policy_and_scenario_list_valid_names():
   with pytest.raises(ValueError, match=r"Unknown policy 'best'.*autotune"):
     harness.check_policies(["even", "best"])
