@@ -14,6 +14,8 @@ the knob values. Around the agent:
   stays below `1 - REGRESSION` of the best for more than `PATIENCE` steps,
   the policy returns to the best configuration and holds it for `HOLD`
   steps before exploring again.
+- Buffer floor: a buffer below one element (a prefetch that registers at 0
+  after the first step) is raised to one; the agent never lowers one below.
 - Warm start: `bind(session)` loads the configuration (and fine-tuned
   weights) saved for the same pipeline on the same machine
   (`intune_tf.warmstart`) and starts there.
@@ -69,6 +71,13 @@ def project_to_budget(obs: "Observation") -> dict[str, float]:
       break
     values[name] -= 1
   return {k.name: values[k.name] for k in parallel if values[k.name] != k.value}
+
+
+def raise_low_buffers(obs: "Observation") -> dict[str, float]:
+  """Buffers below `dqn.MIN_BUFFER` (e.g. a prefetch registered at 0 after
+  the start) raised to it ({} when none is)."""
+  return {k.name: float(dqn.MIN_BUFFER) for k in obs.knobs
+          if k.kind == "buffer_size" and k.value < dqn.MIN_BUFFER <= k.max}
 
 
 class Guard:
@@ -219,6 +228,14 @@ class IntunePolicy(policies.Policy):
     return dataclasses.replace(obs, output_rate=rate)
 
   def step(self, obs: "Observation") -> dict[str, float]:
+    values = {**raise_low_buffers(obs), **self._step(obs)}
+    # Held, reverted or warm-start values obey the floor too.
+    floored = {k.name for k in obs.knobs
+               if k.kind == "buffer_size" and k.max >= dqn.MIN_BUFFER}
+    return {name: max(v, dqn.MIN_BUFFER) if name in floored else v
+            for name, v in values.items()}
+
+  def _step(self, obs: "Observation") -> dict[str, float]:
     start = time.perf_counter()
     if not obs.knobs:
       return {}

@@ -55,6 +55,22 @@ def test_policy_waits_for_enough_elements():
   assert policy.steps == 1 and decisions[-1]
 
 
+def test_low_buffers_are_raised_to_one_element():
+  knobs = [_knob("A(id:2)/parallelism", "parallelism", 1),
+           _knob("P(id:1)/buffer_size", "buffer_size", 0, lo=0, hi=64)]
+  assert agent_lib.raise_low_buffers(_obs(knobs)) == {
+      "P(id:1)/buffer_size": 1.0}
+  # While the policy waits for elements it still repairs the buffer...
+  policy = agent_lib.IntunePolicy(IntuneOptions())
+  assert policy.step(_obs(knobs, output_rate=1.0)) == {
+      "P(id:1)/buffer_size": 1.0}
+  # ...and a held configuration with a buffer of 0 is floored at 1.
+  policy._hold, policy._hold_values = 2, {"P(id:1)/buffer_size": 0.0}
+  policy._acc_elements = 100.0
+  assert policy.step(_obs(knobs, output_rate=100.0))[
+      "P(id:1)/buffer_size"] == 1.0
+
+
 def _two_stage():
   stages = (sim.SimStage("A(id:2)", 0.003), sim.SimStage("B(id:1)", 0.001))
   return sim.SimPipeline(stages, 8, memory_limit=1e12, ram_budget=1e9,
