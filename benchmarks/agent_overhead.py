@@ -8,14 +8,18 @@ LEARN_EVERY steps as the policy does), apply (Session.set).
 Wall times include waiting for a core: the pipeline keeps both cores busy,
 so the step's own CPU time (thread time) is reported beside them.
 It also reports the tuner's CPU time as a share of one core at the default
-period (thread CPU time of the steps / wall time).
+period (thread CPU time of the steps / wall time), and then the same for the
+real background tuner thread (default options, status file on) over
+`seconds` after a 15 s warm-up, read from the OS per-thread CPU times.
 Run: `python benchmarks/agent_overhead.py [seconds]`.
 """
 
 import sys
+import threading
 import time
 
 import numpy as np
+import psutil
 import tensorflow as tf
 
 import intune_tf
@@ -36,6 +40,13 @@ def main(seconds: float = 60.0):
   policy = agent_lib.IntunePolicy(intune_tf.IntuneOptions())
   observer = observation.Observer(session)
   period = intune_tf.IntuneOptions().period_s
+  # One-off costs stay out of the figures: the DRAM bandwidth reading (first
+  # observation) and the tracing of the gradient step (first learn).
+  obs = observer.observe()
+  state, mask = dqn.features(obs), dqn.action_mask(obs)
+  for _ in range(policy.agent.batch_size):
+    policy.agent.replay.add(state, 0, 0.5, state, mask, False)
+  policy.agent.learn()
   parts = {"observe": [], "infer": [], "learn": [], "apply": []}
   cpu_total, start, next_step = 0.0, time.monotonic(), time.monotonic()
   steps, step_cpu = 0, []
@@ -82,5 +93,30 @@ def main(seconds: float = 60.0):
         f"{cpu_total / wall:.2%} of one core")
 
 
+def tuner_thread_share(seconds: float, warmup: float = 15.0) -> None:
+  """CPU share of the real `intune_tuner` thread under default options."""
+  scenario = scenarios.get("criteo-l4-b4096")
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(warm_start=False)
+  it = iter(scenario.make(None).with_options(options))
+
+  def cpu_seconds() -> float:
+    thread = next(t for t in threading.enumerate() if t.name == "intune_tuner")
+    times = next(t for t in psutil.Process().threads()
+                 if t.id == thread.native_id)
+    return times.user_time + times.system_time
+
+  end = time.monotonic() + warmup
+  while time.monotonic() < end:
+    next(it)
+  cpu0, start = cpu_seconds(), time.monotonic()
+  while time.monotonic() - start < seconds:
+    next(it)
+  share = (cpu_seconds() - cpu0) / (time.monotonic() - start)
+  print(f"background tuner thread (policy intune, default options): "
+        f"{share:.2%} of one core over {seconds:.0f} s")
+
+
 if __name__ == "__main__":
   main(*[float(a) for a in sys.argv[1:2]])
+  tuner_thread_share(*[float(a) for a in sys.argv[1:2]])

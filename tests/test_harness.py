@@ -56,6 +56,16 @@ def test_recovery_never_reached_or_without_target_is_none():
       None, None]
 
 
+@pytest.mark.parametrize("name,period", [
+    ("memory-cap", harness.MEMORY_SAMPLE_S),  # the cap is the point: 10 ms
+    ("criteo-l4-b4096", harness.SAMPLE_S),
+    ("resize", harness.SAMPLE_S),
+])
+def test_buffered_bytes_are_sampled_finely_only_under_a_memory_cap(name,
+                                                                   period):
+  assert harness.sample_period_s(scenarios.get(name)) == period
+
+
 def test_unknown_policy_and_scenario_list_valid_names():
   with pytest.raises(ValueError, match=r"Unknown policy 'best'.*autotune"):
     harness.check_policies(["even", "best"])
