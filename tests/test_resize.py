@@ -11,20 +11,31 @@ from intune_tf import host
 from intune_tf import resize
 
 
+def _wait_for(predicate, timeout: float = 10.0) -> bool:
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    if predicate():
+      return True
+    time.sleep(0.01)
+  return False
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_schedule_changes_every_thread_and_restores():
   idle = threading.Event()
   worker = threading.Thread(target=idle.wait, daemon=True)
   worker.start()
   all_cpus = resize.machine_cpu_ids()
-  schedule = resize.Schedule([(0.0, 1), (0.3, 2)])
+  # Conditions are awaited, not slept for: a loaded CI machine may start the
+  # schedule's thread late. The second event leaves 2 s to see the first.
+  schedule = resize.Schedule([(0.0, 1), (2.0, 2)])
   schedule.start()
-  time.sleep(0.15)
-  counts = {len(os.sched_getaffinity(t.id))
+
+  def counts():
+    return {len(os.sched_getaffinity(t.id))
             for t in psutil.Process().threads()}
-  assert counts == {1} and host.usable_cpus() == 1
-  time.sleep(0.35)
-  assert host.usable_cpus() == 2
+  assert _wait_for(lambda: counts() == {1} and host.usable_cpus() == 1)
+  assert _wait_for(lambda: host.usable_cpus() == 2)
   schedule.stop()
   assert [n for _, n in schedule.applied] == [1, 2]
   assert sorted(os.sched_getaffinity(0)) == all_cpus
