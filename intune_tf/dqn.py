@@ -39,12 +39,12 @@ _STAY = 2
 NUM_FEATURES = 18
 # Knobs per pipeline a training batch holds (inference has no limit).
 MAX_KNOBS = 32
-# Largest buffer the agent sets, elements.
 # The agent never takes a buffer below one element: a prefetch of 0 does not
 # overlap the pipeline with its consumer at all, a loss the simulator's
 # jitter model does not price (measured live: Criteo L4 spent half a
 # benchmark at 0). A buffer already below it may still grow.
 MIN_BUFFER = 1
+# Largest buffer the agent sets, elements.
 MAX_BUFFER = 64
 # Memory-use fraction above which the reward starts to fall.
 MEMORY_SAFE = 0.9

@@ -66,17 +66,21 @@ def ceiling_rows_per_s(cpus: float, seconds_per_row: Sequence[float]) -> float:
   return cpus / total if total > 0 else float("inf")
 
 
+def _phases(events: Sequence[tuple[float, int]]):
+  """(start, end, CPUs) of each phase of a resize schedule (end: inf)."""
+  for i, (t0, cpus) in enumerate(events):
+    t1 = events[i + 1][0] if i + 1 < len(events) else float("inf")
+    yield t0, t1, cpus
+
+
 def phase_targets(runs: Sequence["Run"]) -> dict[int, float]:
   """Reference rows/s per CPU count: the median window rate of `runs` (the
   oracle's) over the second half of each phase of the resize schedule."""
   rates: dict[int, list[float]] = {}
   for run in runs:
-    events = list(run.resize_events)
-    for i, (t0, cpus) in enumerate(events):
-      t1 = events[i + 1][0] if i + 1 < len(events) else float("inf")
-      end = t1 if t1 < float("inf") else max((t for t, _ in run.windows),
-                                             default=t0)
-      half = t0 + (end - t0) / 2
+    last = max((t for t, _ in run.windows), default=0.0)
+    for t0, t1, cpus in _phases(run.resize_events):
+      half = t0 + (min(t1, last) - t0) / 2
       rates.setdefault(cpus, []).extend(
           v for t, v in run.windows if half <= t < t1)
   return {c: statistics.median(v) for c, v in rates.items() if v}
@@ -98,10 +102,7 @@ def recovery_seconds(windows: Sequence[tuple[float, float]],
     change (or the end of the run), or if there is no target for the count.
   """
   out = []
-  for i, (t0, cpus) in enumerate(events):
-    if i == 0:
-      continue
-    t1 = events[i + 1][0] if i + 1 < len(events) else float("inf")
+  for t0, t1, cpus in list(_phases(events))[1:]:
     target = targets.get(cpus)
     phase = [v for t, v in windows if t0 <= t < t1]
     times = [t for t, _ in windows if t0 <= t < t1]
