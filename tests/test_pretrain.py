@@ -1,6 +1,7 @@
 """Tests of intune_tf.pretrain: schedule, guided moves, CLI."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -13,6 +14,8 @@ from intune_tf import simulator as sim
 
 from _observations import knob
 from _observations import obs
+
+_INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
 
 
 @pytest.mark.parametrize("step,expected", [
@@ -47,16 +50,19 @@ def test_pretrain_and_score_run():
 @pytest.mark.slow
 def test_cli_pretrain_then_simulate(tmp_path):
   out = tmp_path / "w.npz"
-  subprocess.run([sys.executable, "-m", "intune_tf.cli", "pretrain", "--seed",
-                  "3", "--steps", "200", "--out", str(out)], check=True,
-                 capture_output=True)
+  # The installed command, run outside the checkout: `python -m` from the
+  # checkout would import the source tree, which on the compat stack is not
+  # what is installed.
+  subprocess.run([_INTUNE, "pretrain", "--seed", "3", "--steps", "200",
+                  "--out", str(out)], check=True, capture_output=True,
+                 cwd=tmp_path)
   weights, metadata = dqn.load_weights(str(out))
   assert metadata["seed"] == 3 and "intune pretrain --seed 3" in metadata[
       "command"]
   result = subprocess.run(
-      [sys.executable, "-m", "intune_tf.cli", "simulate", "--weights",
-       str(out), "--pipelines", "3", "--steps", "20", "--json",
-       str(tmp_path / "s.json")], check=True, capture_output=True, text=True)
+      [_INTUNE, "simulate", "--weights", str(out), "--pipelines", "3",
+       "--steps", "20", "--json", str(tmp_path / "s.json")], check=True,
+      capture_output=True, text=True, cwd=tmp_path)
   assert "intune" in result.stdout and "analytic" in result.stdout
   scores = json.loads((tmp_path / "s.json").read_text())
   assert scores["pipelines"] == 3 and 0 < scores["even"]["median"] <= 1
