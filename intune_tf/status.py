@@ -335,8 +335,12 @@ class StatusWriter:
     atexit.register(self.close)
 
   def close(self) -> None:
-    """Stops rewriting and removes the file."""
+    """Stops rewriting (joins the thread: see `Tuner._stop_at_exit`) and
+    removes the file."""
     self._stop.set()
+    thread = self._thread
+    if thread is not None and thread is not threading.current_thread():
+      thread.join(timeout=10.0)
     try:
       self.path.unlink()
     except OSError:

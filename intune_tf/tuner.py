@@ -6,6 +6,7 @@ its options (default 0.5 s). A training loop can instead call `step()` itself.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 
@@ -16,6 +17,8 @@ from intune_tf import policies
 from intune_tf import session as session_lib
 
 
+# Longest wait for the tuner thread's current step at interpreter exit.
+_EXIT_JOIN_S = 10.0
 # Longest wait of the tuner thread: a new iterator is seen within this time.
 # Each wake lists the sessions (an op call), so shorter costs CPU.
 _DISCOVERY_S = 0.25
@@ -50,6 +53,7 @@ class Tuner:
     self._stop = threading.Event()
     self._listeners = []
     self._driven: set[int] = set()
+    self._stops_at_exit = False
 
   def drive(self, session_id: int) -> None:
     """The caller steps this session itself (`step_session`); the background
@@ -97,9 +101,28 @@ class Tuner:
     if self is _TUNER:
       from intune_tf import status  # pylint: disable=g-import-not-at-top
       status.install(self)  # status file, decision log (see intune_tf.status)
+    with self._lock:
+      # Registered after the listeners' own exit handlers, so it runs first
+      # (atexit is last in, first out): no step writes to a closed log.
+      if not self._stops_at_exit:
+        atexit.register(self._stop_at_exit)
+        self._stops_at_exit = True
 
   def stop(self) -> None:
     self._stop.set()
+
+  def _stop_at_exit(self) -> None:
+    """Stops and joins the thread before the interpreter finalizes.
+
+    A daemon thread that is inside an op call when finalization begins is
+    ended mid-call as it takes the GIL back, unwinding TensorFlow's frames:
+    the process may abort ("terminate called without an active exception")
+    or hang at exit. atexit runs while daemon threads still run normally.
+    """
+    self._stop.set()
+    thread = self._thread
+    if thread is not None and thread is not threading.current_thread():
+      thread.join(timeout=_EXIT_JOIN_S)
 
   def _run(self) -> None:
     while not self._stop.is_set():

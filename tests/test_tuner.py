@@ -1,6 +1,9 @@
 """The tuner loop applies policies and survives failing ones."""
 
 import gc
+import os
+import subprocess
+import sys
 import time
 
 from absl import logging
@@ -100,3 +103,43 @@ def test_listeners_see_every_step():
   assert mine and mine[-1].knobs and mine[-1].usable_cpus >= 1
   del it
   gc.collect()
+
+
+_EXIT_JOB = """
+import atexit, threading
+
+def report():  # registered first, so it runs after intune_tf's handlers
+  alive = sorted(t.name for t in threading.enumerate()
+                 if t.name.startswith("intune") and t.is_alive())
+  print("alive at exit:", alive, flush=True)
+
+atexit.register(report)
+import tensorflow as tf
+import intune_tf
+
+options = tf.data.Options()
+options.experimental_intune = intune_tf.IntuneOptions(period_s=0.02)
+ds = tf.data.Dataset.range(10**9).map(
+    lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        tf.data.AUTOTUNE).with_options(options)
+it = iter(ds)
+while intune_tf.global_tuner().policy(intune_tf.sessions()[-1].id) is None:
+  next(it)
+for _ in range(2000):
+  next(it)
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_tuner_and_status_threads_are_stopped_before_exit(tmp_path):
+  # A daemon thread caught inside an op call at interpreter finalization can
+  # abort or hang the process; intune_tf stops its threads at exit.
+  script = tmp_path / "job.py"
+  script.write_text(_EXIT_JOB)
+  result = subprocess.run([sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ,
+                                   INTUNE_STATUS_DIR=str(tmp_path / "st")))
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  assert "exiting\nalive at exit: []\n" in result.stdout
