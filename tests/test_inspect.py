@@ -248,7 +248,10 @@ def test_decision_log_lines(tmp_path):
 
 
 _JOB = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    # Ctrl-C must raise KeyboardInterrupt even where the job inherits an
+    # ignored SIGINT (a background job of a shell without job control).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {tests!r})
     import test_inspect  # registers the "test_deciding" policy
     it = iter(test_inspect._pipeline(policy="test_deciding", name="job"))
