@@ -1,11 +1,13 @@
 """Readings of the host that budgets and policies depend on.
 
-Every function re-reads the machine; nothing is cached, so a change of CPU
-affinity, cgroup quota or free memory is seen at the next call.
+Every function re-reads the machine, so a change of CPU affinity, cgroup
+quota or free memory is seen at the next call. Only which cgroup files exist
+(the cgroup layout, fixed for the life of a process) is remembered.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -20,7 +22,14 @@ _CGROUP_V1_MEM_MAX = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
 _CGROUP_V1_MEM_CUR = "/sys/fs/cgroup/memory/memory.usage_in_bytes"
 
 
+@functools.cache
+def _exists(path: str) -> bool:
+  return os.path.exists(path)
+
+
 def _read(path: str) -> str | None:
+  if not _exists(path):
+    return None
   try:
     with open(path) as f:
       return f.read().strip()

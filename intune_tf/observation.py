@@ -18,7 +18,7 @@ These are the InTune paper's factors, each with its source and unit:
 | `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus` |
 | `free_memory`, `total_memory` | bytes | psutil, capped by the cgroup memory limit |
 | `ram_budget`, `buffered_bytes` | bytes | root op |
-| `cpu_mhz` | MHz | psutil `cpu_freq()`, else /proc/cpuinfo; 0 if unknown |
+| `cpu_mhz` | MHz | psutil `cpu_freq()`, else /proc/cpuinfo, re-read every 10 s; 0 if unknown |
 | `dram_gbps` | GB/s | a 64 MB numpy copy, measured once per process |
 | `model_step_s` | s | `report_step_time()` from a training loop; None if none reports |
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 import threading
 import time
@@ -112,8 +113,22 @@ def dram_bandwidth_gbps(megabytes: int = 64, repeats: int = 3) -> float:
   return 2 * src.nbytes / best / 1e9  # read + write
 
 
+# The CPU clock is re-read at most this often (reading it parses
+# /proc/cpuinfo, a tenth of a millisecond the tuning step need not pay).
+CPU_MHZ_REFRESH_S = 10.0
+_mhz_cache = {"value": 0.0, "time": -math.inf}
+
+
 def cpu_mhz() -> float:
-  """Current CPU clock in MHz (0 when the machine does not say)."""
+  """The CPU clock in MHz (0 when the machine does not say), read at most
+  every `CPU_MHZ_REFRESH_S` seconds."""
+  now = time.monotonic()
+  if now - _mhz_cache["time"] >= CPU_MHZ_REFRESH_S:
+    _mhz_cache.update(value=_read_cpu_mhz(), time=now)
+  return _mhz_cache["value"]
+
+
+def _read_cpu_mhz() -> float:
   try:
     freq = psutil.cpu_freq()
     if freq and freq.current:
@@ -133,17 +148,27 @@ class Observer:
 
   def __init__(self, session: session_lib.Session):
     self.session = session
-    self._last_stats: dict[str, session_lib.StageStats] = {}
+    self._last_stats: dict[str, np.ndarray] = {}
+    self._last_names: tuple[str, ...] = ()
+    self._last_array: np.ndarray | None = None
     self._last_counters: dict[str, int] | None = None
     self._last_time: float | None = None
+
+  def _previous(self, names: tuple[str, ...], shape) -> np.ndarray:
+    """The last snapshot's rows for `names` (zeros for new stages)."""
+    if names == self._last_names and self._last_array is not None:
+      return self._last_array
+    zero = np.zeros(shape[1], np.int64)
+    return np.array([self._last_stats.get(n, zero) for n in names],
+                    np.int64).reshape(shape)
 
   def observe(self) -> Observation:
     """Reads the session and the host; rates are over the time since the
     previous call (or since the iterator started, the first time)."""
     now = time.monotonic()
-    knobs = tuple(self.session.knobs())
-    stats = self.session.stats()
-    counters = self.session.counters()
+    snap = self.session._snapshot()  # pylint: disable=protected-access
+    knobs, names, stats, counters = (snap.knobs, snap.stage_names,
+                                     snap.stage_stats, snap.counters)
     if self._last_time is None:
       interval = max(1e-6, time.time() - counters["created_us"] / 1e6)
     else:
@@ -151,37 +176,39 @@ class Observer:
     by_stage = {}
     for k in knobs:
       by_stage.setdefault(k.stage, {})[k.kind] = k.value
-    deltas = []
-    for st in stats:
-      prev = self._last_stats.get(st.name)
-      elements = st.elements - (prev.elements if prev else 0)
-      ptime = st.processing_time_ns - (prev.processing_time_ns if prev else 0)
-      produced = st.bytes_produced - (prev.bytes_produced if prev else 0)
-      deltas.append((st, max(elements, 0), max(ptime, 0), max(produced, 0)))
-    total_time = sum(d[2] for d in deltas) or 1
+    # Columns: elements, processing_time_ns, buffered_bytes,
+    # buffered_elements, bytes_produced, bytes_consumed.
+    delta = np.maximum(stats - self._previous(names, stats.shape), 0)
+    elements, ptime, produced = delta[:, 0], delta[:, 1], delta[:, 4]
+    total_time = float(ptime.sum()) or 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+      cpu_per_element = np.where(elements > 0, ptime / 1e9 / elements, 0.0)
+      bpe = np.where(stats[:, 3] > 0, stats[:, 2] / stats[:, 3],
+                     np.where(stats[:, 0] > 0, stats[:, 4] / stats[:, 0],
+                              0.0))
+    rates = elements / interval
+    produced_rates = produced / interval
+    shares = ptime / total_time
     stages = []
-    for st, elements, ptime, produced in deltas:
-      if st.buffered_elements > 0:
-        bpe = st.buffered_bytes / st.buffered_elements
-      elif st.elements > 0:
-        bpe = st.bytes_produced / st.elements
-      else:
-        bpe = 0.0
-      knob_values = by_stage.get(st.name, {})
+    for i, name in enumerate(names):
+      knob_values = by_stage.get(name, {})
       buffer_size = knob_values.get("buffer_size")
+      buffered = int(stats[i, 2])
       stages.append(StageObservation(
-          name=st.name, rate=elements / interval,
-          cpu_per_element_s=(ptime / 1e9 / elements) if elements else 0.0,
+          name=name, rate=float(rates[i]),
+          cpu_per_element_s=float(cpu_per_element[i]),
           parallelism=knob_values.get("parallelism"),
           buffer_size=buffer_size,
-          buffer_fill=(min(1.0, st.buffered_elements / buffer_size)
+          buffer_fill=(min(1.0, int(stats[i, 3]) / buffer_size)
                        if buffer_size else 0.0),
-          bytes_per_element=bpe, bytes_produced_per_s=produced / interval,
-          buffered_bytes=st.buffered_bytes, time_share=ptime / total_time))
+          bytes_per_element=float(bpe[i]),
+          bytes_produced_per_s=float(produced_rates[i]),
+          buffered_bytes=buffered, time_share=float(shares[i])))
     last = self._last_counters or {k: 0 for k in counters}
     d_elements = counters["elements"] - last["elements"]
     d_gaps = counters["gap_count"] - last["gap_count"]
-    self._last_stats = {st.name: st for st in stats}
+    self._last_stats = dict(zip(names, stats))
+    self._last_names, self._last_array = names, stats
     self._last_counters = counters
     self._last_time = now
     options = self.session.options

@@ -149,3 +149,31 @@ def test_set_ram_budget_rejects_bad_values(live, bad):
   _, session = live
   with pytest.raises(ValueError, match="positive int"):
     session.set_ram_budget(bad)
+
+
+@pytest.mark.parametrize("value", [True, "3", float("nan"), float("inf")])
+def test_value_that_is_not_a_finite_number_is_rejected(live, value):
+  _, session = live
+  buf = _by_kind(session, "buffer_size")[0]
+  session.set({buf.name: 2})
+  with pytest.raises(ValueError, match="not a finite number"):
+    session.set({buf.name: value})
+  assert {k.name: k.value for k in session.knobs()}[buf.name] == 2
+
+
+def test_snapshot_agrees_with_the_public_readings(live):
+  # The tuner's one-call reading (IntuneObserve) against knobs(), stats()
+  # (a parsed ModelProto) and counters(), taken just before it.
+  it, session = live
+  for _ in range(50):
+    next(it)
+  knobs, stats, counters = session.knobs(), session.stats(), session.counters()
+  snap = session._snapshot()  # pylint: disable=protected-access
+  assert list(snap.knobs) == knobs
+  assert snap.stage_names == tuple(s.name for s in stats)
+  assert snap.stage_stats.shape == (len(stats), 6)
+  for row, st in zip(snap.stage_stats, stats):
+    # Cumulative counts only grow (prefetch threads may run meanwhile).
+    assert row[0] >= st.elements and row[1] >= st.processing_time_ns
+    assert row[4] >= st.bytes_produced and row[5] >= st.bytes_consumed
+  assert snap.counters["elements"] == counters["elements"] == 51

@@ -104,23 +104,74 @@ class IntuneSetKnobsOp : public OpKernel {
   }
 };
 
+// The counters in the order IntuneSessionStats documents.
+std::vector<int64_t> CounterFields(const TuningSession& session) {
+  const SessionCounters c = session.Counters();
+  return {c.elements,       c.gap_time_us,         c.gap_count,
+          c.get_next_time_us, c.buffered_bytes,    c.peak_buffered_bytes,
+          c.ram_budget,     c.guard_shrinks,       c.guard_over_budget,
+          c.created_us};
+}
+
+Status OutputCounters(OpKernelContext* ctx, int index,
+                      const TuningSession& session) {
+  const std::vector<int64_t> fields = CounterFields(session);
+  Tensor* out;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(
+      index, TensorShape({static_cast<int64_t>(fields.size())}), &out));
+  for (size_t i = 0; i < fields.size(); ++i) out->vec<int64_t>()(i) = fields[i];
+  return OkStatus();
+}
+
 class IntuneSessionStatsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     std::shared_ptr<TuningSession> session;
     OP_REQUIRES_OK(ctx, GetSession(ctx, &session));
-    const SessionCounters c = session->Counters();
-    const std::vector<int64_t> fields = {
-        c.elements,      c.gap_time_us,         c.gap_count,
-        c.get_next_time_us, c.buffered_bytes,   c.peak_buffered_bytes,
-        c.ram_budget,    c.guard_shrinks,       c.guard_over_budget,
-        c.created_us};
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                            0, TensorShape({static_cast<int64_t>(fields.size())}),
-                            &out));
-    for (size_t i = 0; i < fields.size(); ++i) out->vec<int64_t>()(i) = fields[i];
+    OP_REQUIRES_OK(ctx, OutputCounters(ctx, 0, *session));
+  }
+};
+
+// Knobs, per-node statistics and counters in one call: one tuning step's
+// reading of the session.
+class IntuneObserveOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    std::shared_ptr<TuningSession> session;
+    OP_REQUIRES_OK(ctx, GetSession(ctx, &session));
+    const std::vector<Knob> knobs = session->ListKnobs();
+    const std::vector<StageSample> stages = session->Stages();
+    const int64_t k = knobs.size();
+    const int64_t s = stages.size();
+    Tensor *knob_names, *knob_values, *stage_names, *stage_stats;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &knob_names));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(1, TensorShape({k, 3}), &knob_values));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(2, TensorShape({s}), &stage_names));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(3, TensorShape({s, 6}), &stage_stats));
+    auto values = knob_values->matrix<double>();
+    for (int64_t i = 0; i < k; ++i) {
+      knob_names->vec<tstring>()(i) = knobs[i].name;
+      values(i, 0) = knobs[i].value;
+      values(i, 1) = knobs[i].min;
+      values(i, 2) = knobs[i].max;
+    }
+    auto stats = stage_stats->matrix<int64_t>();
+    for (int64_t i = 0; i < s; ++i) {
+      const StageSample& st = stages[i];
+      stage_names->vec<tstring>()(i) = st.name;
+      stats(i, 0) = st.elements;
+      stats(i, 1) = st.processing_time_ns;
+      stats(i, 2) = st.buffered_bytes;
+      stats(i, 3) = st.buffered_elements;
+      stats(i, 4) = st.bytes_produced;
+      stats(i, 5) = st.bytes_consumed;
+    }
+    OP_REQUIRES_OK(ctx, OutputCounters(ctx, 4, *session));
   }
 };
 
@@ -148,6 +199,8 @@ REGISTER_KERNEL_BUILDER(Name("IntuneSetKnobs").Device(DEVICE_CPU),
                         IntuneSetKnobsOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSessionStats").Device(DEVICE_CPU),
                         IntuneSessionStatsOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneObserve").Device(DEVICE_CPU),
+                        IntuneObserveOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSetRamBudget").Device(DEVICE_CPU),
                         IntuneSetRamBudgetOp);
 

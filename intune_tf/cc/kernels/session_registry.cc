@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <set>
 #include <utility>
 
@@ -198,6 +199,24 @@ Status TuningSession::ModelProto(std::string* serialized) {
     return errors::Internal("Could not serialize the model of session ", id_);
   }
   return OkStatus();
+}
+
+std::vector<StageSample> TuningSession::Stages() const {
+  std::vector<StageSample> stages;
+  std::deque<std::shared_ptr<Node>> todo;
+  if (model_->output() != nullptr) todo.push_back(model_->output());
+  std::set<int64_t> seen;
+  while (!todo.empty()) {
+    std::shared_ptr<Node> node = std::move(todo.front());
+    todo.pop_front();
+    if (!seen.insert(node->id()).second) continue;
+    stages.push_back({node->long_name(), node->num_elements(),
+                      node->processing_time(), node->buffered_bytes(),
+                      node->buffered_elements(), node->bytes_produced(),
+                      node->bytes_consumed()});
+    for (auto& input : node->inputs()) todo.push_back(std::move(input));
+  }
+  return stages;
 }
 
 void TuningSession::set_ram_budget(int64_t bytes) {

@@ -35,6 +35,17 @@ struct Knob {
   double max;
 };
 
+// One node of the pipeline's model, as exported by IntuneObserve.
+struct StageSample {
+  std::string name;  // the node's long name, "<Name>(id:<n>)"
+  int64_t elements;
+  int64_t processing_time_ns;
+  int64_t buffered_bytes;
+  int64_t buffered_elements;
+  int64_t bytes_produced;
+  int64_t bytes_consumed;
+};
+
 // Counters of a session, exported in this order by IntuneSessionStats.
 struct SessionCounters {
   int64_t elements = 0;           // elements returned by the root
@@ -68,6 +79,10 @@ class TuningSession {
                   std::vector<double>* applied);
 
   Status ModelProto(std::string* serialized);
+
+  // The model's nodes, breadth first from the output: what a ModelProto
+  // snapshot gives the tuner, without building and parsing one.
+  std::vector<StageSample> Stages() const;
 
   // Lowers memory knobs until the pipeline's committed buffer bytes fit the
   // RAM budget. Called after every SetKnobs (`thorough`) and by the guard

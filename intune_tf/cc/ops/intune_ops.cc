@@ -82,6 +82,29 @@ REGISTER_OP("IntuneSessionStats")
       return OkStatus();
     });
 
+REGISTER_OP("IntuneObserve")
+    .Input("session_id: int64")
+    .Output("knob_names: string")
+    .Output("knob_values: float64")
+    .Output("stage_names: string")
+    .Output("stage_stats: int64")
+    .Output("counters: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(1, c->Matrix(InferenceContext::kUnknownDim, 3));
+      c->set_output(2, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(3, c->Matrix(InferenceContext::kUnknownDim, 6));
+      c->set_output(4, c->Vector(10));
+      return OkStatus();
+    })
+    .Doc(R"doc(
+One tuning step's reading of a session: knob names and [value, min, max];
+the model's nodes breadth first from the output, with [elements,
+processing_time_ns, buffered_bytes, buffered_elements, bytes_produced,
+bytes_consumed]; and the counters of IntuneSessionStats.
+)doc");
+
 REGISTER_OP("IntuneSetRamBudget")
     .Input("session_id: int64")
     .Input("ram_budget: int64")
