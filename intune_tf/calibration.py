@@ -219,13 +219,15 @@ def errors(points_by_scenario: dict[str, list[Point]],
 def fit(points_by_scenario: dict[str, list[Point]],
         oversubscription: Iterable[float] = np.arange(0.0, 1.01, 0.1),
         handoff_s: Iterable[float] = (0.0, 3e-4, 1e-3),
-        cost_scale: Iterable[float] = np.arange(0.5, 1.21, 0.05)
+        cost_scale: Iterable[float] = np.arange(0.5, 1.21, 0.05),
+        pipelining: Iterable[float] = (1.5, 2.0, 3.0, 4.0, 8.0, np.inf)
         ) -> tuple[sim_lib.SimParams, float, list[dict]]:
   """The `SimParams` and cost scale with the smallest median |error| over
   all configurations, and its errors."""
   best = None
-  for o, h in itertools.product(oversubscription, handoff_s):
-    params = sim_lib.SimParams(oversubscription=float(o), handoff_s=float(h))
+  for o, h, k in itertools.product(oversubscription, handoff_s, pipelining):
+    params = sim_lib.SimParams(oversubscription=float(o), handoff_s=float(h),
+                               pipelining=float(k))
     base = _base_pipelines(points_by_scenario, params)
     for k in cost_scale:
       rows = errors(points_by_scenario, params, float(k), base)
@@ -239,7 +241,8 @@ def main(args) -> int:
   points = load_trace(args.trace)
   params, scale, rows = fit(points)
   print(f"SimParams: oversubscription {params.oversubscription:.2f}, "
-        f"handoff {params.handoff_s * 1e3:.2f} ms; cost scale {scale:.2f}")
+        f"handoff {params.handoff_s * 1e3:.2f} ms, pipelining "
+        f"{params.pipelining:g}; cost scale {scale:.2f}")
   print(f"{'scenario':18} {'configuration':44} {'measured':>10} "
         f"{'predicted':>10} {'error':>7}")
   for r in rows:

@@ -2,7 +2,8 @@
 
 `intune pretrain --seed S --out PATH` trains a fresh agent on randomized
 simulated pipelines (`simulator.random_pipeline`: 3-8 stages, 2-128 CPUs,
-heavy-tailed costs, resize and memory events). `intune simulate` scores
+heavy-tailed costs, resize and memory events) on randomized machines
+(`simulator.random_params`: oversubscription cost, pipelining). `intune simulate` scores
 policies against the simulator's optimum on random pipelines.
 """
 
@@ -85,7 +86,9 @@ def _fit(obs) -> dict[str, float]:
 def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
              progress: bool = True, agent: dqn.Agent | None = None,
              make_pipeline: Callable[[np.random.Generator],
-                                     sim_lib.SimPipeline] | None = None
+                                     sim_lib.SimPipeline] | None = None,
+             make_params: Callable[[np.random.Generator],
+                                   sim_lib.SimParams] | None = None
              ) -> tuple[dqn.Agent, dict]:
   """Trains an agent in the simulator.
 
@@ -96,6 +99,7 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
     progress: show a progress bar. Default True.
     agent: continue training this agent. Default: a fresh one.
     make_pipeline: pipeline generator. Default `simulator.random_pipeline`.
+    make_params: machine generator. Default `simulator.random_params`.
 
   Returns:
     (agent, statistics of the run).
@@ -103,6 +107,7 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
   rng = np.random.default_rng(seed)
   agent = agent or dqn.Agent(seed=seed)
   make_pipeline = make_pipeline or sim_lib.random_pipeline
+  make_params = make_params or sim_lib.random_params
   bar = None
   if progress:
     import tqdm  # pylint: disable=g-import-not-at-top
@@ -110,7 +115,8 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
   t0 = time.time()
   step, episodes, recent = 0, 0, []
   while step < steps:
-    sim = sim_lib.Simulator(make_pipeline(rng), seed=int(rng.integers(2**31)))
+    sim = sim_lib.Simulator(make_pipeline(rng), seed=int(rng.integers(2**31)),
+                            params=make_params(rng))
     _start(sim, rng)
     obs = sim.observe()
     ref, ref_cpus = 0.0, None
@@ -172,10 +178,11 @@ def run_policy(policy: policies.Policy, sim: sim_lib.Simulator,
 def score(make_policy: Callable[[], policies.Policy], pipelines,
           seed: int = 0, steps: int = EPISODE_STEPS,
           start: str = "even") -> np.ndarray:
-  """Each policy's steady throughput / the optimum, per pipeline."""
+  """Each policy's steady throughput / the optimum, per (pipeline, params)
+  pair of `pipelines`."""
   ratios = []
-  for i, pipe in enumerate(pipelines):
-    sim = sim_lib.Simulator(pipe, seed=seed + i)
+  for i, (pipe, params) in enumerate(pipelines):
+    sim = sim_lib.Simulator(pipe, seed=seed + i, params=params)
     if start == "even":
       sim.set(policies.EvenPolicy(IntuneOptions()).step(sim.observe()))
     rate = run_policy(make_policy(), sim, steps)
@@ -186,10 +193,15 @@ def score(make_policy: Callable[[], policies.Policy], pipelines,
 
 def evaluation_pipelines(count: int = 200, seed: int = 1234,
                          cpus: tuple[int, int] = (8, 128)):
-  """The issue's evaluation set: 3-8 stages, 8-128 CPUs, no events."""
+  """The issue's evaluation set: 3-8 stages, 8-128 CPUs, no events; each
+  pipeline with its machine constants (`simulator.random_params`).
+
+  Returns:
+    [(SimPipeline, SimParams)] of length `count`.
+  """
   rng = np.random.default_rng(seed)
-  return [sim_lib.random_pipeline(rng, cpus=cpus, events=False)
-          for _ in range(count)]
+  return [(sim_lib.random_pipeline(rng, cpus=cpus, events=False),
+           sim_lib.random_params(rng)) for _ in range(count)]
 
 
 def compare(weights: str | None = None, count: int = 200, seed: int = 1234,

@@ -18,12 +18,14 @@ from _observations import obs as _obs
 
 
 def test_project_to_budget_takes_threads_from_the_largest():
-  knobs = [_knob("A(id:2)/parallelism", "parallelism", 4, hi=8),
-           _knob("B(id:1)/parallelism", "parallelism", 3, hi=8)]
-  # Budget 2 CPUs: each at most 2, together at most 2 + 2 - 1 = 3 threads.
-  # (4, 3) -> (2, 2) -> the first largest gives one back: (1, 2).
-  assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=2)) == {
-      "A(id:2)/parallelism": 1.0, "B(id:1)/parallelism": 2.0}
+  knobs = [_knob("A(id:3)/parallelism", "parallelism", 6, hi=8),
+           _knob("B(id:2)/parallelism", "parallelism", 5, hi=8),
+           _knob("C(id:1)/parallelism", "parallelism", 4, hi=8)]
+  # Budget 3 CPUs: each at most 3, together at most 2 * 3 + 3 - 1 = 8.
+  # (6, 5, 4) -> (3, 3, 3) = 9 -> the first largest gives one back: (2, 3, 3).
+  assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=3)) == {
+      "A(id:3)/parallelism": 2.0, "B(id:2)/parallelism": 3.0,
+      "C(id:1)/parallelism": 3.0}
   assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=8)) == {}
 
 
@@ -82,7 +84,8 @@ def test_tiny_agent_learns_a_two_stage_pipeline():
   """A fresh agent, 3,000 simulator steps on one 2-stage pipeline (costs
   3:1 on 8 CPUs, optimum 6/2 or so), then greedy: within 5% of optimum."""
   agent, _ = pretrain.pretrain(seed=0, steps=3000, progress=False,
-                               make_pipeline=lambda rng: _two_stage())
+                               make_pipeline=lambda rng: _two_stage(),
+                               make_params=lambda rng: sim.SimParams())
   s = sim.Simulator(_two_stage(), seed=0)
   s.set({"A(id:2)/parallelism": 1, "B(id:1)/parallelism": 1})
   policy = agent_lib.IntunePolicy(IntuneOptions(), agent=agent, learn=False,

@@ -38,20 +38,28 @@ def test_td_targets_by_hand():
 
 
 def test_action_mask_at_budget_edges():
-  knobs = [_knob("A(id:3)/parallelism", "parallelism", 1),
-           _knob("B(id:2)/parallelism", "parallelism", 3),
+  knobs = [_knob("A(id:4)/parallelism", "parallelism", 3),
+           _knob("B(id:3)/parallelism", "parallelism", 3),
+           _knob("C(id:2)/parallelism", "parallelism", 2),
            _knob("P(id:1)/buffer_size", "buffer_size", 2, lo=0, hi=100)]
-  # CPU limit 4 + 2 - 1 = 5 threads, 4 in use. RAM: 2 x 10 MB of 40 MB.
-  mask = dqn.action_mask(_obs(knobs))
+  # 3 CPUs: each stage at most 3 threads, all at most 2 * 3 + 3 - 1 = 8,
+  # 8 in use. RAM: 2 x 10 MB of 40 MB.
+  mask = dqn.action_mask(_obs(knobs, cpu_budget=3))
   expected = {
-      # A: 1 -> -4, 0 below min; +1 -> 5 threads ok; +5 -> 6 > 4 CPUs.
-      "A": [False, False, True, False],
-      # B: 3 -> -2 no, 2 ok, 4 ok (4 <= 4 CPUs, 5 threads), 8 no.
-      "B": [False, True, True, False],
+      # A, B: 3 -> -2 below min; 2 ok; 4 > 3 CPUs; 8 no.
+      "A": [False, True, False, False],
+      "B": [False, True, False, False],
+      # C: 2 -> -3 no; 1 ok; 3 fits its 3 CPUs but makes 9 > 8 threads; 7 no.
+      "C": [False, True, False, False],
       # P: 2 -> -3 no, 1 ok, 3 (30 MB) ok, 7 (70 MB > 40 MB) no.
       "P": [False, True, True, False],
   }
-  assert mask.tolist() == expected["A"] + expected["B"] + expected["P"] + [True]
+  assert mask.tolist() == (expected["A"] + expected["B"] + expected["C"] +
+                           expected["P"] + [True])
+  # One thread fewer in use (C at 1): C may grow to 2 and 3 (8 threads).
+  knobs[2] = _knob("C(id:2)/parallelism", "parallelism", 1)
+  mask = dqn.action_mask(_obs(knobs, cpu_budget=3))
+  assert mask[8:12].tolist() == [False, False, True, False]
 
 
 def test_action_mask_keeps_buffers_at_one_element():

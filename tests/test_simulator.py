@@ -1,6 +1,7 @@
 """Tests of intune_tf.simulator: the throughput model, optimum, dynamics."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -46,27 +47,62 @@ def test_jitter_costs_and_buffers_recover():
       pytest.approx(50 * (1 - 0.25 * 0.5 ** 4)))
 
 
-def _grid_best(pipeline, cpus):
+@pytest.mark.parametrize("bounds,k,expected", [
+    ([3, 4], 2.0, 2.4),  # (1/9 + 1/16) ** -1/2 = (25/144) ** -1/2 = 12/5
+    ([3, 4], math.inf, 3.0),
+    ([2, 2], 1.0, 1.0),  # (1/2 + 1/2) ** -1
+    ([0, 5], 2.0, 0.0),
+])
+def test_softmin_by_hand(bounds, k, expected):
+  assert sim.softmin(bounds, k) == pytest.approx(expected)
+
+
+def test_imperfect_pipelining_rewards_threads_beyond_the_bottleneck():
+  params = sim.SimParams(oversubscription=0.0, pipelining=2.0)
+  # (1, 2) on 4 CPUs: bounds 100, 100 and 4 / .03 = 133.3:
+  # (2 / 100^2 + (.03 / 4)^2) ** -1/2 = (2.5625e-4) ** -1/2 = 62.47.
+  assert sim.throughput(TWO, (1, 2), (0, 0), 4, params=params) == (
+      pytest.approx(2.5625e-4 ** -0.5))
+  # (2, 4): bounds 200, 200, 133.3: (5e-5 + 5.625e-5) ** -1/2 = 97.0; the
+  # hard minimum gives 100 for both allocations.
+  assert sim.throughput(TWO, (2, 4), (0, 0), 4, params=params) == (
+      pytest.approx(1.0625e-4 ** -0.5))
+
+
+def _grid_best(pipeline, cpus, params=sim.SimParams()):
   n = len(pipeline.stages)
   limit = sim.cpu_limit(n, cpus)
   best = 0.0
   for par in itertools.product(range(1, cpus + 1), repeat=n):
     if sum(par) > limit:
       continue
-    best = max(best, sim.throughput(pipeline.stages, par, (0,) * n, cpus))
+    best = max(best, sim.throughput(pipeline.stages, par, (0,) * n, cpus,
+                                    params=params))
   return best
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_optimum_matches_a_grid_search(seed):
+@pytest.mark.parametrize("params,rel", [
+    (sim.SimParams(), 1e-9),  # hard minimum: the greedy rule is exact
+    (sim.SimParams(oversubscription=0.1, pipelining=3.0), 0.01),
+    (sim.SimParams(oversubscription=0.0, pipelining=2.0), 0.01),
+])
+def test_optimum_matches_a_grid_search(seed, params, rel):
   rng = np.random.default_rng(seed)
   stages = tuple(sim.SimStage(f"S{i}(id:{i})", float(rng.lognormal(-5, 1)))
                  for i in range(3))
-  cpus = int(rng.integers(2, 6))
+  cpus = int(rng.integers(3, 7))
   pipeline = sim.SimPipeline(stages, cpus, memory_limit=1e12, ram_budget=0)
-  rate, par, buf = sim.optimum(pipeline)
-  assert rate == pytest.approx(_grid_best(pipeline, cpus), rel=1e-9)
+  rate, par, buf = sim.optimum(pipeline, params=params)
+  assert rate == pytest.approx(_grid_best(pipeline, cpus, params), rel=rel)
   assert sum(par) <= sim.cpu_limit(3, cpus) and buf == [0, 0, 0]
+
+
+def test_random_params_cover_cheap_and_costly_machines():
+  rng = np.random.default_rng(0)
+  params = [sim.random_params(rng) for _ in range(200)]
+  assert all(0 <= p.oversubscription <= 0.3 for p in params)
+  assert {p.pipelining for p in params} == {2.0, 3.0, 4.0, 8.0, math.inf}
 
 
 def test_optimum_fills_buffers_within_the_ram_budget():
