@@ -148,7 +148,6 @@ class Observer:
 
   def __init__(self, session: session_lib.Session):
     self.session = session
-    self._last_stats: dict[str, np.ndarray] = {}
     self._last_names: tuple[str, ...] = ()
     self._last_array: np.ndarray | None = None
     self._last_counters: dict[str, int] | None = None
@@ -156,10 +155,13 @@ class Observer:
 
   def _previous(self, names: tuple[str, ...], shape) -> np.ndarray:
     """The last snapshot's rows for `names` (zeros for new stages)."""
-    if names == self._last_names and self._last_array is not None:
+    if self._last_array is None:
+      return np.zeros(shape, np.int64)
+    if names == self._last_names:
       return self._last_array
+    last = dict(zip(self._last_names, self._last_array))
     zero = np.zeros(shape[1], np.int64)
-    return np.array([self._last_stats.get(n, zero) for n in names],
+    return np.array([last.get(n, zero) for n in names],
                     np.int64).reshape(shape)
 
   def observe(self) -> Observation:
@@ -176,8 +178,8 @@ class Observer:
     by_stage = {}
     for k in knobs:
       by_stage.setdefault(k.stage, {})[k.kind] = k.value
-    # Columns: elements, processing_time_ns, buffered_bytes,
-    # buffered_elements, bytes_produced, bytes_consumed.
+    # Columns as in `session._STAGE_COLUMNS`: elements, processing_time_ns,
+    # buffered_bytes, buffered_elements, bytes_produced, bytes_consumed.
     delta = np.maximum(stats - self._previous(names, stats.shape), 0)
     elements, ptime, produced = delta[:, 0], delta[:, 1], delta[:, 4]
     total_time = float(ptime.sum()) or 1.0
@@ -207,7 +209,6 @@ class Observer:
     last = self._last_counters or {k: 0 for k in counters}
     d_elements = counters["elements"] - last["elements"]
     d_gaps = counters["gap_count"] - last["gap_count"]
-    self._last_stats = dict(zip(names, stats))
     self._last_names, self._last_array = names, stats
     self._last_counters = counters
     self._last_time = now

@@ -2,7 +2,6 @@
 
 import os
 import threading
-import time
 
 import psutil
 import pytest
@@ -10,14 +9,7 @@ import pytest
 from intune_tf import host
 from intune_tf import resize
 
-
-def _wait_for(predicate, timeout: float = 10.0) -> bool:
-  end = time.monotonic() + timeout
-  while time.monotonic() < end:
-    if predicate():
-      return True
-    time.sleep(0.01)
-  return False
+from _waiting import wait_for
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
@@ -34,8 +26,8 @@ def test_schedule_changes_every_thread_and_restores():
   def counts():
     return {len(os.sched_getaffinity(t.id))
             for t in psutil.Process().threads()}
-  assert _wait_for(lambda: counts() == {1} and host.usable_cpus() == 1)
-  assert _wait_for(lambda: host.usable_cpus() == 2)
+  assert wait_for(lambda: counts() == {1} and host.usable_cpus() == 1)
+  assert wait_for(lambda: host.usable_cpus() == 2)
   schedule.stop()
   assert [n for _, n in schedule.applied] == [1, 2]
   assert sorted(os.sched_getaffinity(0)) == all_cpus

@@ -4,7 +4,6 @@ import gc
 import os
 import subprocess
 import sys
-import time
 
 from absl import logging
 import pytest
@@ -12,6 +11,8 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import policies
+
+from _waiting import wait_for
 
 
 def _iterate(policy, **fields):
@@ -26,15 +27,6 @@ def _iterate(policy, **fields):
   return it, intune_tf.sessions()[-1]
 
 
-def _wait_for(predicate, timeout=10.0):
-  end = time.monotonic() + timeout
-  while time.monotonic() < end:
-    if predicate():
-      return True
-    time.sleep(0.02)
-  return False
-
-
 def test_fixed_policy_is_applied_by_the_background_tuner():
   # Knob names are stable for the same pipeline: learn them on a first run.
   it, session = _iterate("even")
@@ -42,7 +34,7 @@ def test_fixed_policy_is_applied_by_the_background_tuner():
   del it
   gc.collect()
   it, session = _iterate("fixed", config={name: 1})
-  assert _wait_for(lambda: {k.name: k.value for k in session.knobs()}
+  assert wait_for(lambda: {k.name: k.value for k in session.knobs()}
                    .get(name) == 1)
   del it
   gc.collect()
@@ -75,7 +67,7 @@ def test_failing_policy_keeps_last_good_configuration_and_reports_once(
   it = None
   try:
     it, session = _iterate("exploding-test", period_s=0.02)
-    assert _wait_for(lambda: _Exploding.calls >= 5)
+    assert wait_for(lambda: _Exploding.calls >= 5)
     par = [k for k in session.knobs() if k.kind == "parallelism"][0]
     session_errors = [e for e in errors if "exploding-test" in str(e)]
     assert len(session_errors) == 1 and "boom" in str(session_errors[0])
