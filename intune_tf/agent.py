@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "agent_weights.npz")
 # Exploration while tuning a live pipeline.
 ONLINE_EPSILON = 0.05
+# A greedy move must beat staying put by this much (Q units; values are
+# about 1 / (1 - gamma) = 10 rewards, so 0.05 is 0.5%) to be taken: near-ties
+# stay put instead of churning the pipeline. Chosen by `intune simulate` over
+# 0, 0.05, 0.1 and 0.25 (AGENT.md).
+MOVE_MARGIN = 0.05
 # A regression: smoothed throughput below (1 - REGRESSION) x the best.
 REGRESSION = 0.08
 PATIENCE = 3
@@ -71,6 +76,27 @@ def project_to_budget(obs: "Observation") -> dict[str, float]:
       break
     values[name] -= 1
   return {k.name: values[k.name] for k in parallel if values[k.name] != k.value}
+
+
+def start_allocation(obs: "Observation") -> dict[str, float]:
+  """Where a live pipeline starts: every parallel stage at
+  min(C, cpu_limit / n) threads (as even as the limit allows, at most the
+  usable CPUs each) and the RAM budget split evenly over the buffers.
+
+  A live pipeline's initial knob values (a prefetch of 0, one thread per
+  stage) are arbitrary; one thread per stage starves a small machine whose
+  stages wait on each other (Criteo L4 on 2 CPUs: 35,840 rows/s with one
+  thread per stage, 54,272 with two). Example: 4 parallel stages on 2 CPUs:
+  limit 2 (2 + 4 - 1) = 10 -> min(2, 10 // 4) = 2 threads each.
+  """
+  parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+  buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
+  each = max(1, min(obs.cpu_budget,
+                    dqn.cpu_limit(len(parallel), obs.cpu_budget)
+                    // max(len(parallel), 1)))
+  values = {k.name: float(min(max(each, k.min), k.max)) for k in parallel}
+  values.update(policies.even_buffers(obs, buffers))
+  return values
 
 
 def raise_low_buffers(obs: "Observation") -> dict[str, float]:
@@ -143,11 +169,14 @@ class IntunePolicy(policies.Policy):
     learn: fine-tune from the live replay buffer. Default True.
     epsilon: exploration rate. Default `ONLINE_EPSILON` (0.05).
     seed: exploration seed. Default 0.
+    move_margin: how much a greedy move's value must beat the no-op's.
+      Default `MOVE_MARGIN` (0.05).
   """
 
   def __init__(self, options: "IntuneOptions", weights: str | None = None,
                learn: bool = True, epsilon: float = ONLINE_EPSILON,
-               seed: int = 0, agent: dqn.Agent | None = None):
+               seed: int = 0, agent: dqn.Agent | None = None,
+               move_margin: float | None = None):
     super().__init__(options)
     self.agent = agent or dqn.Agent(seed=seed, replay_capacity=5_000,
                                     batch_size=32)
@@ -160,6 +189,7 @@ class IntunePolicy(policies.Policy):
                         "untrained.", path)
     self.learn = learn
     self.epsilon = epsilon
+    self.move_margin = MOVE_MARGIN if move_margin is None else move_margin
     self.guard = Guard()
     self.last_decision: dict | None = None
     self.steps = 0
@@ -255,11 +285,12 @@ class IntunePolicy(policies.Policy):
           self.last_decision = {"step": 0, "action": "warm-start"}
           return values
       if self.session is not None:
-        # A live pipeline starts at the even split (the paper's start): the
-        # knobs' initial values (a prefetch of 0, one thread everywhere) are
-        # arbitrary, and the agent was pretrained from this start.
-        self.last_decision = {"step": 0, "action": "start-even"}
-        return policies.EvenPolicy(self.options).step(obs)
+        # Held for MIN_SAMPLES decisions, so the guard knows the start's rate
+        # before the agent explores from it.
+        values = start_allocation(obs)
+        self._hold, self._hold_values = MIN_SAMPLES, values
+        self.last_decision = {"step": 0, "action": "start"}
+        return values
     obs = self._measured(obs)
     if obs is None:
       return {}
@@ -289,7 +320,7 @@ class IntunePolicy(policies.Policy):
       # after the first step may have reset its knob.
       values, action, self._prev = dict(self._hold_values), "hold", None
     else:
-      a = self.agent.act(state, mask, self.epsilon)
+      a = self.agent.act(state, mask, self.epsilon, self.move_margin)
       values, action = dqn.apply_action(obs, a), dqn.describe_action(obs, a)
       self._prev = (state, a)
     decision.update(action=action, loss=loss,

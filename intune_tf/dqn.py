@@ -98,11 +98,11 @@ def td_targets(rewards: np.ndarray, next_q_target: np.ndarray,
 
 # --- actions -------------------------------------------------------------------
 def cpu_limit(parallel_knobs: int, cpu_budget: int) -> int:
-  """Most threads all parallel stages together may hold (2C + n - 1): each
-  stage keeps its first thread, and the extra threads may oversubscribe the
-  CPU budget twice over (tf.data's threads also wait on their inputs and
-  outputs: Criteo L4 runs fastest with 8 threads on 2 cores)."""
-  return 2 * int(cpu_budget) + max(int(parallel_knobs), 1) - 1
+  """Most threads all parallel stages together may hold: 2 (C + n - 1),
+  twice the C CPUs plus each stage's first thread, since tf.data's threads
+  also wait on their inputs and outputs (Criteo L4, 4 parallel stages, runs
+  fastest with 2 threads on every stage: 8 threads on 2 cores)."""
+  return 2 * (int(cpu_budget) + max(int(parallel_knobs), 1) - 1)
 
 
 def action_mask(obs: "Observation") -> np.ndarray:
@@ -280,12 +280,16 @@ def flat_q(per_knob: np.ndarray, knob_mask: np.ndarray | None = None
 
 
 def select(q: np.ndarray, mask: np.ndarray, epsilon: float,
-           rng: np.random.Generator) -> int:
-  """Epsilon-greedy over the valid actions (the no-op is always valid)."""
+           rng: np.random.Generator, margin: float = 0.0) -> int:
+  """Epsilon-greedy over the valid actions (the no-op, last, is always
+  valid). The greedy move is taken only when its value beats the no-op's by
+  more than `margin` (default 0); otherwise the no-op."""
   valid = np.flatnonzero(mask)
   if rng.random() < epsilon:
     return int(rng.choice(valid))
-  return int(valid[np.argmax(q[valid])])
+  best = int(valid[np.argmax(q[valid])])
+  noop = len(q) - 1
+  return best if q[best] > q[noop] + margin else noop
 
 
 def pad_action(action: int, knobs: int) -> int:
@@ -376,8 +380,9 @@ class Agent:
   def q_values(self, state: np.ndarray) -> np.ndarray:
     return flat_q(forward(self.weights, state))
 
-  def act(self, state: np.ndarray, mask: np.ndarray, epsilon: float) -> int:
-    return select(self.q_values(state), mask, epsilon, self.rng)
+  def act(self, state: np.ndarray, mask: np.ndarray, epsilon: float,
+          margin: float = 0.0) -> int:
+    return select(self.q_values(state), mask, epsilon, self.rng, margin)
 
   # --- learning -----------------------------------------------------------
   def _make_train_fn(self):

@@ -107,7 +107,9 @@ def _clamp(value: float, knob) -> float:
   return float(min(max(value, knob.min), knob.max))
 
 
-def _even_buffers(obs, buffers) -> dict[str, float]:
+def even_buffers(obs, buffers) -> dict[str, float]:
+  """The RAM budget split evenly over `buffers`, each at most
+  `MAX_EVEN_BUFFER` elements."""
   values = {}
   bpe = obs.bytes_per_element
   for knob in buffers:
@@ -129,7 +131,7 @@ class EvenPolicy(Policy):
     buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
     values = {k.name: _clamp(c, k) for k, c in
               zip(parallel, even_split(obs.cpu_budget, len(parallel)))}
-    values.update(_even_buffers(obs, buffers))
+    values.update(even_buffers(obs, buffers))
     return values
 
 
@@ -175,7 +177,7 @@ class AnalyticPolicy(Policy):
     shares = proportional_allocation(costs, obs.cpu_budget,
                                      [k.max for k in parallel])
     values = {k.name: _clamp(p, k) for k, p in zip(parallel, shares)}
-    values.update(_even_buffers(obs, buffers))
+    values.update(even_buffers(obs, buffers))
     return values
 
 

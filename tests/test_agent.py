@@ -18,15 +18,34 @@ from _observations import obs as _obs
 
 
 def test_project_to_budget_takes_threads_from_the_largest():
-  knobs = [_knob("A(id:3)/parallelism", "parallelism", 6, hi=8),
-           _knob("B(id:2)/parallelism", "parallelism", 5, hi=8),
-           _knob("C(id:1)/parallelism", "parallelism", 4, hi=8)]
-  # Budget 3 CPUs: each at most 3, together at most 2 * 3 + 3 - 1 = 8.
-  # (6, 5, 4) -> (3, 3, 3) = 9 -> the first largest gives one back: (2, 3, 3).
+  knobs = [_knob("A(id:5)/parallelism", "parallelism", 6, hi=8),
+           _knob("B(id:4)/parallelism", "parallelism", 5, hi=8),
+           _knob("C(id:3)/parallelism", "parallelism", 4, hi=8),
+           _knob("D(id:2)/parallelism", "parallelism", 4, hi=8),
+           _knob("E(id:1)/parallelism", "parallelism", 3, hi=8)]
+  # Budget 3 CPUs: each at most 3, together at most 2 * (3 + 5 - 1) = 14.
+  # (6, 5, 4, 4, 3) -> (3, 3, 3, 3, 3) = 15 -> the first largest gives one
+  # back: (2, 3, 3, 3, 3); E is unchanged.
   assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=3)) == {
-      "A(id:3)/parallelism": 2.0, "B(id:2)/parallelism": 3.0,
-      "C(id:1)/parallelism": 3.0}
+      "A(id:5)/parallelism": 2.0, "B(id:4)/parallelism": 3.0,
+      "C(id:3)/parallelism": 3.0, "D(id:2)/parallelism": 3.0}
   assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=8)) == {}
+
+
+@pytest.mark.parametrize("cpus,knob_count,expected", [
+    (2, 4, 2.0),    # limit 2 (2 + 4 - 1) = 10: min(2, 10 // 4) = 2
+    (16, 4, 6.0),   # limit 2 (16 + 3) = 38: min(16, 38 // 4 = 9) = 9 -> max 6
+    (64, 8, 6.0),   # limit 2 (64 + 7) = 142: 142 // 8 = 17 -> knob max 6
+    (1, 3, 1.0),    # limit 2 (1 + 2) = 6: min(1, 2) = 1
+])
+def test_start_allocation(cpus, knob_count, expected):
+  knobs = [_knob(f"S{i}(id:{i + 2})/parallelism", "parallelism", 1, hi=6)
+           for i in range(knob_count)]
+  knobs.append(_knob("P(id:1)/buffer_size", "buffer_size", 0, lo=0, hi=100))
+  values = agent_lib.start_allocation(_obs(knobs, cpu_budget=cpus))
+  assert [values[k.name] for k in knobs[:-1]] == [expected] * knob_count
+  # The buffer gets the whole 40 MB budget: 4 elements of 10 MB.
+  assert values["P(id:1)/buffer_size"] == 4.0
 
 
 def test_guard_reverts_after_patience():

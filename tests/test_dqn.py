@@ -38,28 +38,30 @@ def test_td_targets_by_hand():
 
 
 def test_action_mask_at_budget_edges():
-  knobs = [_knob("A(id:4)/parallelism", "parallelism", 3),
-           _knob("B(id:3)/parallelism", "parallelism", 3),
-           _knob("C(id:2)/parallelism", "parallelism", 2),
+  knobs = [_knob("A(id:5)/parallelism", "parallelism", 4),
+           _knob("B(id:4)/parallelism", "parallelism", 4),
+           _knob("C(id:3)/parallelism", "parallelism", 3),
+           _knob("D(id:2)/parallelism", "parallelism", 3),
            _knob("P(id:1)/buffer_size", "buffer_size", 2, lo=0, hi=100)]
-  # 3 CPUs: each stage at most 3 threads, all at most 2 * 3 + 3 - 1 = 8,
-  # 8 in use. RAM: 2 x 10 MB of 40 MB.
-  mask = dqn.action_mask(_obs(knobs, cpu_budget=3))
+  # 4 CPUs: each stage at most 4 threads, all at most 2 * (4 + 4 - 1) = 14,
+  # 14 in use. RAM: 2 x 10 MB of 40 MB.
+  mask = dqn.action_mask(_obs(knobs, cpu_budget=4))
   expected = {
-      # A, B: 3 -> -2 below min; 2 ok; 4 > 3 CPUs; 8 no.
+      # A, B: 4 -> -1 below min; 3 ok; 5 > 4 CPUs; 9 no.
       "A": [False, True, False, False],
       "B": [False, True, False, False],
-      # C: 2 -> -3 no; 1 ok; 3 fits its 3 CPUs but makes 9 > 8 threads; 7 no.
+      # C, D: 3 -> -2 no; 2 ok; 4 fits 4 CPUs but makes 15 > 14 threads; 8 no.
       "C": [False, True, False, False],
+      "D": [False, True, False, False],
       # P: 2 -> -3 no, 1 ok, 3 (30 MB) ok, 7 (70 MB > 40 MB) no.
       "P": [False, True, True, False],
   }
   assert mask.tolist() == (expected["A"] + expected["B"] + expected["C"] +
-                           expected["P"] + [True])
-  # One thread fewer in use (C at 1): C may grow to 2 and 3 (8 threads).
-  knobs[2] = _knob("C(id:2)/parallelism", "parallelism", 1)
-  mask = dqn.action_mask(_obs(knobs, cpu_budget=3))
-  assert mask[8:12].tolist() == [False, False, True, False]
+                           expected["D"] + expected["P"] + [True])
+  # One thread fewer in use (C at 2): C may shrink to 1 or grow to 3 (14).
+  knobs[2] = _knob("C(id:3)/parallelism", "parallelism", 2)
+  mask = dqn.action_mask(_obs(knobs, cpu_budget=4))
+  assert mask[8:12].tolist() == [False, True, True, False]
 
 
 def test_action_mask_keeps_buffers_at_one_element():
@@ -106,6 +108,19 @@ def test_select_only_valid_actions():
   assert dqn.select(q, mask, 0.0, rng) == 1
   picks = {dqn.select(q, mask, 1.0, rng) for _ in range(50)}
   assert picks == {1, 2}
+
+
+@pytest.mark.parametrize("margin,expected", [
+    (0.0, 1),    # 1.0 > 0.7 + 0: the best valid move
+    (0.25, 1),   # 1.0 > 0.7 + 0.25 = 0.95
+    (0.3, 2),    # 1.0 is not above 0.7 + 0.3 = 1.0: the no-op
+    (0.5, 2),
+])
+def test_select_moves_only_beyond_the_margin(margin, expected):
+  rng = np.random.default_rng(0)
+  q = np.array([5.0, 1.0, 0.7])  # index 0 is masked; 2 is the no-op
+  mask = np.array([False, True, True])
+  assert dqn.select(q, mask, 0.0, rng, margin) == expected
 
 
 def test_features_mark_the_bottleneck_and_gap():
