@@ -136,6 +136,15 @@ class Guard:
           best, best_rate = dict(key), mean
     return best, best_rate
 
+  def known_worse(self, config: dict[str, float]) -> bool:
+    """Whether `config` has `min_samples` measurements at the current CPU
+    count whose mean is below `1 - regression` of the best's."""
+    rates = self._rates.get(tuple(sorted(config.items())))
+    if not rates or len(rates) < self.min_samples:
+      return False
+    _, best_rate = self.best()
+    return float(np.mean(rates[-5:])) < (1 - self.regression) * best_rate
+
   def update(self, config: dict[str, float], rate: float, cpus: int) -> bool:
     """Credits `rate` to `config`; True when the pipeline should revert."""
     if cpus != self._cpus:
@@ -257,6 +266,17 @@ class IntunePolicy(policies.Policy):
     self._acc_elements = self._acc_seconds = 0.0
     return dataclasses.replace(obs, output_rate=rate)
 
+  def _avoid_known_worse(self, obs: "Observation", config: dict[str, float],
+                         mask: np.ndarray) -> np.ndarray:
+    """`mask` without the moves into configurations the guard measured
+    clearly worse than the best (the agent's prior can be wrong for a
+    machine; the measurements say so long before fine-tuning does)."""
+    mask = mask.copy()
+    for a in np.flatnonzero(mask[:-1]):
+      if self.guard.known_worse({**config, **dqn.apply_action(obs, int(a))}):
+        mask[a] = False
+    return mask
+
   def step(self, obs: "Observation") -> dict[str, float]:
     values = {**raise_low_buffers(obs), **self._step(obs)}
     # Held, reverted or warm-start values obey the floor too.
@@ -320,6 +340,7 @@ class IntunePolicy(policies.Policy):
       # after the first step may have reset its knob.
       values, action, self._prev = dict(self._hold_values), "hold", None
     else:
+      mask = self._avoid_known_worse(obs, config, mask)
       a = self.agent.act(state, mask, self.epsilon, self.move_margin)
       values, action = dqn.apply_action(obs, a), dqn.describe_action(obs, a)
       self._prev = (state, a)

@@ -67,6 +67,40 @@ def test_guard_forgets_on_cpu_change():
   assert guard.best() == ({"k": 2.0}, 10.0)
 
 
+@pytest.mark.parametrize("rates_b,expected", [
+    ([91.0, 91.0], True),    # mean 91 < 0.92 x 100 = 92
+    ([93.0, 91.0], False),   # mean 92 is not below 92
+    ([80.0], False),         # one measurement: not enough evidence
+])
+def test_guard_knows_clearly_worse_configurations(rates_b, expected):
+  guard = agent_lib.Guard(regression=0.08, patience=3, min_samples=2)
+  a, b = {"k": 1.0}, {"k": 2.0}
+  for rate in (100.0, 100.0):
+    guard.update(a, rate, 2)
+  for rate in rates_b:
+    guard.update(b, rate, 2)
+  assert guard.known_worse(b) is expected
+  assert not guard.known_worse(a) and not guard.known_worse({"k": 3.0})
+
+
+def test_policy_never_moves_into_a_known_worse_configuration():
+  policy = agent_lib.IntunePolicy(IntuneOptions(), epsilon=0.0)
+  knobs = [_knob("A(id:2)/parallelism", "parallelism", 2),
+           _knob("B(id:1)/parallelism", "parallelism", 2)]
+  # A at 1 measured twice at 50 against 100 at (2, 2): clearly worse.
+  for config, rate in ((2.0, 100.0), (2.0, 100.0), (1.0, 50.0), (1.0, 50.0)):
+    policy.guard.update({"A(id:2)/parallelism": config,
+                         "B(id:1)/parallelism": 2.0}, rate, 4)
+  obs = _obs(knobs)
+  mask = policy._avoid_known_worse(  # pylint: disable=protected-access
+      obs, {k.name: k.value for k in knobs}, dqn.action_mask(obs))
+  # Flat actions: A -5, -1, +1, +5, B -5, -1, +1, +5, no-op. "A -1" (index 1)
+  # leads to A = 1: masked; the others keep their validity.
+  assert not mask[1]
+  np.testing.assert_array_equal(np.delete(mask, 1),
+                                np.delete(dqn.action_mask(obs), 1))
+
+
 def test_policy_waits_for_enough_elements():
   policy = agent_lib.IntunePolicy(IntuneOptions())
   knobs = [_knob("A(id:1)/parallelism", "parallelism", 1)]
