@@ -5,6 +5,11 @@ Each tuning step: read the state, store the previous step's transition
 replay buffer, pick a move (epsilon-greedy over the valid moves), and return
 the knob values. Around the agent:
 
+- Start: a live pipeline starts at `start_allocation` (every parallel stage
+  at min(C, cpu_limit / n) threads), held for `MIN_SAMPLES` decisions.
+- Greedy moves must beat the no-op by `MOVE_MARGIN`; moves into a
+  configuration the guard measured clearly worse are masked out.
+
 - Budget projection: when usable CPUs drop below the threads in force (a
   resize), the largest stages give threads back at once, so the allocation
   fits the new budget without waiting for one-knob moves.
