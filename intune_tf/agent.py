@@ -5,11 +5,10 @@ Each tuning step: read the state, store the previous step's transition
 replay buffer, pick a move (epsilon-greedy over the valid moves), and return
 the knob values. Around the agent:
 
-- Start: a live pipeline starts at `start_allocation` (every parallel stage
-  at min(C, cpu_limit / n) threads), held for `MIN_SAMPLES` decisions.
+- Start: a live pipeline starts at `start_allocation` (the even split, at
+  least min(C, 2) threads per stage), held for `MIN_SAMPLES` decisions.
 - Greedy moves must beat the no-op by `MOVE_MARGIN`; moves into a
   configuration the guard measured clearly worse are masked out.
-
 - Budget projection: when usable CPUs drop below the threads in force (a
   resize), the largest stages give threads back at once, so the allocation
   fits the new budget without waiting for one-knob moves.
@@ -84,22 +83,23 @@ def project_to_budget(obs: "Observation") -> dict[str, float]:
 
 
 def start_allocation(obs: "Observation") -> dict[str, float]:
-  """Where a live pipeline starts: every parallel stage at
-  min(C, cpu_limit / n) threads (as even as the limit allows, at most the
-  usable CPUs each) and the RAM budget split evenly over the buffers.
+  """Where a live pipeline starts: the usable CPUs split evenly over the
+  parallel stages (the paper's start), but at least min(C, 2) threads each,
+  and the RAM budget split evenly over the buffers.
 
   A live pipeline's initial knob values (a prefetch of 0, one thread per
-  stage) are arbitrary; one thread per stage starves a small machine whose
-  stages wait on each other (Criteo L4 on 2 CPUs: 35,840 rows/s with one
-  thread per stage, 54,272 with two). Example: 4 parallel stages on 2 CPUs:
-  limit 2 (2 + 4 - 1) = 10 -> min(2, 10 // 4) = 2 threads each.
+  stage) are arbitrary, and on a machine with fewer CPUs than stages the
+  even split is one thread each, which starves stages that wait on each
+  other (Criteo L4 on 2 CPUs: 35,840 rows/s with one thread per stage,
+  54,272 with two). Examples: 4 stages on 2 CPUs: [2, 2, 2, 2]; 2 stages on
+  5 CPUs: [3, 2]. Two threads per stage always fit `dqn.cpu_limit`.
   """
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
   buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
-  each = max(1, min(obs.cpu_budget,
-                    dqn.cpu_limit(len(parallel), obs.cpu_budget)
-                    // max(len(parallel), 1)))
-  values = {k.name: float(min(max(each, k.min), k.max)) for k in parallel}
+  floor = min(obs.cpu_budget, 2)
+  shares = policies.even_split(obs.cpu_budget, len(parallel))
+  values = {k.name: float(min(max(share, floor, k.min), k.max))
+            for k, share in zip(parallel, shares)}
   values.update(policies.even_buffers(obs, buffers))
   return values
 

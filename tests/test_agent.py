@@ -33,17 +33,18 @@ def test_project_to_budget_takes_threads_from_the_largest():
 
 
 @pytest.mark.parametrize("cpus,knob_count,expected", [
-    (2, 4, 2.0),    # limit 2 (2 + 4 - 1) = 10: min(2, 10 // 4) = 2
-    (16, 4, 6.0),   # limit 2 (16 + 3) = 38: min(16, 38 // 4 = 9) = 9 -> max 6
-    (64, 8, 6.0),   # limit 2 (64 + 7) = 142: 142 // 8 = 17 -> knob max 6
-    (1, 3, 1.0),    # limit 2 (1 + 2) = 6: min(1, 2) = 1
+    (2, 4, [2, 2, 2, 2]),    # even split [1, 1, 1, 1], raised to min(2, 2)
+    (1, 3, [1, 1, 1]),       # min(1, 2) = 1: one CPU, one thread each
+    (5, 2, [3, 2]),          # even split of 5: [3, 2], both >= 2
+    (16, 4, [4, 4, 4, 4]),   # even split of 16
+    (64, 8, [6] * 8),        # 8 each, capped at the knobs' max 6
 ])
 def test_start_allocation(cpus, knob_count, expected):
   knobs = [_knob(f"S{i}(id:{i + 2})/parallelism", "parallelism", 1, hi=6)
            for i in range(knob_count)]
   knobs.append(_knob("P(id:1)/buffer_size", "buffer_size", 0, lo=0, hi=100))
   values = agent_lib.start_allocation(_obs(knobs, cpu_budget=cpus))
-  assert [values[k.name] for k in knobs[:-1]] == [expected] * knob_count
+  assert [values[k.name] for k in knobs[:-1]] == expected
   # The buffer gets the whole 40 MB budget: 4 elements of 10 MB.
   assert values["P(id:1)/buffer_size"] == 4.0
 
