@@ -136,14 +136,18 @@ def _two_stage():
 @pytest.mark.slow
 def test_tiny_agent_learns_a_two_stage_pipeline():
   """A fresh agent, 3,000 simulator steps on one 2-stage pipeline (costs
-  3:1 on 8 CPUs, optimum 6/2 or so), then greedy: within 5% of optimum."""
+  3:1 on 8 CPUs, optimum 6/2 or so), then greedy: within 5% of optimum.
+
+  Greedy means the argmax, without the live policy's move margin: this
+  small agent's last moves beat staying put by less than `MOVE_MARGIN` on
+  TF 2.16 (it stops at 6/6, 0.93 of the optimum, with the margin)."""
   agent, _ = pretrain.pretrain(seed=0, steps=3000, progress=False,
                                make_pipeline=lambda rng: _two_stage(),
                                make_params=lambda rng: sim.SimParams())
   s = sim.Simulator(_two_stage(), seed=0)
   s.set({"A(id:2)/parallelism": 1, "B(id:1)/parallelism": 1})
   policy = agent_lib.IntunePolicy(IntuneOptions(), agent=agent, learn=False,
-                                  epsilon=0.0)
+                                  epsilon=0.0, move_margin=0.0)
   rate = pretrain.run_policy(policy, s, steps=40)
   assert rate >= 0.95 * s.optimum()[0]
 
