@@ -111,6 +111,11 @@ def raise_low_buffers(obs: "Observation") -> dict[str, float]:
           if k.kind == "buffer_size" and k.value < dqn.MIN_BUFFER <= k.max}
 
 
+def config_key(config: dict[str, float]) -> tuple:
+  """A configuration as a hashable key (its items, sorted by knob name)."""
+  return tuple(sorted(config.items()))
+
+
 class Guard:
   """Remembers the best configuration per CPU count and detects regressions.
 
@@ -141,21 +146,25 @@ class Guard:
           best, best_rate = dict(key), mean
     return best, best_rate
 
-  def known_worse(self, config: dict[str, float]) -> bool:
-    """Whether `config` has `min_samples` measurements at the current CPU
-    count whose mean is below `1 - regression` of the best's."""
-    rates = self._rates.get(tuple(sorted(config.items())))
-    if not rates or len(rates) < self.min_samples:
-      return False
+  def worse_keys(self) -> set[tuple]:
+    """Keys (`config_key`) of the configurations with `min_samples`
+    measurements at the current CPU count whose mean is below
+    `1 - regression` of the best's."""
     _, best_rate = self.best()
-    return float(np.mean(rates[-5:])) < (1 - self.regression) * best_rate
+    return {key for key, rates in self._rates.items()
+            if len(rates) >= self.min_samples and
+            float(np.mean(rates[-5:])) < (1 - self.regression) * best_rate}
+
+  def known_worse(self, config: dict[str, float]) -> bool:
+    """Whether `config` is among `worse_keys()`."""
+    return config_key(config) in self.worse_keys()
 
   def update(self, config: dict[str, float], rate: float, cpus: int) -> bool:
     """Credits `rate` to `config`; True when the pipeline should revert."""
     if cpus != self._cpus:
       self._rates.clear()
       self._cpus, self._smooth, self._below = cpus, None, 0
-    key = tuple(sorted(config.items()))
+    key = config_key(config)
     self._rates[key].append(rate)
     self._smooth = rate if self._smooth is None else (
         SMOOTHING * rate + (1 - SMOOTHING) * self._smooth)
@@ -276,9 +285,12 @@ class IntunePolicy(policies.Policy):
     """`mask` without the moves into configurations the guard measured
     clearly worse than the best (the agent's prior can be wrong for a
     machine; the measurements say so long before fine-tuning does)."""
+    worse = self.guard.worse_keys()
+    if not worse:
+      return mask
     mask = mask.copy()
     for a in np.flatnonzero(mask[:-1]):
-      if self.guard.known_worse({**config, **dqn.apply_action(obs, int(a))}):
+      if config_key({**config, **dqn.apply_action(obs, int(a))}) in worse:
         mask[a] = False
     return mask
 
