@@ -179,7 +179,10 @@ class Tuner:
           t.session.set({k: v for k, v in t.last_good.items() if k in names})
         return
       current = {k.name: k.value for k in obs.knobs}
-      changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+      # A knob the policy remembers may have vanished since (a stage rebuilt
+      # its inner datasets): only knobs the session has now are set.
+      changes = {k: v for k, v in wanted.items()
+                 if k in current and current[k] != v}
       applied = t.session.set(changes) if changes else {}
       t.last_good = {**current, **applied}
       for listener in list(self._listeners):

@@ -79,6 +79,37 @@ def test_failing_policy_keeps_last_good_configuration_and_reports_once(
     gc.collect()
 
 
+class _RemembersAVanishedKnob(policies.Policy):
+
+  def step(self, obs):
+    values = {k.name: k.min for k in obs.knobs}
+    values["Gone(id:999)/parallelism"] = 2.0  # a knob no longer in the session
+    return values
+
+
+def test_values_for_vanished_knobs_are_dropped_and_the_rest_applied():
+  policies.register("vanished-knob-test", _RemembersAVanishedKnob)
+  it = None
+  try:
+    it, session = _iterate("vanished-knob-test", cpu_budget=2)
+    applied = []
+    tuner = intune_tf.global_tuner()
+    listener = lambda s, obs, changes: applied.append(changes)
+    tuner.add_listener(listener)
+    try:
+      tuner.step_session(session.id)  # raised KeyError before
+    finally:
+      tuner.remove_listener(listener)
+    par = [k for k in session.knobs() if k.kind == "parallelism"][0]
+    assert par.value == par.min
+    assert applied and all("Gone(id:999)/parallelism" not in c
+                           for c in applied)
+  finally:
+    del policies._REGISTRY["vanished-knob-test"]
+    del it
+    gc.collect()
+
+
 def test_listeners_see_every_step():
   seen = []
   listener = lambda session, obs, applied: seen.append((session.id, obs))
