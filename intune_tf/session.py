@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import math
 import re
 from typing import Any, Mapping
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import model_pb2
 
@@ -29,6 +31,8 @@ _COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
 # Columns of the per-node statistics returned by the IntuneObserve op.
 _STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
                   "buffered_elements", "bytes_produced", "bytes_consumed")
+# Most tuples of knob names a session keeps as tensors for `Session.set`.
+_NAMES_TENSORS = 64
 
 
 class SessionGoneError(RuntimeError):
@@ -102,13 +106,24 @@ class _Snapshot:
 
 def _make_knobs(names, values, mins, maxs) -> list[Knob]:
   """Knobs of the kinds we tune, from the input stage to the output stage."""
-  knobs = []
-  for n, v, lo, hi in zip(names, values, mins, maxs):
+  values, mins, maxs = (np.asarray(a, np.float64).tolist()
+                        for a in (values, mins, maxs))
+  return [Knob(name, kind, values[i], mins[i], maxs[i])
+          for i, name, kind in _knob_layout(tuple(names))]
+
+
+@functools.lru_cache(maxsize=64)
+def _knob_layout(names: tuple[bytes, ...]) -> tuple[tuple[int, str, str], ...]:
+  """(index in `names`, name, kind) of the knobs of the kinds we tune, from
+  the input stage to the output stage."""
+  layout = []
+  for i, n in enumerate(names):
     name = n.decode()
     kind = name.rpartition("/")[2]
     if kind in KINDS:
-      knobs.append(Knob(name, kind, float(v), float(lo), float(hi)))
-  return sorted(knobs, key=lambda k: (-_stage_id(k.stage), k.name))
+      layout.append((i, name, kind))
+  layout.sort(key=lambda k: (-_stage_id(k[1].rpartition("/")[0]), k[1]))
+  return tuple(layout)
 
 
 def _clean(message: str) -> str:
@@ -128,6 +143,9 @@ class Session:
 
   def __init__(self, session_id: int, tag: str):
     self._id = int(session_id)
+    self._id_tensor = None
+    self._last_knobs: tuple[tuple, tuple[Knob, ...]] | None = None
+    self._names_tensors: dict[tuple[str, ...], tf.Tensor] = {}
     self._tag = tag
     try:
       self._options = IntuneOptions.from_json(tag) if tag else IntuneOptions()
@@ -169,7 +187,9 @@ class Session:
   def _call(self, fn, *args):
     try:
       with tf.device("/cpu:0"):
-        return fn(tf.constant(self._id, tf.int64), *args)
+        if self._id_tensor is None:
+          self._id_tensor = tf.constant(self._id, tf.int64)
+        return fn(self._id_tensor, *args)
     except tf.errors.NotFoundError as e:
       if "is gone" in e.message:
         raise SessionGoneError(_clean(e.message)) from None
@@ -186,13 +206,17 @@ class Session:
     reading each step (`stats()` parses a whole ModelProto instead)."""
     knob_names, knob_values, stage_names, stage_stats, counters = self._call(
         _kernels.ops().intune_observe)
-    kv = knob_values.numpy()
+    names, kv = tuple(knob_names.numpy().tolist()), knob_values.numpy()
+    key = (names, kv.tobytes())
+    cached = self._last_knobs
+    if cached is None or cached[0] != key:
+      cached = (key, tuple(_make_knobs(names, kv[:, 0], kv[:, 1], kv[:, 2])))
+      self._last_knobs = cached
     return _Snapshot(
-        knobs=tuple(_make_knobs(knob_names.numpy(), kv[:, 0], kv[:, 1],
-                                kv[:, 2])),
-        stage_names=tuple(n.decode() for n in stage_names.numpy()),
+        knobs=cached[1],
+        stage_names=tuple(map(bytes.decode, stage_names.numpy().tolist())),
         stage_stats=stage_stats.numpy(),
-        counters=dict(zip(_COUNTERS, (int(v) for v in counters.numpy()))))
+        counters=dict(zip(_COUNTERS, counters.numpy().tolist())))
 
   def set(self, values: Mapping[str, float]) -> dict[str, float]:
     """Sets several knobs at once: all of them, or none if one is invalid.
@@ -219,17 +243,29 @@ class Session:
           not math.isfinite(value)):
         raise ValueError(f"Value {value!r} for knob {name!r} is not a finite "
                          "number.")
-    names = list(values)
+    names = tuple(values)
     try:
       applied = self._call(_kernels.ops().intune_set_knobs,
-                           tf.constant(names, tf.string),
+                           self._names_tensor(names),
                            tf.constant([float(values[n]) for n in names],
                                        tf.float64))
     except tf.errors.NotFoundError as e:  # a knob vanished meanwhile
       raise KeyError(_clean(e.message)) from None
     except tf.errors.OutOfRangeError as e:
       raise ValueError(_clean(e.message)) from None
-    return dict(zip(names, (float(v) for v in applied.numpy())))
+    return dict(zip(names, applied.numpy().tolist()))
+
+  def _names_tensor(self, names: tuple[str, ...]) -> tf.Tensor:
+    """`names` as a string tensor, made once per tuple of names (the tuner
+    sets the same few knobs over and over)."""
+    tensor = self._names_tensors.get(names)
+    if tensor is None:
+      if len(self._names_tensors) >= _NAMES_TENSORS:
+        self._names_tensors.clear()
+      with tf.device("/cpu:0"):
+        tensor = tf.constant(names, tf.string)
+      self._names_tensors[names] = tensor
+    return tensor
 
   def model_proto(self) -> model_pb2.ModelProto:
     """A snapshot of the pipeline's tf.data model (`ModelProto`)."""

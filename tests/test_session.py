@@ -177,3 +177,32 @@ def test_snapshot_agrees_with_the_public_readings(live):
     assert row[0] >= st.elements and row[1] >= st.processing_time_ns
     assert row[4] >= st.bytes_produced and row[5] >= st.bytes_consumed
   assert snap.counters["elements"] == counters["elements"] == 51
+
+
+def test_snapshot_knobs_follow_every_change(live):
+  # A reading whose knob names and values did not change reuses the knobs
+  # of the one before; a change shows at the next reading.
+  _, session = live
+  first = session._snapshot().knobs  # pylint: disable=protected-access
+  assert session._snapshot().knobs is first  # pylint: disable=protected-access
+  buf = next(k for k in first if k.kind == "buffer_size")
+  for value in (buf.value + 1, buf.value + 2, buf.value + 1):
+    assert session.set({buf.name: value}) == {buf.name: value}
+    knobs = session._snapshot().knobs  # pylint: disable=protected-access
+    assert {k.name: k.value for k in knobs}[buf.name] == value
+    assert knobs == tuple(session.knobs())
+
+
+def test_set_of_many_name_tuples(live, monkeypatch):
+  # More tuples of names than a session keeps as tensors: each set still
+  # applies its own names and values.
+  monkeypatch.setattr(intune_tf.session, "_NAMES_TENSORS", 2)
+  _, session = live
+  buf = _by_kind(session, "buffer_size")[0]
+  par = _by_kind(session, "parallelism")[0]
+  for values in ({buf.name: 2}, {par.name: par.min}, {buf.name: 3},
+                 {buf.name: 4, par.name: par.min},
+                 {par.name: par.min, buf.name: 5}, {buf.name: 6}):
+    assert session.set(values) == {n: float(v) for n, v in values.items()}
+    current = {k.name: k.value for k in session.knobs()}
+    assert {n: current[n] for n in values} == values
