@@ -14,9 +14,9 @@ These are the InTune paper's factors, each with its source and unit:
 | `output_rate` | elements/s | root op: elements returned in the step |
 | `output_latency_s` | s/element | root op: time inside `GetNext` per element in the step |
 | `consumer_wait_s` | s/element | root op: gap between `GetNext` calls (the consumer's own time) |
-| `usable_cpus` | CPUs | affinity and cgroup quota, re-read every step (`intune_tf.host`) |
+| `usable_cpus` | CPUs | affinity, re-read every step, and cgroup quota, re-read at most every `host.CGROUP_LIMITS_REFRESH_S` (1 s) (`intune_tf.host`) |
 | `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus` |
-| `free_memory`, `total_memory` | bytes | psutil, capped by the cgroup memory limit |
+| `free_memory`, `total_memory` | bytes | /proc/meminfo `MemAvailable`, `MemTotal` (psutil where there is none), re-read every step, capped by the cgroup memory limit (re-read at most every `host.CGROUP_LIMITS_REFRESH_S`) |
 | `ram_budget`, `buffered_bytes` | bytes | root op |
 | `cpu_mhz` | MHz | psutil `cpu_freq()`, else /proc/cpuinfo, re-read every 10 s; 0 if unknown |
 | `dram_gbps` | GB/s | a 64 MB numpy copy, measured once per process |
@@ -75,10 +75,21 @@ class Observation:
 
   @property
   def bytes_per_element(self) -> dict[str, float]:
+    """`{stage name: bytes per element}` (a new dict at every call)."""
+    return dict(self._bytes_per_element)
+
+  @functools.cached_property
+  def _bytes_per_element(self) -> dict[str, float]:
     return {s.name: s.bytes_per_element for s in self.stages}
 
+  @functools.cached_property
+  def _stage_index(self) -> dict[str, StageObservation]:
+    """Stages by name, the first of each name (as `stage` returns)."""
+    return {s.name: s for s in reversed(self.stages)}
+
   def stage(self, name: str) -> StageObservation | None:
-    return next((s for s in self.stages if s.name == name), None)
+    """The first stage named `name`, or None."""
+    return self._stage_index.get(name)
 
   def to_json(self) -> dict:
     """A JSON-serializable dict (for traces)."""
@@ -159,10 +170,12 @@ class Observer:
       return np.zeros(shape, np.int64)
     if names == self._last_names:
       return self._last_array
-    last = dict(zip(self._last_names, self._last_array))
-    zero = np.zeros(shape[1], np.int64)
-    return np.array([last.get(n, zero) for n in names],
-                    np.int64).reshape(shape)
+    rows = dict(zip(self._last_names, range(len(self._last_names))))
+    index = np.fromiter((rows.get(n, -1) for n in names), np.intp,
+                        len(names))
+    padded = np.concatenate([self._last_array,
+                             np.zeros((1, shape[1]), np.int64)])
+    return padded[index]
 
   def observe(self) -> Observation:
     """Reads the session and the host; rates are over the time since the
@@ -175,37 +188,34 @@ class Observer:
       interval = max(1e-6, time.time() - counters["created_us"] / 1e6)
     else:
       interval = max(1e-6, now - self._last_time)
-    by_stage = {}
+    parallelism, buffer_size = {}, {}
     for k in knobs:
-      by_stage.setdefault(k.stage, {})[k.kind] = k.value
+      (parallelism if k.kind == "parallelism" else buffer_size)[k.stage] = (
+          k.value)
     # Columns as in `session._STAGE_COLUMNS`: elements, processing_time_ns,
     # buffered_bytes, buffered_elements, bytes_produced, bytes_consumed.
     delta = np.maximum(stats - self._previous(names, stats.shape), 0)
     elements, ptime, produced = delta[:, 0], delta[:, 1], delta[:, 4]
     total_time = float(ptime.sum()) or 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-      cpu_per_element = np.where(elements > 0, ptime / 1e9 / elements, 0.0)
-      bpe = np.where(stats[:, 3] > 0, stats[:, 2] / stats[:, 3],
-                     np.where(stats[:, 0] > 0, stats[:, 4] / stats[:, 0],
-                              0.0))
+    per_element = np.zeros((2, len(names)))
+    cpu_per_element = np.divide(ptime / 1e9, elements, out=per_element[0],
+                                where=elements > 0)
+    bpe = np.divide(stats[:, 4], stats[:, 0], out=per_element[1],
+                    where=stats[:, 0] > 0)
+    np.divide(stats[:, 2], stats[:, 3], out=bpe, where=stats[:, 3] > 0)
     rates = elements / interval
     produced_rates = produced / interval
     shares = ptime / total_time
-    stages = []
-    for i, name in enumerate(names):
-      knob_values = by_stage.get(name, {})
-      buffer_size = knob_values.get("buffer_size")
-      buffered = int(stats[i, 2])
-      stages.append(StageObservation(
-          name=name, rate=float(rates[i]),
-          cpu_per_element_s=float(cpu_per_element[i]),
-          parallelism=knob_values.get("parallelism"),
-          buffer_size=buffer_size,
-          buffer_fill=(min(1.0, int(stats[i, 3]) / buffer_size)
-                       if buffer_size else 0.0),
-          bytes_per_element=float(bpe[i]),
-          bytes_produced_per_s=float(produced_rates[i]),
-          buffered_bytes=buffered, time_share=float(shares[i])))
+    stages = tuple([
+        StageObservation(name, rate, cpe, threads, size,
+                         min(1.0, held / size) if size else 0.0, b,
+                         produced_rate, buffered, share)
+        for (name, threads, size, rate, cpe, held, b, produced_rate, buffered,
+             share) in zip(names, map(parallelism.get, names),
+                           map(buffer_size.get, names), rates.tolist(),
+                           cpu_per_element.tolist(), stats[:, 3].tolist(),
+                           bpe.tolist(), produced_rates.tolist(),
+                           stats[:, 2].tolist(), shares.tolist())])
     last = self._last_counters or {k: 0 for k in counters}
     d_elements = counters["elements"] - last["elements"]
     d_gaps = counters["gap_count"] - last["gap_count"]
@@ -217,7 +227,7 @@ class Observer:
     total_memory, available_memory = host.memory()
     return Observation(
         time=time.time(), interval_s=interval, knobs=knobs,
-        stages=tuple(stages), output_rate=d_elements / interval,
+        stages=stages, output_rate=d_elements / interval,
         output_latency_s=((counters["get_next_time_us"] -
                            last["get_next_time_us"]) / 1e6 / d_elements
                           if d_elements else 0.0),

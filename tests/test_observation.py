@@ -1,13 +1,18 @@
 """Per-step observations of a live pipeline."""
 
+import dataclasses
+import functools
 import gc
 import time
+import types
 
+import numpy as np
 import tensorflow as tf
 
 import intune_tf
 from intune_tf import host
 from intune_tf import observation
+from intune_tf import session as session_lib
 
 
 def test_observation_of_a_running_pipeline():
@@ -50,3 +55,95 @@ def test_observation_of_a_running_pipeline():
 def test_reported_step_time_is_observed():
   observation.report_step_time(0.25)
   assert observation.model_step_time() == 0.25
+
+
+class _FakeSession:
+  """Serves canned snapshots to an `Observer`."""
+
+  def __init__(self, snapshots):
+    self.options = intune_tf.IntuneOptions()
+    self._snapshots = iter(snapshots)
+
+  def _snapshot(self):
+    return next(self._snapshots)
+
+
+def _snapshot(rows: dict[str, list[int]], elements: int = 0,
+              knobs=()) -> session_lib._Snapshot:  # pylint: disable=protected-access
+  counters = dict.fromkeys(session_lib._COUNTERS, 0)  # pylint: disable=protected-access
+  counters.update(elements=elements, ram_budget=1 << 20)
+  return session_lib._Snapshot(  # pylint: disable=protected-access
+      knobs=tuple(knobs), stage_names=tuple(rows),
+      stage_stats=np.array(list(rows.values()), np.int64).reshape(-1, 6),
+      counters=counters)
+
+
+def test_previous_snapshot_is_matched_by_stage_name(monkeypatch):
+  # Columns: elements, processing_time_ns, buffered_bytes, buffered_elements,
+  # bytes_produced, bytes_consumed. The interleave's inner datasets get new
+  # node ids (names) as it cycles, and stages may come in another order.
+  clock = types.SimpleNamespace(now=10.0, time=time.time)
+  clock.monotonic = lambda: clock.now
+  monkeypatch.setattr(observation, "time", clock)
+  buffer = session_lib.Knob("Prefetch(id:1)/buffer_size", "buffer_size", 4.0,
+                            0.0, 64.0)
+  threads = session_lib.Knob("ParallelMapV2(id:2)/parallelism", "parallelism",
+                             2.0, 1.0, 8.0)
+  observer = observation.Observer(_FakeSession([
+      _snapshot({"Prefetch(id:1)": [100, 10**9, 0, 0, 800, 800],
+                 "ParallelMapV2(id:2)": [100, 3 * 10**9, 0, 0, 800, 800],
+                 "Inner(id:3)": [50, 10**9, 0, 0, 400, 0]}, 100,
+                knobs=(buffer, threads)),
+      _snapshot({"Inner(id:4)": [20, 10**9, 0, 0, 160, 0],
+                 "ParallelMapV2(id:2)": [150, 4 * 10**9, 64, 8, 1200, 1200],
+                 "Prefetch(id:1)": [160, 2 * 10**9, 96, 2, 1280, 1280]}, 160,
+                knobs=(buffer, threads)),
+  ]))
+  observer.observe()
+  clock.now += 1.0
+  obs = observer.observe()
+  assert obs.interval_s == 1.0 and obs.output_rate == 60.0
+  assert [s.name for s in obs.stages] == [
+      "Inner(id:4)", "ParallelMapV2(id:2)", "Prefetch(id:1)"]
+  inner, par_map, prefetch = obs.stages
+  assert (inner.rate, par_map.rate, prefetch.rate) == (20.0, 50.0, 60.0)
+  assert (inner.cpu_per_element_s, par_map.cpu_per_element_s,
+          prefetch.cpu_per_element_s) == (1 / 20, 1 / 50, 1 / 60)
+  assert [s.time_share for s in obs.stages] == [1 / 3, 1 / 3, 1 / 3]
+  assert (inner.bytes_produced_per_s, par_map.bytes_produced_per_s) == (
+      160.0, 400.0)
+  # Buffered bytes per buffered element, else bytes produced per element.
+  assert (inner.bytes_per_element, par_map.bytes_per_element,
+          prefetch.bytes_per_element) == (8.0, 8.0, 48.0)
+  assert (prefetch.buffer_size, prefetch.buffer_fill) == (4.0, 0.5)
+  assert (par_map.parallelism, par_map.buffer_size, par_map.buffer_fill) == (
+      2.0, None, 0.0)
+  assert prefetch.buffered_bytes == 96 and type(prefetch.buffered_bytes) is int
+  assert obs.stage("Prefetch(id:1)") is prefetch
+  assert obs.stage("Inner(id:3)") is None
+  assert obs.bytes_per_element == {"Inner(id:4)": 8.0,
+                                   "ParallelMapV2(id:2)": 8.0,
+                                   "Prefetch(id:1)": 48.0}
+
+
+def test_stage_lookup_and_bytes_per_element_of_a_built_observation():
+  stage = functools.partial(
+      observation.StageObservation, rate=1.0, cpu_per_element_s=0.0,
+      parallelism=None, buffer_size=None, buffer_fill=0.0,
+      bytes_produced_per_s=0.0, buffered_bytes=0, time_share=0.0)
+  first, second = stage(name="A", bytes_per_element=1.0), stage(
+      name="A", bytes_per_element=2.0)
+  obs = observation.Observation(
+      time=0.0, interval_s=0.5, knobs=(), stages=(first, second,
+                                                  stage(name="B",
+                                                        bytes_per_element=3.0)),
+      output_rate=0.0, output_latency_s=0.0, consumer_wait_s=0.0,
+      usable_cpus=1, cpu_budget=1, free_memory=1, total_memory=1,
+      ram_budget=1, buffered_bytes=0, cpu_mhz=0.0, dram_gbps=1.0,
+      model_step_s=None)
+  assert obs.stage("A") is first and obs.stage("C") is None
+  per_stage = obs.bytes_per_element
+  assert per_stage == {"A": 2.0, "B": 3.0}
+  per_stage["B"] = 0.0  # the caller's own copy
+  assert obs.bytes_per_element["B"] == 3.0
+  assert dataclasses.replace(obs, stages=(second,)).stage("A") is second
