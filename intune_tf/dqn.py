@@ -198,7 +198,7 @@ def features(obs: "Observation") -> np.ndarray:
     p = par_by_stage.get(k.stage, 1.0)
     busy[k.stage] = min(2.0, obs.output_rate * costs.get(k.stage, 0.0) / p)
   bottleneck = max(busy, key=busy.get) if busy else None
-  ref = reference_rate(obs)
+  ref = obs.usable_cpus / total_cost if total_cost > 0 else 0.0
   bpe = obs.bytes_per_element
   ram = max(1.0, float(obs.ram_budget))
   globals_ = [
