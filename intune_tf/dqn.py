@@ -212,6 +212,7 @@ def features(obs: "Observation") -> np.ndarray:
       obs.cpu_mhz / 5000.0,
       min(obs.dram_gbps, 100.0) / 50.0,
   ]
+  out[:, 9:] = globals_
   for i, k in enumerate(knobs):
     cost = costs.get(k.stage, 0.0)
     share = cost / total_cost if total_cost > 0 else 0.0
@@ -231,7 +232,6 @@ def features(obs: "Observation") -> np.ndarray:
     row[6] = busy.get(k.stage, 0.0)
     row[7] = 1.0 if k.stage == bottleneck else 0.0
     row[8] = min(2.0, max(k.value, 0) * bpe.get(k.stage, 0.0) / ram)
-    row[9:] = globals_
   return out
 
 
