@@ -31,8 +31,9 @@ _COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
 # Columns of the per-node statistics returned by the IntuneObserve op.
 _STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
                   "buffered_elements", "bytes_produced", "bytes_consumed")
-# Most tuples of knob names a session keeps as tensors for `Session.set`.
-_NAMES_TENSORS = 64
+# Most tuples of (knob name, value) pairs a session keeps as tensors for
+# `Session.set`.
+_SET_TENSORS = 256
 
 
 class SessionGoneError(RuntimeError):
@@ -145,7 +146,7 @@ class Session:
     self._id = int(session_id)
     self._id_tensor = None
     self._last_knobs: tuple[tuple, tuple[Knob, ...]] | None = None
-    self._names_tensors: dict[tuple[str, ...], tf.Tensor] = {}
+    self._set_tensors: dict[tuple, tuple[tf.Tensor, tf.Tensor]] = {}
     self._tag = tag
     try:
       self._options = IntuneOptions.from_json(tag) if tag else IntuneOptions()
@@ -243,29 +244,31 @@ class Session:
           not math.isfinite(value)):
         raise ValueError(f"Value {value!r} for knob {name!r} is not a finite "
                          "number.")
-    names = tuple(values)
+    items = tuple(values.items())
     try:
       applied = self._call(_kernels.ops().intune_set_knobs,
-                           self._names_tensor(names),
-                           tf.constant([float(values[n]) for n in names],
-                                       tf.float64))
+                           *self._set_inputs(items))
     except tf.errors.NotFoundError as e:  # a knob vanished meanwhile
       raise KeyError(_clean(e.message)) from None
     except tf.errors.OutOfRangeError as e:
       raise ValueError(_clean(e.message)) from None
-    return dict(zip(names, applied.numpy().tolist()))
+    return dict(zip((name for name, _ in items), applied.numpy().tolist()))
 
-  def _names_tensor(self, names: tuple[str, ...]) -> tf.Tensor:
-    """`names` as a string tensor, made once per tuple of names (the tuner
-    sets the same few knobs over and over)."""
-    tensor = self._names_tensors.get(names)
-    if tensor is None:
-      if len(self._names_tensors) >= _NAMES_TENSORS:
-        self._names_tensors.clear()
+  def _set_inputs(self, items: tuple[tuple[str, float], ...]
+                  ) -> tuple[tf.Tensor, tf.Tensor]:
+    """The names and values tensors of `IntuneSetKnobs` for `items`, made
+    once per tuple of (name, value) pairs (the tuner moves the same few
+    knobs among a few values)."""
+    inputs = self._set_tensors.get(items)
+    if inputs is None:
+      if len(self._set_tensors) >= _SET_TENSORS:
+        self._set_tensors.clear()
       with tf.device("/cpu:0"):
-        tensor = tf.constant(names, tf.string)
-      self._names_tensors[names] = tensor
-    return tensor
+        inputs = (tf.constant([name for name, _ in items], tf.string),
+                  tf.constant([float(value) for _, value in items],
+                              tf.float64))
+      self._set_tensors[items] = inputs
+    return inputs
 
   def model_proto(self) -> model_pb2.ModelProto:
     """A snapshot of the pipeline's tf.data model (`ModelProto`)."""

@@ -193,16 +193,18 @@ def test_snapshot_knobs_follow_every_change(live):
     assert knobs == tuple(session.knobs())
 
 
-def test_set_of_many_name_tuples(live, monkeypatch):
-  # More tuples of names than a session keeps as tensors: each set still
-  # applies its own names and values.
-  monkeypatch.setattr(intune_tf.session, "_NAMES_TENSORS", 2)
+def test_set_applies_the_values_of_each_call(live, monkeypatch):
+  # Repeated and new (name, value) tuples, more than the session keeps as
+  # tensors for set().
+  monkeypatch.setattr(intune_tf.session, "_SET_TENSORS", 3)
   _, session = live
   buf = _by_kind(session, "buffer_size")[0]
   par = _by_kind(session, "parallelism")[0]
-  for values in ({buf.name: 2}, {par.name: par.min}, {buf.name: 3},
+  for values in ({buf.name: 2}, {buf.name: 3}, {buf.name: 2},
+                 {par.name: par.min}, {buf.name: 3.0},
                  {buf.name: 4, par.name: par.min},
-                 {par.name: par.min, buf.name: 5}, {buf.name: 6}):
+                 {par.name: par.min, buf.name: 5}, {buf.name: 2},
+                 {buf.name: 6}, {buf.name: 4, par.name: par.min}):
     assert session.set(values) == {n: float(v) for n, v in values.items()}
     current = {k.name: k.value for k in session.knobs()}
     assert {n: current[n] for n in values} == values
