@@ -16,6 +16,7 @@ KERNEL_SOURCES = [
     "intune_tf/cc/kernels/intune_dataset_op.cc",
     "intune_tf/cc/kernels/control_ops.cc",
     "intune_tf/cc/kernels/session_registry.cc",
+    "intune_tf/cc/kernels/untracked_dataset_op.cc",
     "intune_tf/cc/ops/intune_ops.cc",
 ]
 KERNEL_HEADERS = [

@@ -63,7 +63,8 @@ def _rewrite(dataset: tf.data.Dataset,
         "outside the function to tune it fully.", 1)
     return dataset
   rewritten, _ = rewrites.apply(dataset, include_fixed=options.include_fixed,
-                                insert_prefetch=options.insert_prefetch)
+                                insert_prefetch=options.insert_prefetch,
+                                untrack_inner=not options.inner_stats)
   return rewritten
 
 

@@ -11,6 +11,8 @@ from intune_tf.rewrites.graph import PARALLEL_STAGES
 from intune_tf.rewrites.options import disable_tf_autotune
 from intune_tf.rewrites.prefetch import insert_prefetch
 from intune_tf.rewrites.tunable import make_tunable
+from intune_tf.rewrites.untracked import untrack_inner
 
 __all__ = ["KNOB_INPUT", "PARALLEL_STAGES", "apply", "disable_tf_autotune",
-           "insert_prefetch", "make_tunable", "rewrite_graph"]
+           "insert_prefetch", "make_tunable", "rewrite_graph",
+           "untrack_inner"]

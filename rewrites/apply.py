@@ -7,9 +7,11 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.python.data.ops import dataset_ops
 
+from intune_tf import _kernels
 from intune_tf.rewrites.options import disable_tf_autotune
 from intune_tf.rewrites.prefetch import insert_prefetch as _insert_prefetch
 from intune_tf.rewrites.tunable import make_tunable
+from intune_tf.rewrites.untracked import untrack_inner as _untrack_inner
 
 # DatasetToGraphV2's external_state_policy: keep stateful ops (random ops,
 # resources such as variables and tables, generators) and do not warn.
@@ -17,17 +19,19 @@ _POLICY_IGNORE = 1
 
 
 def rewrite_graph(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
-                  insert_prefetch: bool = True
+                  insert_prefetch: bool = True, untrack_inner: bool = True
                   ) -> tuple[graph_pb2.GraphDef, dict[str, int]]:
-  """All passes, in order: tunable, prefetch, options."""
+  """All passes, in order: tunable, prefetch, untracked, options."""
   graph_def, fixed = make_tunable(graph_def, include_fixed=include_fixed)
   if insert_prefetch:
     graph_def = _insert_prefetch(graph_def)
+  if untrack_inner:
+    graph_def = _untrack_inner(graph_def)
   return disable_tf_autotune(graph_def), fixed
 
 
 def apply(dataset: tf.data.Dataset, *, include_fixed: bool = False,
-          insert_prefetch: bool = True
+          insert_prefetch: bool = True, untrack_inner: bool = True
           ) -> tuple[tf.data.Dataset, dict[str, int]]:
   """Rewrites `dataset` for tuning. Eager only.
 
@@ -40,6 +44,8 @@ def apply(dataset: tf.data.Dataset, *, include_fixed: bool = False,
     dataset: the user's dataset.
     include_fixed: also make fixed stages tunable. Default False.
     insert_prefetch: add prefetches after parallel stages. Default True.
+    untrack_inner: run interleaves' per-element datasets without the model
+      (`untracked.untrack_inner`). Default True.
 
   Returns:
     The rewritten dataset and the fixed values made tunable, by node name.
@@ -56,7 +62,10 @@ def apply(dataset: tf.data.Dataset, *, include_fixed: bool = False,
         external_state_policy=_POLICY_IGNORE, strip_device_assignment=True)
     graph_def = graph_pb2.GraphDef.FromString(serialized.numpy())
     graph_def, fixed = rewrite_graph(graph_def, include_fixed=include_fixed,
-                                     insert_prefetch=insert_prefetch)
+                                     insert_prefetch=insert_prefetch,
+                                     untrack_inner=untrack_inner)
+    if untrack_inner:
+      _kernels.ops()  # Registers IntuneUntrackedDataset before the rebuild.
     variant = tf.raw_ops.DatasetFromGraph(
         graph_def=graph_def.SerializeToString())
     rewritten = dataset_ops._VariantDataset(variant, dataset.element_spec)  # pylint: disable=protected-access

@@ -21,6 +21,8 @@ from intune_tf import options as options_lib
     ({"policy": "fixed"}, ValueError, "needs a `config`"),
     ({"config": {"a/parallelism": "2"}}, TypeError, "knob names"),
     ({"config": [1, 2]}, TypeError, "must be a mapping"),
+    ({"inner_stats": 1}, TypeError, "inner_stats must be True or False"),
+    ({"warm_start": "no"}, TypeError, "warm_start must be True or False"),
 ])
 def test_bad_options_raise_clear_errors(kwargs, error, match):
   with pytest.raises(error, match=match):

@@ -77,8 +77,16 @@ def test_shared_const_is_not_changed_in_place():
       g.const_int(nodes[g.input_name(shared)]))
 
 
-def test_passes_are_idempotent():
-  graph, _ = rewrites.rewrite_graph(_graph(_fixed()), include_fixed=True,
+def _interleaved():
+  return tf.data.Dataset.range(4).interleave(
+      lambda x: tf.data.Dataset.range(x).map(lambda y: y + 1),
+      cycle_length=2, num_parallel_calls=2).map(
+          lambda x: x * 2, num_parallel_calls=3).prefetch(5)
+
+
+@pytest.mark.parametrize("make", [_fixed, _interleaved])
+def test_passes_are_idempotent(make):
+  graph, _ = rewrites.rewrite_graph(_graph(make()), include_fixed=True,
                                     insert_prefetch=True)
   again, fixed = rewrites.rewrite_graph(graph, include_fixed=True,
                                         insert_prefetch=True)
@@ -101,6 +109,48 @@ def test_insert_prefetch_after_parallel_stages_without_one():
   with_one = _graph(tf.data.Dataset.range(3).map(
       lambda x: x, num_parallel_calls=2).prefetch(1))
   assert rewrites.insert_prefetch(with_one) == with_one
+
+
+def _returned_op(graph_def, function_name):
+  function = {f.signature.name: f for f in graph_def.library.function}[
+      function_name]
+  (ret,) = function.ret.values()
+  node = {n.name: n for n in function.node_def}[ret.split(":")[0]]
+  return node
+
+
+@pytest.mark.parametrize("transform", [
+    lambda ds, f: ds.interleave(f, cycle_length=2),
+    lambda ds, f: ds.interleave(f, cycle_length=2, num_parallel_calls=2),
+    lambda ds, f: ds.flat_map(f),
+])
+def test_untrack_inner_wraps_the_per_element_dataset(transform):
+  ds = transform(tf.data.Dataset.range(3),
+                 lambda x: tf.data.Dataset.range(x).repeat(2))
+  graph = rewrites.untrack_inner(_graph(ds))
+  (outer,) = [n for n in graph.node if n.op in
+              rewrites.untracked.PER_ELEMENT_OPS]
+  wrapper = _returned_op(graph, outer.attr["f"].func.name)
+  assert wrapper.op == "IntuneUntrackedDataset"
+  assert wrapper.attr["output_types"] == outer.attr["output_types"]
+  assert wrapper.attr["output_shapes"] == outer.attr["output_shapes"]
+  # What the function returned before is the wrapper's input.
+  before = _returned_op(_graph(ds), outer.attr["f"].func.name)
+  assert g.input_name(wrapper.input[0]) == before.name
+  assert rewrites.untrack_inner(graph) == graph
+
+
+@pytest.mark.parametrize("inner", [
+    lambda x: tf.data.Dataset.range(x).prefetch(1),
+    lambda x: tf.data.Dataset.range(x).map(lambda y: y,
+                                           num_parallel_calls=AUTOTUNE),
+    # A buffering stage one function further down.
+    lambda x: tf.data.Dataset.range(x).interleave(
+        lambda y: tf.data.Dataset.range(y).prefetch(2), cycle_length=1),
+])
+def test_untrack_inner_keeps_functions_that_buffer(inner):
+  graph = _graph(tf.data.Dataset.range(3).interleave(inner, cycle_length=2))
+  assert rewrites.untrack_inner(graph) == graph
 
 
 def test_tf_autotune_is_switched_off_in_the_options():

@@ -52,6 +52,8 @@ def _pipelines(tmp_path):
       "interleave": lambda: r(4).interleave(
           lambda x: r(x * 10, x * 10 + 5), cycle_length=2,
           num_parallel_calls=AUTOTUNE),
+      "flat_map_text": lambda: r(3).flat_map(
+          lambda x: tf.data.TextLineDataset(_records(tmp_path, "txt")).skip(x)),
       "parallel_batch": lambda: r(100).batch(7, num_parallel_calls=AUTOTUNE),
       "map_and_batch": lambda: r(100).map(
           lambda x: x + 1, num_parallel_calls=AUTOTUNE).batch(8),
@@ -133,8 +135,12 @@ def test_same_output_with_the_option(tmp_path, name, deterministic,
   assert tuned.cardinality() == plain.cardinality()
 
 
-def test_checkpointed_iterator_resumes_exactly(tmp_path):
-  ds = _with_option(tf.data.Dataset.range(200).map(
+@pytest.mark.parametrize("source", ["range", "interleave"])
+def test_checkpointed_iterator_resumes_exactly(tmp_path, source):
+  r = tf.data.Dataset.range
+  data = r(200) if source == "range" else r(4).interleave(
+      lambda x: r(50 * x, 50 * (x + 1)), cycle_length=1)
+  ds = _with_option(data.map(
       lambda x: x * 3, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE))
   it = iter(ds)
   first = [int(next(it)) for _ in range(57)]
@@ -147,6 +153,34 @@ def test_checkpointed_iterator_resumes_exactly(tmp_path):
   rest_restored = [int(x) for x in it2]
   assert first == [3 * i for i in range(57)]
   assert rest_restored == rest_original == [3 * i for i in range(57, 200)]
+
+
+@pytest.mark.parametrize("inner_stats", [False, True])
+def test_per_element_datasets_run_without_the_model_by_default(inner_stats):
+  r = tf.data.Dataset.range
+  ds = _with_option(r(4).interleave(
+      lambda x: tf.data.Dataset.zip((r(x, 100), r(100))).skip(1),
+      cycle_length=2, num_parallel_calls=AUTOTUNE).map(
+          lambda a, b: a + b, num_parallel_calls=AUTOTUNE),
+      inner_stats=inner_stats, policy="manual", warm_start=False)
+  it = iter(ds)
+  for _ in range(50):
+    next(it)
+  session = intune_tf.sessions()[-1]
+  kinds = {s.name.split("(")[0] for s in session.stats()}
+  inner = {"Zip", "FiniteSkip"}  # the outer Range(4) is recorded either way
+  if inner_stats:
+    assert inner <= kinds and "IntuneUntracked" not in kinds
+  else:
+    assert not inner & kinds and "IntuneUntracked" in kinds
+    untracked = [s for s in session.stats()
+                 if s.name.startswith("IntuneUntracked")]
+    # Each wrapper accounts for its whole per-element dataset.
+    assert sum(s.elements for s in untracked) > 0
+    assert all(s.processing_time_ns > 0 for s in untracked if s.elements)
+  # The interleave's own knob is there either way.
+  assert any(k.name.startswith("ParallelInterleaveV4") for k in session.knobs())
+  del it
 
 
 def test_dataset_survives_graph_serialization():

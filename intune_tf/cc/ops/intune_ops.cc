@@ -32,6 +32,21 @@ max_parallelism: size of a private runner thread pool (the maximum of every
 guard_period_us: how often the budget guard checks buffered bytes.
 )doc");
 
+REGISTER_OP("IntuneUntrackedDataset")
+    .Input("input_dataset: variant")
+    .Output("handle: variant")
+    .Attr("output_types: list(type) >= 1")
+    .Attr("output_shapes: list(shape) >= 1")
+    .Attr("metadata: string = ''")
+    .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
+                                                           "output_types"))
+    .SetShapeFn(shape_inference::ScalarShape)
+    .Doc(R"doc(
+A pass-through dataset whose input runs without the autotuning model: one
+node in the model stands for its whole input, whose iterators record no
+statistics (the rewrite puts it around an interleave's per-element datasets).
+)doc");
+
 REGISTER_OP("IntuneListSessions")
     .Output("session_ids: int64")
     .Output("tags: string")
