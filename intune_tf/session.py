@@ -144,7 +144,7 @@ class Session:
 
   def __init__(self, session_id: int, tag: str):
     self._id = int(session_id)
-    self._id_tensor = None
+    self._id_tensor: tf.Tensor | None = None
     self._last_knobs: tuple[tuple, tuple[Knob, ...]] | None = None
     self._set_tensors: dict[tuple, tuple[tf.Tensor, tf.Tensor]] = {}
     self._tag = tag
