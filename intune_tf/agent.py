@@ -96,7 +96,7 @@ def start_allocation(obs: "Observation") -> dict[str, float]:
   """
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
   buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
-  floor = min(obs.cpu_budget, 2)
+  floor = dqn.thread_floor(obs.cpu_budget)
   shares = policies.even_split(obs.cpu_budget, len(parallel))
   values = {k.name: float(min(max(share, floor, k.min), k.max))
             for k, share in zip(parallel, shares)}

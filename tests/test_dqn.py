@@ -58,10 +58,28 @@ def test_action_mask_at_budget_edges():
   }
   assert mask.tolist() == (expected["A"] + expected["B"] + expected["C"] +
                            expected["D"] + expected["P"] + [True])
-  # One thread fewer in use (C at 2): C may shrink to 1 or grow to 3 (14).
+  # One thread fewer in use (C at 2): C may grow to 3 (14 threads), not
+  # shrink to 1, below thread_floor(4) = min(4, 2) = 2.
   knobs[2] = _knob("C(id:3)/parallelism", "parallelism", 2)
   mask = dqn.action_mask(_obs(knobs, cpu_budget=4))
-  assert mask[8:12].tolist() == [False, True, True, False]
+  assert mask[8:12].tolist() == [False, False, True, False]
+
+
+@pytest.mark.parametrize("cpus,value,expected", [
+    # 1 CPU: floor min(1, 2) = 1; 2 -> 1 ok, 3 > 1 CPU no.
+    (1, 2, [False, True, False, False]),
+    # 4 CPUs: floor 2; 2 -> 1 no, 3 ok; 7 > 4 CPUs no.
+    (4, 2, [False, False, True, False]),
+    # A stage below the floor (set by someone else) may grow, not shrink.
+    (4, 1, [False, False, True, False]),
+    # 8 CPUs: 3 -> 2 ok (the floor), 8 ok (2 * (8 + 1 - 1) = 16 threads).
+    (8, 3, [False, True, True, True]),
+])
+def test_action_mask_keeps_parallel_stages_at_the_thread_floor(
+    cpus, value, expected):
+  knobs = [_knob("A(id:1)/parallelism", "parallelism", value, hi=64)]
+  assert dqn.action_mask(_obs(knobs, cpu_budget=cpus)).tolist() == (
+      expected + [True])
 
 
 def test_action_mask_keeps_buffers_at_one_element():
