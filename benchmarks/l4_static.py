@@ -1,12 +1,16 @@
 """Static configurations of Criteo L4 (batch 4096) against AUTOTUNE.
 
-Runs AUTOTUNE and three fixed configurations set through the InTune root
-(policy "fixed"), interleaved, `repeats` times: 3 s warm-up, then `seconds`
-measured with a plain `next()` loop. Prints rows/s per run and the median of
-each configuration relative to AUTOTUNE's median. The configurations are
-(batch, interleave, parse map, features map threads / prefetch elements):
-AUTOTUNE's own choice 1-1-2-2/4, and 2 threads everywhere with a prefetch of
-2 and of 4.
+Runs AUTOTUNE and fixed configurations set through the InTune root (policy
+"fixed"), interleaved, `repeats` times: 3 s warm-up, then `seconds` measured
+with a plain `next()` loop. Each fixed configuration runs twice: with the
+per-element datasets of the interleave recorded in the model, as TF's
+AUTOTUNE records them (`inner_stats=True`), and without (the default).
+Prints rows/s and process CPU time per row (which other load on the machine
+barely changes) per run, then per variant the median rows/s, the median of
+the per-repeat ratios to AUTOTUNE, and the median CPU per row.
+The configurations are (batch, interleave, parse map, features map threads /
+prefetch elements): AUTOTUNE's own choice on this machine 1-1-2-2/4, and 2
+threads everywhere with a prefetch of 4.
 Run: `python benchmarks/l4_static.py [seconds] [repeats]`.
 """
 
@@ -24,46 +28,54 @@ _KNOBS = ("ParallelBatch(id:4)/parallelism",
           "ParallelMapV2(id:3)/parallelism",
           "ParallelMapV2(id:2)/parallelism",
           "Prefetch(id:1)/buffer_size")
-VARIANTS = {
-    "autotune": None,
-    "fixed 1-1-2-2/4": (1, 1, 2, 2, 4),
-    "fixed 2-2-2-2/2": (2, 2, 2, 2, 2),
-    "fixed 2-2-2-2/4": (2, 2, 2, 2, 4),
-}
+CONFIGS = {"1-1-2-2/4": (1, 1, 2, 2, 4), "2-2-2-2/4": (2, 2, 2, 2, 4)}
+VARIANTS = {"autotune": None}
+for _name, _values in CONFIGS.items():
+  VARIANTS[f"fixed {_name}, inner stats"] = (_values, True)
+  VARIANTS[f"fixed {_name}"] = (_values, False)
 
 
-def rows_per_s(scenario, values, seconds: float) -> float:
+def measure(scenario, variant, seconds: float) -> tuple[float, float]:
+  """(rows/s, process CPU-seconds per row) of one run."""
   ds = scenario.make(None)
-  if values is not None:
+  if variant is not None:
+    values, inner_stats = variant
     options = tf.data.Options()
     options.experimental_intune = intune_tf.IntuneOptions(
         policy="fixed", config=dict(zip(_KNOBS, map(float, values))),
-        warm_start=False)
+        inner_stats=inner_stats, warm_start=False)
     ds = ds.with_options(options)
   it = iter(ds)
   start = time.monotonic()
   while time.monotonic() - start < 3.0:
     next(it)
-  elements, start = 0, time.monotonic()
+  elements, start, cpu = 0, time.monotonic(), time.process_time()
   while time.monotonic() - start < seconds:
     next(it)
     elements += 1
-  return elements * scenario.rows_per_element / (time.monotonic() - start)
+  rows = elements * scenario.rows_per_element
+  return (rows / (time.monotonic() - start),
+          (time.process_time() - cpu) / rows)
 
 
 def main(seconds: float = 8.0, repeats: int = 4):
   scenario = scenarios.get("criteo-l4-b4096")
-  results = {name: [] for name in VARIANTS}
+  rates = {name: [] for name in VARIANTS}
+  cpu = {name: [] for name in VARIANTS}
   for repeat in range(repeats):
-    for name, values in VARIANTS.items():
-      rate = rows_per_s(scenario, values, seconds)
-      results[name].append(rate)
-      print(f"repeat {repeat + 1} {name}: {rate:,.0f} rows/s", flush=True)
-  base = float(np.median(results["autotune"]))
-  print("\n| configuration | rows/s (median) | vs autotune |\n|---|---|---|")
-  for name, rates in results.items():
-    med = float(np.median(rates))
-    print(f"| {name} | {med:,.0f} | {med / base:.2f}x |")
+    for name, variant in VARIANTS.items():
+      rate, per_row = measure(scenario, variant, seconds)
+      rates[name].append(rate)
+      cpu[name].append(per_row)
+      print(f"repeat {repeat + 1} {name}: {rate:,.0f} rows/s, "
+            f"{per_row * 1e6:.2f} us CPU/row", flush=True)
+  base = np.array(rates["autotune"])
+  print("\n| configuration | rows/s (median) | vs autotune (median of paired "
+        "ratios) | CPU per row (median) |\n|---|---|---|---|")
+  for name in VARIANTS:
+    paired = float(np.median(np.array(rates[name]) / base))
+    print(f"| {name} | {np.median(rates[name]):,.0f} | {paired:.2f}x | "
+          f"{np.median(cpu[name]) * 1e6:.2f} us |")
 
 
 if __name__ == "__main__":

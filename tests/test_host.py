@@ -9,10 +9,7 @@ import pytest
 from intune_tf import host
 
 
-def test_usable_cpus_follows_affinity():
-  result = {}
-
-  def probe():
+def probe():
     # Affinity is per thread on Linux: change it on a thread of our own.
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[0]})
