@@ -9,22 +9,6 @@ import pytest
 from intune_tf import host
 
 
-def probe():
-    # Affinity is per thread on Linux: change it on a thread of our own.
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[0]})
-    result["one"] = host.usable_cpus()
-    os.sched_setaffinity(0, set(cpus))
-    result["all"] = host.usable_cpus()
-
-  t = threading.Thread(target=probe)
-  t.start()
-  t.join()
-  assert result["one"] == 1
-  assert result["all"] == min(len(os.sched_getaffinity(0)),
-                              int(host.cgroup_cpu_quota() or 10**6))
-
-
 def test_memory_readings_are_consistent():
   total, available = host.total_memory(), host.available_memory()
   assert 0 < available <= total <= psutil.virtual_memory().total
