@@ -18,8 +18,10 @@ the knob values. Around the agent:
   stays below `1 - REGRESSION` of the best for more than `PATIENCE` steps,
   the policy returns to the best configuration and holds it for `HOLD`
   steps before exploring again.
-- Buffer floor: a buffer below one element (a prefetch that registers at 0
-  after the first step) is raised to one; the agent never lowers one below.
+- Floors: a buffer below one element (a prefetch that registers at 0 after
+  the first step) is raised to one; when the CPU budget grows, parallel
+  stages below `dqn.thread_floor` (one thread each on 1 CPU, say) are raised
+  to it at once. The agent never lowers either below its floor.
 - Warm start: `bind(session)` loads the configuration (and fine-tuned
   weights) saved for the same pipeline on the same machine
   (`intune_tf.warmstart`) and starts there.
@@ -109,6 +111,14 @@ def raise_low_buffers(obs: "Observation") -> dict[str, float]:
   the start) raised to it ({} when none is)."""
   return {k.name: float(dqn.MIN_BUFFER) for k in obs.knobs
           if k.kind == "buffer_size" and k.value < dqn.MIN_BUFFER <= k.max}
+
+
+def raise_low_threads(obs: "Observation") -> dict[str, float]:
+  """Parallel stages below `dqn.thread_floor` (one thread each after the
+  usable CPUs grew from 1 to 2, say) raised to it ({} when none is)."""
+  floor = dqn.thread_floor(obs.cpu_budget)
+  return {k.name: float(floor) for k in obs.knobs
+          if k.kind == "parallelism" and k.value < floor <= k.max}
 
 
 def config_key(config: dict[str, float]) -> tuple:
@@ -225,6 +235,7 @@ class IntunePolicy(policies.Policy):
     self._reference = 0.0
     self._reference_cpus = None
     self._warm: dict[str, float] | None = None
+    self._cpu_budget: int | None = None
     self.session = None
 
   # --- warm start -----------------------------------------------------------
@@ -306,6 +317,13 @@ class IntunePolicy(policies.Policy):
     start = time.perf_counter()
     if not obs.knobs:
       return {}
+    grown = self._cpu_budget is not None and obs.cpu_budget > self._cpu_budget
+    self._cpu_budget = obs.cpu_budget
+    if grown and raise_low_threads(obs):
+      self._prev = None
+      self._acc_elements = self._acc_seconds = 0.0
+      self.last_decision = {"step": self.steps, "action": "raise-to-floor"}
+      return raise_low_threads(obs)
     if project_to_budget(obs):
       self._prev = None
       self._acc_elements = self._acc_seconds = 0.0

@@ -127,6 +127,32 @@ def test_low_buffers_are_raised_to_one_element():
       "P(id:1)/buffer_size"] == 1.0
 
 
+def test_stages_are_raised_to_the_thread_floor_when_cpus_grow():
+  knobs = [_knob("A(id:2)/parallelism", "parallelism", 1),
+           _knob("B(id:1)/parallelism", "parallelism", 3)]
+  # thread_floor(4) = 2: A is below it, B is not.
+  assert agent_lib.raise_low_threads(_obs(knobs, cpu_budget=4)) == {
+      "A(id:2)/parallelism": 2.0}
+  policy = agent_lib.IntunePolicy(IntuneOptions())
+  # On 1 CPU (floor 1) nothing is raised; the policy waits for elements.
+  assert policy.step(_obs(knobs, cpu_budget=1, output_rate=1.0)) == {
+      "B(id:1)/parallelism": 1.0}  # the budget projection: 3 > 1 CPU
+  assert policy.step(_obs([knobs[0], _knob("B(id:1)/parallelism",
+                                           "parallelism", 1)],
+                          cpu_budget=1, output_rate=1.0)) == {}
+  # The usable CPUs grow to 2: both stages go to the floor of 2 at once.
+  grown = [knobs[0], _knob("B(id:1)/parallelism", "parallelism", 1)]
+  assert policy.step(_obs(grown, cpu_budget=2, output_rate=1.0)) == {
+      "A(id:2)/parallelism": 2.0, "B(id:1)/parallelism": 2.0}
+  assert policy.last_decision["action"] == "raise-to-floor"
+
+
+def test_a_stage_whose_range_ends_below_the_floor_is_left_alone():
+  # A runner pool of one thread: the knob's max 1 is below the floor 2.
+  knobs = [_knob("A(id:1)/parallelism", "parallelism", 1, hi=1.0)]
+  assert agent_lib.raise_low_threads(_obs(knobs, cpu_budget=4)) == {}
+
+
 def _two_stage():
   stages = (sim.SimStage("A(id:2)", 0.003), sim.SimStage("B(id:1)", 0.001))
   return sim.SimPipeline(stages, 8, memory_limit=1e12, ram_budget=1e9,
