@@ -319,16 +319,14 @@ class IntunePolicy(policies.Policy):
       return {}
     grown = self._cpu_budget is not None and obs.cpu_budget > self._cpu_budget
     self._cpu_budget = obs.cpu_budget
-    if grown and raise_low_threads(obs):
-      self._prev = None
-      self._acc_elements = self._acc_seconds = 0.0
-      self.last_decision = {"step": self.steps, "action": "raise-to-floor"}
-      return raise_low_threads(obs)
-    if project_to_budget(obs):
-      self._prev = None
-      self._acc_elements = self._acc_seconds = 0.0
-      self.last_decision = {"step": self.steps, "action": "fit-cpu-budget"}
-      return project_to_budget(obs)
+    for action, values in (
+        ("raise-to-floor", raise_low_threads(obs) if grown else {}),
+        ("fit-cpu-budget", project_to_budget(obs))):
+      if values:
+        self._prev = None
+        self._acc_elements = self._acc_seconds = 0.0
+        self.last_decision = {"step": self.steps, "action": action}
+        return values
     if not self._started:
       self._started = True
       if self._warm is not None:
