@@ -86,7 +86,11 @@ def run_fn(fn_args) -> None:
       train, epochs=epochs,
       steps_per_epoch=max(1, fn_args.train_steps // epochs),
       validation_data=evaluation, validation_steps=fn_args.eval_steps,
-      callbacks=[intune_tf.keras.IntuneCallback(log_every=10)], verbose=2)
+      # drive_every: a tuning step in the training loop every 10 batches, so
+      # the tuned values are in force (and logged) even when the whole run
+      # lasts less than one period of the background tuner.
+      callbacks=[intune_tf.keras.IntuneCallback(log_every=10, drive_every=10)],
+      verbose=2)
   tf.io.gfile.makedirs(fn_args.model_run_dir)
   with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, HISTORY_FILE),
                          "w") as f:
