@@ -1,78 +1,101 @@
-"""Puts InTune on top of a dataset: rewrites, then the root op."""
+"""The InTune dataset ops, as Python datasets.
+
+- `declare` puts an `IntuneOptionsDataset` above a dataset: the option, in the
+  graph (it travels with the dataset through tf.function arguments, variants
+  and tf.data service).
+- `tune` puts the root (`IntuneDataset`) on top of a dataset whose iterator is
+  being made. The root rewrites its input inside the kernel, by reference, and
+  tunes it; with nothing asking for InTune below, it returns its input.
+"""
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
-from absl import logging
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import ops as tf_ops
 
 from intune_tf import _kernels
+from intune_tf import options as options_lib
 from intune_tf import tuner as tuner_lib
-from intune_tf.options import IntuneOptions
 
 
-class IntuneDataset(dataset_ops.UnaryUnchangedStructureDataset):
-  """A dataset whose iterators are tuned live (one session per iterator)."""
+def _settings(value: Any) -> dict[str, Any]:
+  """The op attributes of an `experimental_intune` value."""
+  options = options_lib.coerce(value)
+  if options is None:
+    return {"enabled": False}
+  return {
+      "tag": options.to_json(),
+      "enabled": True,
+      "ram_budget": options.resolved_ram_budget(),
+      "max_parallelism": options.resolved_max_cpus(),
+      "include_fixed": options.include_fixed,
+      "insert_prefetch": options.insert_prefetch,
+      "untrack_inner": not options.inner_stats,
+      "interleave_buffer": options.interleave_buffer or 0,
+  }
 
-  def __init__(self, input_dataset: tf.data.Dataset, options: IntuneOptions):
+
+class IntuneOptionsDataset(dataset_ops.UnaryUnchangedStructureDataset):
+  """Carries an `experimental_intune` value in the dataset's graph."""
+
+  def __init__(self, input_dataset: tf.data.Dataset, value: Any):
     self._input_dataset = input_dataset
-    self._intune = options
-    tag = json.loads(options.to_json())
-    tag["fingerprint"] = _fingerprint(input_dataset)
-    variant = _kernels.ops().intune_dataset(
+    self.intune_value = value
+    variant = _kernels.ops().intune_options_dataset(
         input_dataset._variant_tensor,  # pylint: disable=protected-access
-        tag=json.dumps(tag, sort_keys=True),
-        ram_budget=options.resolved_ram_budget(),
-        max_parallelism=options.resolved_max_cpus(),
-        **self._flat_structure)
+        **_settings(value), **self._flat_structure)
     super().__init__(input_dataset, variant)
 
 
-def _fingerprint(dataset: tf.data.Dataset) -> str:
-  """The warm-start fingerprint of the dataset graph ("" inside a
-  tf.function, where the graph is not available eagerly)."""
-  from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
-  if not isinstance(dataset._variant_tensor, tf_ops.EagerTensor):  # pylint: disable=protected-access
-    return ""
-  graph_def = tf.compat.v1.GraphDef()
-  try:
-    graph_def.ParseFromString(
-        dataset._as_serialized_graph(  # pylint: disable=protected-access
-            external_state_policy=(
-                tf.data.experimental.ExternalStatePolicy.IGNORE)).numpy())
-  except (tf.errors.OpError, ValueError, TypeError) as e:
-    logging.warning("InTune: no warm start for this dataset: its graph "
-                    "cannot be serialized (%s).", e)
-    return ""
-  return warmstart.graph_fingerprint(graph_def)
+class IntuneDataset(dataset_ops.UnaryUnchangedStructureDataset):
+  """The root: one tuning session per iterator."""
+
+  def __init__(self, input_dataset: tf.data.Dataset, value: Any = None):
+    """Puts the root on `input_dataset`.
+
+    Args:
+      input_dataset: the dataset being iterated.
+      value: its `experimental_intune` value when Python knows it. Default
+        None: the kernel finds it in the graph.
+    """
+    self._input_dataset = input_dataset
+    settings = ({"find_settings": True} if value is None else
+                _settings(value))
+    variant = _kernels.ops().intune_dataset(
+        input_dataset._variant_tensor,  # pylint: disable=protected-access
+        **settings, **self._flat_structure)
+    super().__init__(input_dataset, variant)
 
 
-def _rewrite(dataset: tf.data.Dataset,
-             options: IntuneOptions) -> tf.data.Dataset:
-  """Applies the graph rewrites when the dataset lives in the eager context."""
-  from intune_tf import rewrites  # pylint: disable=g-import-not-at-top
-
-  if not isinstance(dataset._variant_tensor, tf_ops.EagerTensor):  # pylint: disable=protected-access
-    logging.log_first_n(
-        logging.WARNING,
-        "InTune: a dataset built inside a tf.function is tuned without graph "
-        "rewrites: only its AUTOTUNE stages are knobs. Build the dataset "
-        "outside the function to tune it fully.", 1)
-    return dataset
-  rewritten, _ = rewrites.apply(dataset, include_fixed=options.include_fixed,
-                                insert_prefetch=options.insert_prefetch,
-                                untrack_inner=not options.inner_stats,
-                                interleave_buffer=options.interleave_buffer)
-  return rewritten
+def declare(dataset: tf.data.Dataset, value: Any) -> tf.data.Dataset:
+  """`dataset` with its `experimental_intune` value carried in the graph."""
+  return IntuneOptionsDataset(dataset, value)
 
 
-def tune(dataset: tf.data.Dataset, options: IntuneOptions) -> tf.data.Dataset:
-  """Returns `dataset` rewritten for tuning, under an InTune root."""
-  with tf.init_scope():
-    if tf.executing_eagerly():
-      dataset = _rewrite(dataset, options)
-  tuner_lib.global_tuner().start()
-  return IntuneDataset(dataset, options)
+_CACHE_ATTR = "_intune_root"
+
+
+def tune(dataset: tf.data.Dataset, value: Any = None) -> tf.data.Dataset:
+  """`dataset` under an InTune root, for an iterator about to be made.
+
+  In eager mode the root is made once per dataset object (as TF finalizes a
+  dataset once), so that a new iterator each epoch costs no new rewrite.
+
+  Args:
+    dataset: the dataset being iterated.
+    value: its `experimental_intune` value, or None to find it in the graph.
+  """
+  eager = isinstance(dataset._variant_tensor, tf_ops.EagerTensor)  # pylint: disable=protected-access
+  if eager:
+    cached = getattr(dataset, _CACHE_ATTR, None)
+    if cached is not None:
+      return cached
+  if options_lib.coerce(value) is not None or value is None:
+    tuner_lib.global_tuner().start()
+  root = IntuneDataset(dataset, value)
+  if eager:
+    object.__setattr__(dataset, _CACHE_ATTR, root)
+  return root

@@ -7,12 +7,13 @@ and makes every iterator creation of a dataset with the option on go through
 
 - `tf.data.Options.experimental_intune`: a property storing its value in
   `Options._options`, so `merge_options` (used by `with_options`) keeps it.
-- `DatasetV2.with_options`: the value does not survive the options proto that
-  TF keeps in the graph, so the dataset returned by `with_options` also
-  carries it as a Python attribute, found again by walking `_inputs()`.
-- `DatasetV2.options`: reports the value found that way.
+- `DatasetV2.with_options`: the options proto that TF keeps in the graph has
+  no room for the value, so the dataset returned by `with_options` is put
+  under an `IntuneOptionsDataset` that carries it in the graph.
+- `DatasetV2.options`: reports the value in force (TF's merge order).
 - `DatasetV2._apply_debug_options`: called by every iterator creation (`for`,
-  `iter`, tf.function loops, Keras `fit`); returns the tuned dataset.
+  `iter`, tf.function loops, Keras `fit`, tf.data service registration);
+  returns the dataset under the InTune root.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from intune_tf import options as intune_options
 
 TESTED_TF = ("2.16", "2.21")
 _OPTION = "experimental_intune"
-_ATTR = "_intune_options"
 _installed = False
 
 
@@ -70,28 +70,56 @@ _PROPERTY = property(
     "`intune_tf.IntuneOptions`. Default None (off).")
 
 
-def find(dataset: tf.data.Dataset) -> Any:
-  """The `experimental_intune` value closest to `dataset`'s output, or None.
+def _inputs(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
+  try:
+    return list(dataset._inputs())  # pylint: disable=protected-access
+  except (AttributeError, NotImplementedError, TypeError):
+    return []
 
-  Returns `False` for a dataset that is already under an InTune root.
+
+def find(dataset: tf.data.Dataset) -> tuple[Any, bool]:
+  """The `experimental_intune` value in force for `dataset`, by TF's order
+  for options (a `with_options` overrides what is below it; among the inputs
+  of one dataset the later wins), and whether part of the graph is hidden
+  from Python (a dataset rebuilt from a variant or loaded from files), where
+  the kernel may find a value that Python cannot.
+
+  Returns:
+    (value or None, hidden).
   """
-  from intune_tf import _root  # pylint: disable=g-import-not-at-top
+  from intune_tf import _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
 
-  todo, seen = [dataset], set()
-  while todo:
-    ds = todo.pop(0)
-    if id(ds) in seen:
-      continue
-    seen.add(id(ds))
-    if isinstance(ds, _root.IntuneDataset):
-      return False
-    if hasattr(ds, _ATTR):
-      return getattr(ds, _ATTR)
-    try:
-      todo.extend(ds._inputs())  # pylint: disable=protected-access
-    except (AttributeError, NotImplementedError, TypeError):
-      pass
-  return None
+  memo: dict[int, Any] = {}
+  hidden = False
+
+  def value_of(ds) -> Any:
+    nonlocal hidden
+    key = id(ds)
+    if key in memo:
+      return memo[key]
+    memo[key] = None
+    if isinstance(ds, _root.IntuneOptionsDataset):
+      result = ds.intune_value
+    else:
+      result = None
+      inputs = _inputs(ds)
+      if not inputs and _opaque(ds):
+        hidden = True
+      for child in inputs:
+        found = value_of(child)
+        if found is not None:
+          result = found
+    memo[key] = result
+    return result
+
+  value = value_of(dataset)
+  return value, hidden
+
+
+def _opaque(dataset: tf.data.Dataset) -> bool:
+  """Whether `dataset` is a graph Python cannot walk."""
+  return type(dataset).__name__ in ("_VariantDataset", "_LoadDataset",
+                                    "LoadDataset")
 
 
 def install() -> None:
@@ -110,27 +138,29 @@ def install() -> None:
   def with_options(self, options, name=None):
     result = original_with_options(self, options, name=name)
     value = _get(options) if isinstance(options, options_lib.Options) else None
-    if value is not None:
-      object.__setattr__(result, _ATTR, value)
-    return result
+    if value is None:
+      return result
+    from intune_tf import _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
+    return _root.declare(result, value)
 
   @functools.wraps(original_options)
   def options(self):
     result = original_options(self)
-    value = find(self)
-    if value is not None and value is not False:
+    value, _ = find(self)
+    if value is not None:
       result._options[_OPTION] = value  # pylint: disable=protected-access
     return result
 
   @functools.wraps(original_apply)
   def _apply_debug_options(self):
     dataset = original_apply(self)
-    value = find(self)
-    tuned = intune_options.coerce(value) if value is not False else None
-    if tuned is None:
+    from intune_tf import _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
+    if isinstance(dataset, _root.IntuneDataset):
       return dataset
-    from intune_tf import _root  # pylint: disable=g-import-not-at-top
-    return _root.tune(dataset, tuned)
+    value, hidden = find(dataset)
+    if value is None and not hidden:
+      return dataset
+    return _root.tune(dataset, value)
 
   dataset_ops.DatasetV2.with_options = with_options
   dataset_ops.DatasetV2.options = options

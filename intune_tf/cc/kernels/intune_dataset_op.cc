@@ -1,14 +1,24 @@
 // IntuneDataset: the root of a tuned pipeline.
 //
-// Its iterator creates and owns a `model::Model` and hands it to its input
-// through the iterator context, so that every AUTOTUNE knob below registers in
-// that model instead of TF's own autotuner (which the dataset's options turn
-// off). The model is published as a `TuningSession` for the control ops.
+// Made when the pipeline's iterator is made. It rewrites its input in place
+// of the graph with TF's own rewrite path (`data::RewriteDataset`: resources
+// and large tensors are passed by reference, so the user's variables, tables
+// and generators are the ones the tuned pipeline uses), then its iterator
+// creates and owns a `model::Model` and hands it to its input through the
+// iterator context, so that every AUTOTUNE knob below registers in that model
+// instead of TF's own autotuner (which the dataset's options turn off). The
+// model is published as a `TuningSession` for the control ops.
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "intune_tf/cc/kernels/session_registry.h"
+#include "intune_tf/cc/kernels/settings.h"
+#include "rewrites/rewrite.h"
+#include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/model.h"
@@ -19,31 +29,60 @@ namespace tensorflow {
 namespace intune {
 namespace {
 
-inline constexpr char kDatasetType[] = "Intune";
-inline constexpr char kTag[] = "tag";
-inline constexpr char kRamBudget[] = "ram_budget";
-inline constexpr char kMaxParallelism[] = "max_parallelism";
-inline constexpr char kGuardPeriodUs[] = "guard_period_us";
+inline constexpr char kFindSettings[] = "find_settings";
+
+// Models owned by live InTune iterators: a root whose context already holds
+// one is nested under another root and leaves the tuning to it.
+class OwnedModels {
+ public:
+  static OwnedModels* Global() {
+    static OwnedModels* models = new OwnedModels;
+    return models;
+  }
+  void Add(const model::Model* m) TF_LOCKS_EXCLUDED(mu_) {
+    mutex_lock l(mu_);
+    models_.insert(m);
+  }
+  void Remove(const model::Model* m) TF_LOCKS_EXCLUDED(mu_) {
+    mutex_lock l(mu_);
+    models_.erase(m);
+  }
+  bool Contains(const model::Model* m) const TF_LOCKS_EXCLUDED(mu_) {
+    mutex_lock l(mu_);
+    return models_.contains(m);
+  }
+
+ private:
+  mutable mutex mu_;
+  absl::flat_hash_set<const model::Model*> models_ TF_GUARDED_BY(mu_);
+};
+
+// Logs each distinct message once per process.
+void WarnOnce(const std::string& message) {
+  static mutex* mu = new mutex;
+  static auto* seen = new absl::flat_hash_set<std::string>;
+  mutex_lock l(*mu);
+  if (seen->insert(message).second) LOG(WARNING) << message;
+}
+
+// The session tag: the options JSON with the warm-start fingerprint added.
+std::string SessionTag(const std::string& options_json,
+                       const std::string& fingerprint) {
+  if (fingerprint.empty() || options_json.size() < 2 ||
+      options_json.back() != '}') {
+    return options_json;
+  }
+  std::string tag = options_json.substr(0, options_json.size() - 1);
+  if (tag.find_first_not_of(" {") != std::string::npos) tag += ", ";
+  return absl::StrCat(tag, "\"fingerprint\": \"", fingerprint, "\"}");
+}
 
 class IntuneDatasetOp : public data::UnaryDatasetOpKernel {
  public:
   explicit IntuneDatasetOp(OpKernelConstruction* ctx)
       : UnaryDatasetOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(kTag, &tag_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(kRamBudget, &ram_budget_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(kMaxParallelism, &max_parallelism_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(kGuardPeriodUs, &guard_period_us_));
-    OP_REQUIRES(ctx, ram_budget_ >= 0,
-                errors::InvalidArgument("ram_budget must be >= 0 bytes (0 = "
-                                        "no budget), got ",
-                                        ram_budget_, "."));
-    OP_REQUIRES(ctx, max_parallelism_ >= 0,
-                errors::InvalidArgument("max_parallelism must be >= 0 (0 = "
-                                        "the runner's thread pool size), got ",
-                                        max_parallelism_, "."));
-    OP_REQUIRES(ctx, guard_period_us_ > 0,
-                errors::InvalidArgument("guard_period_us must be > 0, got ",
-                                        guard_period_us_, "."));
+    OP_REQUIRES_OK(ctx, Settings::FromAttrs(ctx, &settings_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kFindSettings, &find_settings_));
   }
 
  protected:
@@ -52,25 +91,27 @@ class IntuneDatasetOp : public data::UnaryDatasetOpKernel {
 
  private:
   class Dataset;
-  std::string tag_;
-  int64_t ram_budget_;
-  int64_t max_parallelism_;
-  int64_t guard_period_us_;
+  Settings settings_;
+  bool find_settings_;
 };
 
 class IntuneDatasetOp::Dataset : public data::DatasetBase {
  public:
-  Dataset(OpKernelContext* ctx, const DatasetBase* input, std::string tag,
-          int64_t ram_budget, int64_t max_parallelism, int64_t guard_period_us)
+  // `input` is the user's pipeline (serialized by AsGraphDefInternal, so that
+  // a rebuilt root rewrites it again); `rewritten` is what runs.
+  Dataset(OpKernelContext* ctx, const DatasetBase* input,
+          core::RefCountPtr<DatasetBase> rewritten, Settings settings,
+          bool find_settings, rewrites::Report report)
       : DatasetBase(data::DatasetContext(ctx)),
         input_(input),
-        tag_(std::move(tag)),
-        ram_budget_(ram_budget),
-        max_parallelism_(max_parallelism),
-        guard_period_us_(guard_period_us) {
+        rewritten_(std::move(rewritten)),
+        settings_(std::move(settings)),
+        find_settings_(find_settings),
+        report_(std::move(report)),
+        tag_(SessionTag(settings_.tag, report_.fingerprint)) {
     input_->Ref();
-    // These options take precedence over the inputs' when they are merged:
-    // TF's autotuner and the static passes that resize buffers stay off.
+    // Merged over the input's options: TF's autotuner and the static passes
+    // that add or resize buffers stay off under the root.
     data::Options options;
     options.mutable_autotune_options()->set_enabled(false);
     options.mutable_optimization_options()->set_inject_prefetch(false);
@@ -81,27 +122,35 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
 
   std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
       const std::string& prefix) const override {
-    return std::make_unique<Iterator>(Iterator::Params{
-        this, absl::StrCat(prefix, "::", kDatasetType)});
+    // The prefix is the parent's: checkpoints of the pipeline below keep the
+    // keys they have without InTune.
+    return std::make_unique<Iterator>(Iterator::Params{this, prefix});
   }
 
   const DataTypeVector& output_dtypes() const override {
-    return input_->output_dtypes();
+    return rewritten_->output_dtypes();
   }
   const std::vector<PartialTensorShape>& output_shapes() const override {
-    return input_->output_shapes();
+    return rewritten_->output_shapes();
   }
   std::string DebugString() const override { return "IntuneDatasetOp::Dataset"; }
   int64_t CardinalityInternal(data::CardinalityOptions options) const override {
-    return input_->Cardinality(options);
+    return rewritten_->Cardinality(options);
   }
   Status InputDatasets(
       std::vector<const DatasetBase*>* inputs) const override {
-    inputs->push_back(input_);
+    inputs->push_back(rewritten_.get());
     return OkStatus();
   }
   Status CheckExternalState() const override {
-    return input_->CheckExternalState();
+    return rewritten_->CheckExternalState();
+  }
+  Status Get(OpKernelContext* ctx, int64_t index,
+             std::vector<Tensor>* out_tensors) const override {
+    return rewritten_->Get(ctx, index, out_tensors);
+  }
+  Status RandomIndexingCompatible() const override {
+    return rewritten_->RandomIndexingCompatible();
   }
 
  protected:
@@ -110,25 +159,18 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
                             Node** output) const override {
     Node* input_node = nullptr;
     TF_RETURN_IF_ERROR(b->AddInputDataset(ctx, input_, &input_node));
-    AttrValue tag, ram_budget, max_parallelism, guard_period_us;
-    b->BuildAttrValue(tag_, &tag);
-    b->BuildAttrValue(ram_budget_, &ram_budget);
-    b->BuildAttrValue(max_parallelism_, &max_parallelism);
-    b->BuildAttrValue(guard_period_us_, &guard_period_us);
-    return b->AddDataset(this, {input_node},
-                         {{kTag, tag},
-                          {kRamBudget, ram_budget},
-                          {kMaxParallelism, max_parallelism},
-                          {kGuardPeriodUs, guard_period_us}},
-                         output);
+    auto attrs = settings_.ToAttrs(b);
+    AttrValue find;
+    b->BuildAttrValue(find_settings_, &find);
+    attrs.emplace_back(kFindSettings, find);
+    return b->AddDataset(this, {input_node}, attrs, output);
   }
 
  private:
   class Iterator : public data::DatasetIterator<Dataset> {
    public:
     explicit Iterator(const Params& params)
-        : DatasetIterator<Dataset>(params),
-          model_(std::make_shared<model::Model>()) {}
+        : DatasetIterator<Dataset>(params) {}
 
     ~Iterator() override {
       {
@@ -137,26 +179,45 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
         guard_cv_.notify_all();
       }
       guard_thread_.reset();  // joins
-      if (session_ != nullptr) SessionRegistry::Global()->Remove(session_->id());
+      input_impl_.reset();
+      if (session_ != nullptr) {
+        SessionRegistry::Global()->Remove(session_->id());
+        OwnedModels::Global()->Remove(model_.get());
+      }
     }
 
+    bool SymbolicCheckpointCompatible() const override { return true; }
+
     Status Initialize(data::IteratorContext* ctx) override {
-      if (dataset()->max_parallelism_ > 0) {
-        thread_pool_ = std::make_unique<thread::ThreadPool>(
-            Env::Default(), ThreadOptions(), "intune_runner",
-            static_cast<int>(dataset()->max_parallelism_),
-            /*low_latency_hint=*/false);
+      const Settings& s = dataset()->settings_;
+      // Nested under another root (a pipeline inside a pipeline that is
+      // tuned as a whole): the outer root's model already holds the knobs.
+      if (ctx->model() == nullptr ||
+          !OwnedModels::Global()->Contains(ctx->model().get())) {
+        model_ = std::make_shared<model::Model>();
+        if (s.max_parallelism > 0) {
+          thread_pool_ = std::make_unique<thread::ThreadPool>(
+              Env::Default(), ThreadOptions(), "intune_runner",
+              static_cast<int>(s.max_parallelism),
+              /*low_latency_hint=*/false);
+        }
+        OwnedModels::Global()->Add(model_.get());
+        session_ = SessionRegistry::Global()->Create(dataset()->tag_,
+                                                     s.ram_budget, model_);
       }
-      session_ = SessionRegistry::Global()->Create(
-          dataset()->tag_, dataset()->ram_budget_, model_);
       data::IteratorContext input_ctx(CreateParams(ctx));
-      return dataset()->input_->MakeIterator(&input_ctx, this, prefix(),
-                                             &input_impl_);
+      Status status = dataset()->rewritten_->MakeIterator(
+          &input_ctx, this, prefix(), &input_impl_);
+      ctx->MergeCheckpoint(input_ctx.checkpoint());
+      return status;
     }
 
     Status GetNextInternal(data::IteratorContext* ctx,
                            std::vector<Tensor>* out_tensors,
                            bool* end_of_sequence) override {
+      if (session_ == nullptr) {
+        return input_impl_->GetNext(ctx, out_tensors, end_of_sequence);
+      }
       {
         mutex_lock l(guard_mu_);
         if (guard_thread_ == nullptr && !cancelled_) {
@@ -167,9 +228,10 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
       const int64_t start = static_cast<int64_t>(Env::Default()->NowMicros());
       data::IteratorContext input_ctx(CreateParams(ctx));
       Status s = input_impl_->GetNext(&input_ctx, out_tensors, end_of_sequence);
+      ctx->MergeCheckpoint(input_ctx.checkpoint());
       if (s.ok() && !*end_of_sequence) {
-        session_->RecordGetNext(start,
-                                static_cast<int64_t>(Env::Default()->NowMicros()));
+        session_->RecordGetNext(
+            start, static_cast<int64_t>(Env::Default()->NowMicros()));
       }
       return s;
     }
@@ -188,13 +250,25 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
     Status RestoreInternal(data::IteratorContext* ctx,
                            data::IteratorStateReader* reader) override {
       data::IteratorContext input_ctx(CreateParams(ctx));
-      return RestoreInput(&input_ctx, reader, input_impl_);
+      Status s = RestoreInput(&input_ctx, reader, input_impl_);
+      ctx->MergeCheckpoint(input_ctx.checkpoint());
+      const rewrites::Report& report = dataset()->report_;
+      if (s.ok() || !report.structure_changed) return s;
+      return errors::FailedPrecondition(
+          "InTune could not restore this iterator checkpoint: ", s.message(),
+          " InTune's graph rewrites changed the pipeline's structure (",
+          absl::StrJoin(report.changes, "; "),
+          "), so a checkpoint written with InTune off or with other "
+          "IntuneOptions does not match it. Restore with the options the "
+          "checkpoint was written with, or turn off the rewrites that change "
+          "the structure: IntuneOptions(insert_prefetch=False, "
+          "inner_stats=True).");
     }
 
    private:
     data::IteratorContext::Params CreateParams(data::IteratorContext* ctx) {
       data::IteratorContext::Params params(ctx);
-      params.model = model_;
+      if (model_ != nullptr) params.model = model_;
       if (thread_pool_ != nullptr) {
         thread::ThreadPool* pool = thread_pool_.get();
         params.runner = [pool](std::function<void()> c) {
@@ -210,15 +284,15 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
         {
           mutex_lock l(guard_mu_);
           if (cancelled_) return;
-          guard_cv_.wait_for(
-              l, std::chrono::microseconds(dataset()->guard_period_us_));
+          guard_cv_.wait_for(l, std::chrono::microseconds(
+                                    dataset()->settings_.guard_period_us));
           if (cancelled_) return;
         }
         session_->EnforceBudget(/*thorough=*/false);
       }
     }
 
-    const std::shared_ptr<model::Model> model_;
+    std::shared_ptr<model::Model> model_;
     std::shared_ptr<TuningSession> session_;
     // Declared before input_impl_: the pool must outlive the input iterators
     // that schedule work on it, so it is destroyed after them.
@@ -231,17 +305,52 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
   };
 
   const DatasetBase* const input_;
+  const core::RefCountPtr<DatasetBase> rewritten_;
+  const Settings settings_;
+  const bool find_settings_;
+  const rewrites::Report report_;
   const std::string tag_;
-  const int64_t ram_budget_;
-  const int64_t max_parallelism_;
-  const int64_t guard_period_us_;
 };
 
 void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
                                   data::DatasetBase* input,
                                   data::DatasetBase** output) {
-  *output = new Dataset(ctx, input, tag_, ram_budget_, max_parallelism_,
-                        guard_period_us_);
+  const Settings* settings = &settings_;
+  if (find_settings_) settings = FindSettings(input);
+  if (settings == nullptr || !settings->enabled) {
+    // Nothing below asks for InTune: the pipeline runs exactly as it is.
+    input->Ref();
+    *output = input;
+    return;
+  }
+  rewrites::Options options;
+  options.include_fixed = settings->include_fixed;
+  options.insert_prefetch = settings->insert_prefetch;
+  options.untrack_inner = settings->untrack_inner;
+  options.interleave_buffer = settings->interleave_buffer;
+  rewrites::Report report;
+  core::RefCountPtr<data::DatasetBase> rewritten;
+  Status status;
+  {
+    rewrites::ScopedReport scoped(&report);
+    status = data::RewriteDataset(
+        ctx, input,
+        [&options]() { return rewrites::MakeRewriterConfig(options); },
+        /*record_fingerprint=*/false, &rewritten);
+  }
+  if (!status.ok()) {
+    WarnOnce(absl::StrCat(
+        "InTune could not rewrite this pipeline (", status.message(),
+        "); it is tuned as it is: only its AUTOTUNE stages are knobs."));
+    input->Ref();
+    rewritten.reset(input);
+    report = rewrites::Report();
+  }
+  for (const std::string& skipped : report.skipped) {
+    WarnOnce(absl::StrCat("InTune rewrite skipped: ", skipped));
+  }
+  *output = new Dataset(ctx, input, std::move(rewritten), *settings,
+                        find_settings_, std::move(report));
 }
 
 REGISTER_KERNEL_BUILDER(Name("IntuneDataset").Device(DEVICE_CPU),

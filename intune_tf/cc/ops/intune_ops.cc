@@ -8,13 +8,22 @@ namespace intune {
 
 using shape_inference::InferenceContext;
 
-REGISTER_OP("IntuneDataset")
+// The attributes of both dataset ops below (settings.h reads them).
+#define INTUNE_SETTINGS_ATTRS                     \
+  Attr("tag: string = ''")                        \
+      .Attr("enabled: bool = true")               \
+      .Attr("ram_budget: int = 0")                \
+      .Attr("max_parallelism: int = 0")           \
+      .Attr("guard_period_us: int = 5000")        \
+      .Attr("include_fixed: bool = false")        \
+      .Attr("insert_prefetch: bool = false")      \
+      .Attr("untrack_inner: bool = true")         \
+      .Attr("interleave_buffer: int = 0")
+
+REGISTER_OP("IntuneOptionsDataset")
     .Input("input_dataset: variant")
     .Output("handle: variant")
-    .Attr("tag: string = ''")
-    .Attr("ram_budget: int = 0")
-    .Attr("max_parallelism: int = 0")
-    .Attr("guard_period_us: int = 5000")
+    .INTUNE_SETTINGS_ATTRS
     .Attr("output_types: list(type) >= 1")
     .Attr("output_shapes: list(shape) >= 1")
     .Attr("metadata: string = ''")
@@ -22,14 +31,42 @@ REGISTER_OP("IntuneDataset")
                                                            "output_types"))
     .SetShapeFn(shape_inference::ScalarShape)
     .Doc(R"doc(
-The root of a tuned tf.data pipeline: owns the autotuning model of its input
-and publishes it as a live tuning session.
+The `experimental_intune` option of a pipeline, carried in its graph. It
+computes nothing; the InTune root made at iterator creation reads it and
+removes it.
 
-tag: a label that identifies the pipeline (shown by the session listing).
+tag: the IntuneOptions JSON (shown by session listings).
+enabled: False when the option was set to False.
 ram_budget: bytes the pipeline's buffers may hold; 0 disables the guard.
 max_parallelism: size of a private runner thread pool (the maximum of every
   parallelism knob); 0 keeps the runner of the iterator context.
 guard_period_us: how often the budget guard checks buffered bytes.
+include_fixed: graph rewrite option (rewrites/rewrite.h).
+insert_prefetch: graph rewrite option (rewrites/rewrite.h).
+untrack_inner: graph rewrite option (rewrites/rewrite.h).
+interleave_buffer: graph rewrite option (rewrites/rewrite.h); 0 keeps TF's.
+)doc");
+
+REGISTER_OP("IntuneDataset")
+    .Input("input_dataset: variant")
+    .Output("handle: variant")
+    .INTUNE_SETTINGS_ATTRS
+    .Attr("find_settings: bool = false")
+    .Attr("output_types: list(type) >= 1")
+    .Attr("output_shapes: list(shape) >= 1")
+    .Attr("metadata: string = ''")
+    .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
+                                                           "output_types"))
+    .SetShapeFn(shape_inference::ScalarShape)
+    .Doc(R"doc(
+The root of a tuned tf.data pipeline, made when its iterator is made: rewrites
+its input by reference (TF's rewrite path), owns the autotuning model of the
+rewritten input and publishes it as a live tuning session.
+
+find_settings: take the settings from the IntuneOptionsDataset in force below
+  (TF's order for options) instead of this op's attributes; with none, or
+  with the option off, the op returns its input unchanged. The other
+  attributes are those of IntuneOptionsDataset.
 )doc");
 
 REGISTER_OP("IntuneUntrackedDataset")

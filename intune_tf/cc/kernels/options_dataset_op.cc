@@ -1,0 +1,148 @@
+// IntuneOptionsDataset: the `experimental_intune` option, in the graph.
+//
+// `Dataset.with_options` puts one above the options it sets, so that the
+// option travels wherever the graph does (tf.function arguments, variants,
+// tf.data service). It computes nothing: its iterator is transparent (its
+// input's iterator keeps the checkpoint prefix it would have without it), and
+// the InTune root removes it when it rewrites the pipeline.
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "intune_tf/cc/kernels/settings.h"
+#include "tensorflow/core/framework/dataset.h"
+#include "tensorflow/core/framework/model.h"
+
+namespace tensorflow {
+namespace intune {
+namespace {
+
+namespace model = ::tensorflow::data::model;
+
+class IntuneOptionsDatasetOp : public data::UnaryDatasetOpKernel {
+ public:
+  explicit IntuneOptionsDatasetOp(OpKernelConstruction* ctx)
+      : UnaryDatasetOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, Settings::FromAttrs(ctx, &settings_));
+  }
+
+ protected:
+  void MakeDataset(OpKernelContext* ctx, data::DatasetBase* input,
+                   data::DatasetBase** output) override;
+
+ private:
+  class Dataset;
+  Settings settings_;
+};
+
+class IntuneOptionsDatasetOp::Dataset : public data::DatasetBase,
+                                        public DeclaresSettings {
+ public:
+  Dataset(OpKernelContext* ctx, const DatasetBase* input, Settings settings)
+      : DatasetBase(data::DatasetContext(ctx)),
+        input_(input),
+        settings_(std::move(settings)) {
+    input_->Ref();
+  }
+
+  ~Dataset() override { input_->Unref(); }
+
+  const Settings& settings() const override { return settings_; }
+
+  std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
+      const std::string& prefix) const override {
+    return std::make_unique<Iterator>(Iterator::Params{this, prefix});
+  }
+
+  const DataTypeVector& output_dtypes() const override {
+    return input_->output_dtypes();
+  }
+  const std::vector<PartialTensorShape>& output_shapes() const override {
+    return input_->output_shapes();
+  }
+  std::string DebugString() const override {
+    return "IntuneOptionsDatasetOp::Dataset";
+  }
+  int64_t CardinalityInternal(data::CardinalityOptions options) const override {
+    return input_->Cardinality(options);
+  }
+  Status InputDatasets(
+      std::vector<const DatasetBase*>* inputs) const override {
+    inputs->push_back(input_);
+    return OkStatus();
+  }
+  Status CheckExternalState() const override {
+    return input_->CheckExternalState();
+  }
+  Status Get(OpKernelContext* ctx, int64_t index,
+             std::vector<Tensor>* out_tensors) const override {
+    return input_->Get(ctx, index, out_tensors);
+  }
+  Status RandomIndexingCompatible() const override {
+    return input_->RandomIndexingCompatible();
+  }
+
+ protected:
+  Status AsGraphDefInternal(data::SerializationContext* ctx,
+                            DatasetGraphDefBuilder* b,
+                            Node** output) const override {
+    Node* input_node = nullptr;
+    TF_RETURN_IF_ERROR(b->AddInputDataset(ctx, input_, &input_node));
+    return b->AddDataset(this, {input_node}, settings_.ToAttrs(b), output);
+  }
+
+ private:
+  class Iterator : public data::DatasetIterator<Dataset> {
+   public:
+    explicit Iterator(const Params& params)
+        : DatasetIterator<Dataset>(params) {}
+
+    bool SymbolicCheckpointCompatible() const override { return true; }
+
+    Status Initialize(data::IteratorContext* ctx) override {
+      return dataset()->input_->MakeIterator(ctx, this, prefix(),
+                                             &input_impl_);
+    }
+
+    Status GetNextInternal(data::IteratorContext* ctx,
+                           std::vector<Tensor>* out_tensors,
+                           bool* end_of_sequence) override {
+      return input_impl_->GetNext(ctx, out_tensors, end_of_sequence);
+    }
+
+   protected:
+    std::shared_ptr<model::Node> CreateNode(
+        data::IteratorContext* ctx, model::Node::Args args) const override {
+      return model::MakeKnownRatioNode(std::move(args), /*ratio=*/1);
+    }
+
+    Status SaveInternal(data::SerializationContext* ctx,
+                        data::IteratorStateWriter* writer) override {
+      return SaveInput(ctx, writer, input_impl_);
+    }
+
+    Status RestoreInternal(data::IteratorContext* ctx,
+                           data::IteratorStateReader* reader) override {
+      return RestoreInput(ctx, reader, input_impl_);
+    }
+
+   private:
+    std::unique_ptr<data::IteratorBase> input_impl_;
+  };
+
+  const DatasetBase* const input_;
+  const Settings settings_;
+};
+
+void IntuneOptionsDatasetOp::MakeDataset(OpKernelContext* ctx,
+                                         data::DatasetBase* input,
+                                         data::DatasetBase** output) {
+  *output = new Dataset(ctx, input, settings_);
+}
+
+REGISTER_KERNEL_BUILDER(Name("IntuneOptionsDataset").Device(DEVICE_CPU),
+                        IntuneOptionsDatasetOp);
+
+}  // namespace
+}  // namespace intune
+}  // namespace tensorflow
