@@ -51,22 +51,20 @@ class IntuneOptionsDataset(dataset_ops.UnaryUnchangedStructureDataset):
 
 
 class IntuneDataset(dataset_ops.UnaryUnchangedStructureDataset):
-  """The root: one tuning session per iterator."""
+  """The root: one tuning session per iterator.
 
-  def __init__(self, input_dataset: tf.data.Dataset, value: Any = None):
-    """Puts the root on `input_dataset`.
+  The kernel takes the settings from the `IntuneOptionsDataset` in force in
+  the graph below it; with none (for example a pipeline that reaches its
+  declaration only through a function, as `prefetch_to_device` does, which
+  makes that pipeline's own iterator, and root, inside), or with the option
+  off, it returns its input: exactly one root per pipeline.
+  """
 
-    Args:
-      input_dataset: the dataset being iterated.
-      value: its `experimental_intune` value when Python knows it. Default
-        None: the kernel finds it in the graph.
-    """
+  def __init__(self, input_dataset: tf.data.Dataset):
     self._input_dataset = input_dataset
-    settings = ({"find_settings": True} if value is None else
-                _settings(value))
     variant = _kernels.ops().intune_dataset(
         input_dataset._variant_tensor,  # pylint: disable=protected-access
-        **settings, **self._flat_structure)
+        find_settings=True, **self._flat_structure)
     super().__init__(input_dataset, variant)
 
 
@@ -78,24 +76,19 @@ def declare(dataset: tf.data.Dataset, value: Any) -> tf.data.Dataset:
 _CACHE_ATTR = "_intune_root"
 
 
-def tune(dataset: tf.data.Dataset, value: Any = None) -> tf.data.Dataset:
+def tune(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset` under an InTune root, for an iterator about to be made.
 
   In eager mode the root is made once per dataset object (as TF finalizes a
   dataset once), so that a new iterator each epoch costs no new rewrite.
-
-  Args:
-    dataset: the dataset being iterated.
-    value: its `experimental_intune` value, or None to find it in the graph.
   """
   eager = isinstance(dataset._variant_tensor, tf_ops.EagerTensor)  # pylint: disable=protected-access
   if eager:
     cached = getattr(dataset, _CACHE_ATTR, None)
     if cached is not None:
       return cached
-  if options_lib.coerce(value) is not None or value is None:
-    tuner_lib.global_tuner().start()
-  root = IntuneDataset(dataset, value)
+  tuner_lib.global_tuner().start()
+  root = IntuneDataset(dataset)
   if eager:
     object.__setattr__(dataset, _CACHE_ATTR, root)
   return root

@@ -160,7 +160,7 @@ def install() -> None:
     value, hidden = find(dataset)
     if value is None and not hidden:
       return dataset
-    return _root.tune(dataset, value)
+    return _root.tune(dataset)
 
   dataset_ops.DatasetV2.with_options = with_options
   dataset_ops.DatasetV2.options = options
