@@ -274,3 +274,46 @@ def pipeline(level: int,
   ds.stages = STAGES[level]
   ds.bad_rows = bad_rows
   return ds
+
+
+def sharded_pipeline(files: str | Iterable[str],
+                     *,
+                     batch_size: int = 4096,
+                     cycle_length: int | None = None,
+                     num_buckets: int = 1 << 20,
+                     repeat: bool = False,
+                     deterministic: bool | None = None) -> tf.data.Dataset:
+  """The shape of the TF Model Garden DLRM reader: shards interleaved, each
+  shard's rows batched and parsed INSIDE the interleave's function.
+
+  `interleave(lambda shard: lines(shard).batch(B).map(parse, AUTOTUNE),
+  cycle_length, AUTOTUNE).prefetch(AUTOTUNE)`: the parse map runs once per
+  open shard, so its parallelism is a knob of the inner pipeline (one knob
+  shared by every instance, as TF's AUTOTUNE tunes it).
+
+  Args:
+    files: File names or glob patterns (any layout `reader.read` takes).
+    batch_size: Rows per batch (default 4096).
+    cycle_length: Shards read at once (default None: the CPU count, at most
+      the number of files).
+    num_buckets: Hash buckets per categorical feature (default 2**20).
+    repeat: Cycle over the files forever (default False: one epoch).
+    deterministic: Order guarantee of the parallel stages (default None: the
+      `tf.data.Options` default).
+
+  Returns:
+    The dataset of parsed batches.
+  """
+  specs = reader.file_specs(files)
+  parse = _Parse(reader.Parser(specs, "error"), num_buckets)
+  cycle = max(1, min(cycle_length or os.cpu_count() or 1, len(specs)))
+
+  def shard(*file):
+    return reader.file_lines(*file).batch(batch_size).map(
+        parse, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic)
+
+  ds = reader.files_dataset(specs, repeat=repeat).interleave(
+      shard, cycle_length=cycle, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=deterministic)
+  return ds.prefetch(tf.data.AUTOTUNE)

@@ -249,31 +249,38 @@ def lines_dataset(specs: Sequence[FileSpec],
     "line_number": int64, 1-based in the file}`.
   """
   specs = list(specs)
-  paths = tf.constant([s.path for s in specs], tf.string)
-  compression = tf.constant([s.compression for s in specs], tf.string)
-  header = tf.constant([s.header_lines for s in specs], tf.int64)
-  index = tf.range(len(specs), dtype=tf.int32)
-
-  def per_file(i, path, comp, skip):
-    lines = tf.data.TextLineDataset(path, compression_type=comp,
-                                    buffer_size=1 << 20).skip(skip)
-    return tf.data.Dataset.zip({
-        "line": lines,
-        "file": tf.data.Dataset.from_tensors(i).repeat(),
-        "line_number": tf.data.Dataset.range(skip + 1, tf.int64.max),
-    })
-
   cycle = max(1, min(int(cycle_length), len(specs)))
   calls = num_parallel_calls
   if calls is not None and calls != tf.data.AUTOTUNE:
     calls = max(1, min(int(calls), cycle))
-  files = tf.data.Dataset.from_tensor_slices((index, paths, compression,
-                                              header))
-  if repeat:
-    files = files.repeat()
-  return files.interleave(per_file, cycle_length=cycle, block_length=1,
-                          num_parallel_calls=calls,
-                          deterministic=deterministic)
+  return files_dataset(specs, repeat=repeat).interleave(
+      file_lines, cycle_length=cycle, block_length=1,
+      num_parallel_calls=calls, deterministic=deterministic)
+
+
+def files_dataset(specs: Sequence[FileSpec], *,
+                  repeat: bool = False) -> tf.data.Dataset:
+  """One element per file, `(index, path, compression, header lines)`, the
+  arguments of `file_lines`; over and over with `repeat` (default False)."""
+  specs = list(specs)
+  files = tf.data.Dataset.from_tensor_slices((
+      tf.range(len(specs), dtype=tf.int32),
+      tf.constant([s.path for s in specs], tf.string),
+      tf.constant([s.compression for s in specs], tf.string),
+      tf.constant([s.header_lines for s in specs], tf.int64)))
+  return files.repeat() if repeat else files
+
+
+def file_lines(index: tf.Tensor, path: tf.Tensor, compression: tf.Tensor,
+               header_lines: tf.Tensor) -> tf.data.Dataset:
+  """The rows of one file, as `lines_dataset` gives them."""
+  lines = tf.data.TextLineDataset(path, compression_type=compression,
+                                  buffer_size=1 << 20).skip(header_lines)
+  return tf.data.Dataset.zip({
+      "line": lines,
+      "file": tf.data.Dataset.from_tensors(index).repeat(),
+      "line_number": tf.data.Dataset.range(header_lines + 1, tf.int64.max),
+  })
 
 
 def _strip_last_char(line: tf.Tensor, where: tf.Tensor) -> tf.Tensor:

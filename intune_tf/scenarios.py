@@ -71,6 +71,13 @@ def _criteo_prefixes(level: int, batch_size: int):
   return tuple((names[k], make(k)) for k in range(1, level + 1))
 
 
+def _sharded(parallelism=None):
+  del parallelism
+  from intune_tf.criteo import files, pipelines  # pylint: disable=g-import-not-at-top
+  return pipelines.sharded_pipeline(files.default_files(), batch_size=4096,
+                                    repeat=True)
+
+
 def _big_elements(parallelism=None):
   """8 MB elements, map then prefetch(AUTOTUNE): AUTOTUNE's prefetch grows."""
   del parallelism
@@ -93,6 +100,9 @@ def all_scenarios() -> dict[str, Scenario]:
       "resize", "Criteo L4, batch 4096; usable CPUs 1 -> 2 -> 1",
       _criteo(4, 4096), 4096, resize=((0.0, 1), (1 / 3, 2), (2 / 3, 1)),
       prefixes=_criteo_prefixes(4, 4096))
+  result["sharded"] = Scenario(
+      "sharded", "Model Garden DLRM reader shape: shards interleaved, parse "
+      "inside the interleave function, batch 4096", _sharded, 4096)
   result["memory-cap"] = Scenario(
       "memory-cap", "8 MB elements, prefetch(AUTOTUNE), bursty consumer, "
       "64 MB budget", _big_elements, 1, ram_budget=64 * MB, pause_every=50,
