@@ -25,6 +25,7 @@ KERNEL_SOURCES = [
 KERNEL_HEADERS = [
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",
+    "intune_tf/cc/kernels/tf_compat.h",
     "rewrites/rewrite.h",
 ]
 
@@ -46,7 +47,11 @@ class BuildTfKernels(_build_ext.build_ext):
 
     ext.extra_compile_args = list(tf.sysconfig.get_compile_flags()) + [
         "-O2", "-fPIC", "-Wno-sign-compare", "-Wno-deprecated-declarations", "-g0"]
-    ext.extra_link_args = list(tf.sysconfig.get_link_flags())
+    # RewriteDataset and Grappler's optimizer registry live in
+    # libtensorflow_cc, beside the framework library that get_link_flags()
+    # names (same directory, tf.sysconfig.get_lib()).
+    ext.extra_link_args = list(tf.sysconfig.get_link_flags()) + [
+        "-Wl,--no-as-needed", "-l:libtensorflow_cc.so.2", "-Wl,--as-needed"]
     ext.define_macros = [("INTUNE_TF_BUILT_FOR", '"%s"' % tf.__version__)]
     super().build_extension(ext)
     _write_stamp(os.path.dirname(self.get_ext_fullpath(ext.name)))

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/kernels/settings.h"
+#include "intune_tf/cc/kernels/tf_compat.h"
 #include "rewrites/rewrite.h"
 #include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/framework/dataset.h"
@@ -149,9 +150,11 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
              std::vector<Tensor>* out_tensors) const override {
     return rewritten_->Get(ctx, index, out_tensors);
   }
+#if INTUNE_TF_HAS_RANDOM_INDEXING
   Status RandomIndexingCompatible() const override {
     return rewritten_->RandomIndexingCompatible();
   }
+#endif
 
  protected:
   Status AsGraphDefInternal(data::SerializationContext* ctx,

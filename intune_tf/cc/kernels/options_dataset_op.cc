@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "intune_tf/cc/kernels/settings.h"
+#include "intune_tf/cc/kernels/tf_compat.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/model.h"
 
@@ -78,9 +79,11 @@ class IntuneOptionsDatasetOp::Dataset : public data::DatasetBase,
              std::vector<Tensor>* out_tensors) const override {
     return input_->Get(ctx, index, out_tensors);
   }
+#if INTUNE_TF_HAS_RANDOM_INDEXING
   Status RandomIndexingCompatible() const override {
     return input_->RandomIndexingCompatible();
   }
+#endif
 
  protected:
   Status AsGraphDefInternal(data::SerializationContext* ctx,
