@@ -19,14 +19,12 @@ KERNEL_SOURCES = [
     "intune_tf/cc/kernels/untracked_dataset_op.cc",
     "intune_tf/cc/kernels/options_dataset_op.cc",
     "intune_tf/cc/kernels/settings.cc",
-    "rewrites/rewrite_stub.cc",
     "intune_tf/cc/ops/intune_ops.cc",
 ]
 KERNEL_HEADERS = [
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",
     "intune_tf/cc/kernels/tf_compat.h",
-    "rewrites/rewrite.h",
 ]
 
 
