@@ -1,4 +1,4 @@
-"""Puts InTune on top of a dataset: rewrites, then the root op."""
+"""Puts InTune on top of a dataset: the root op, which runs the rewrites."""
 
 from __future__ import annotations
 
@@ -50,29 +50,8 @@ def _fingerprint(dataset: tf.data.Dataset) -> str:
   return warmstart.graph_fingerprint(graph_def)
 
 
-def _rewrite(dataset: tf.data.Dataset,
-             options: IntuneOptions) -> tf.data.Dataset:
-  """Applies the graph rewrites when the dataset lives in the eager context."""
-  from intune_tf import rewrites  # pylint: disable=g-import-not-at-top
-
-  if not isinstance(dataset._variant_tensor, tf_ops.EagerTensor):  # pylint: disable=protected-access
-    logging.log_first_n(
-        logging.WARNING,
-        "InTune: a dataset built inside a tf.function is tuned without graph "
-        "rewrites: only its AUTOTUNE stages are knobs. Build the dataset "
-        "outside the function to tune it fully.", 1)
-    return dataset
-  rewritten, _ = rewrites.apply(dataset, include_fixed=options.include_fixed,
-                                insert_prefetch=options.insert_prefetch,
-                                untrack_inner=not options.inner_stats,
-                                interleave_buffer=options.interleave_buffer)
-  return rewritten
-
-
 def tune(dataset: tf.data.Dataset, options: IntuneOptions) -> tf.data.Dataset:
-  """Returns `dataset` rewritten for tuning, under an InTune root."""
-  with tf.init_scope():
-    if tf.executing_eagerly():
-      dataset = _rewrite(dataset, options)
+  """Returns `dataset` under an InTune root, which rewrites its input graph
+  (the passes of `rewrites/`) when it makes its dataset."""
   tuner_lib.global_tuner().start()
   return IntuneDataset(dataset, options)
