@@ -20,12 +20,43 @@ KERNEL_SOURCES = [
     "intune_tf/cc/kernels/options_dataset_op.cc",
     "intune_tf/cc/kernels/settings.cc",
     "intune_tf/cc/ops/intune_ops.cc",
+    "intune_tf/cc/ops/rewrite_ops.cc",
+    "rewrites/fingerprint.cc",
+    "rewrites/graph_utils.cc",
+    "rewrites/insert_prefetch.cc",
+    "rewrites/interleave_buffers.cc",
+    "rewrites/make_tunable.cc",
+    "rewrites/optimizer.cc",
+    "rewrites/rewrite.cc",
+    "rewrites/rewrite_graph_op.cc",
+    "rewrites/strip_roots.cc",
+    "rewrites/tf_autotune.cc",
+    "rewrites/untrack_inner.cc",
 ]
 KERNEL_HEADERS = [
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",
     "intune_tf/cc/kernels/tf_compat.h",
+    "rewrites/graph_utils.h",
+    "rewrites/optimizer.h",
+    "rewrites/passes.h",
+    "rewrites/rewrite.h",
 ]
+
+
+# data::RewriteDataset, which IntuneDataset calls to run the rewrites, lives in
+# libtensorflow_cc.so.2 (the Grappler optimizer registry is in
+# libtensorflow_framework.so.2), and tf.sysconfig.get_link_flags() names only
+# the framework. TF 2.21 happens to load libtensorflow_cc RTLD_GLOBAL; TF 2.16
+# does not, and the library then fails to load with an undefined symbol.
+TF_CC_LIBRARY = "libtensorflow_cc.so.2"
+
+
+def _tf_cc_link_flags(lib_dir: str) -> list[str]:
+  if not os.path.exists(os.path.join(lib_dir, TF_CC_LIBRARY)):
+    raise RuntimeError(f"{TF_CC_LIBRARY} not found in {lib_dir}: the InTune "
+                       "kernel library links it for data::RewriteDataset.")
+  return ["-L" + lib_dir, "-l:" + TF_CC_LIBRARY]
 
 
 def _write_stamp(directory: str) -> None:
@@ -45,11 +76,8 @@ class BuildTfKernels(_build_ext.build_ext):
 
     ext.extra_compile_args = list(tf.sysconfig.get_compile_flags()) + [
         "-O2", "-fPIC", "-Wno-sign-compare", "-Wno-deprecated-declarations", "-g0"]
-    # RewriteDataset and Grappler's optimizer registry live in
-    # libtensorflow_cc, beside the framework library that get_link_flags()
-    # names (same directory, tf.sysconfig.get_lib()).
-    ext.extra_link_args = list(tf.sysconfig.get_link_flags()) + [
-        "-Wl,--no-as-needed", "-l:libtensorflow_cc.so.2", "-Wl,--as-needed"]
+    ext.extra_link_args = (list(tf.sysconfig.get_link_flags()) +
+                           _tf_cc_link_flags(tf.sysconfig.get_lib()))
     ext.define_macros = [("INTUNE_TF_BUILT_FOR", '"%s"' % tf.__version__)]
     super().build_extension(ext)
     _write_stamp(os.path.dirname(self.get_ext_fullpath(ext.name)))

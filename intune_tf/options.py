@@ -60,18 +60,20 @@ class IntuneOptions:
       datasets that an interleave or flat_map creates per input element, as
       TF's AUTOTUNE does. Default False: those datasets (one element per row
       for a file reader) run without the model, and one node stands for each
-      (`rewrites.untrack_inner`); on the Criteo L4 pipeline this saves about
-      a tenth of the CPU time per row. Their stages are never knobs either
-      way; functions with a prefetch or parallel stage are always recorded.
+      (the `untrack_inner` pass, `rewrites/passes.h`); on the Criteo L4
+      pipeline this saves about a tenth of the CPU time per row. Their
+      stages are never knobs either way; functions with a prefetch or
+      parallel stage are always recorded.
     interleave_buffer: results each input of a parallel interleave buffers
       ahead, when the interleaved elements are records (every component a
       scalar: a text line, a serialized example) and TF's default
       (2 * block_length + 1, which `Dataset.interleave` always uses) is
-      smaller (`rewrites.raise_interleave_buffers`). Default 16: with TF's
-      3, each row read is a thread hand-off; on the Criteo L4 pipeline the
-      deeper buffer halves the context switches per row and gives 3-8% more
-      rows/s. It holds at most (cycle_length + prefetched inputs) * 16
-      records, counted against `ram_budget`. None keeps TF's default.
+      smaller (the `raise_interleave_buffers` pass, `rewrites/passes.h`).
+      Default 16: with TF's 3, each row read is a thread hand-off; on the
+      Criteo L4 pipeline the deeper buffer halves the context switches per
+      row and gives 3-8% more rows/s. It holds at most (cycle_length +
+      prefetched inputs) * 16 records, counted against `ram_budget`. None
+      keeps TF's default.
     name: a label for the pipeline, shown in session listings. Default "".
     warm_start: start from the configuration (and fine-tuned agent) saved by
       earlier runs of the same pipeline on the same kind of machine, and save

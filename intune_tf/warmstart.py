@@ -13,7 +13,6 @@ warning; nothing is unpickled.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import json
@@ -35,13 +34,15 @@ def directory() -> str:
 
 
 def graph_fingerprint(graph_def) -> str:
-  """sha256 of the multiset of op types in a dataset GraphDef and its
-  function library (independent of node names, paths and constants)."""
-  ops = collections.Counter(node.op for node in graph_def.node)
-  for fn in graph_def.library.function:
-    ops.update(node.op for node in fn.node_def)
-  text = json.dumps(sorted(ops.items()))
-  return hashlib.sha256(text.encode()).hexdigest()[:32]
+  """A hash of the multiset of op types in a dataset GraphDef and its
+  function library (independent of node names, paths and constants).
+
+  Computed by the kernel library (`GraphFingerprint` in
+  `rewrites/passes.h`, the one definition), which the root also reports
+  for the graph it rewrites.
+  """
+  from intune_tf import rewrites  # pylint: disable=g-import-not-at-top
+  return rewrites.fingerprint(graph_def)
 
 
 def machine() -> dict:

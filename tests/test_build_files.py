@@ -25,7 +25,8 @@ def test_build_and_setup_list_the_same_sources():
 
 def test_every_cc_file_is_listed():
   on_disk = sorted(str(p.relative_to(ROOT))
-                   for p in (ROOT / "intune_tf" / "cc").rglob("*")
+                   for directory in ("intune_tf/cc", "rewrites")
+                   for p in (ROOT / directory).rglob("*")
                    if p.suffix in (".cc", ".h"))
   assert on_disk == sorted(_setup_list("KERNEL_SOURCES") +
                            _setup_list("KERNEL_HEADERS"))

@@ -14,7 +14,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/kernels/settings.h"
 #include "intune_tf/cc/kernels/tf_compat.h"
@@ -259,9 +258,10 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
       if (s.ok() || !report.structure_changed) return s;
       return errors::FailedPrecondition(
           "InTune could not restore this iterator checkpoint: ", s.message(),
-          " InTune's graph rewrites changed the pipeline's structure (",
-          absl::StrJoin(report.changes, "; "),
-          "), so a checkpoint written with InTune off or with other "
+          " InTune's graph rewrites changed the pipeline's structure "
+          "(prefetches inserted after parallel stages, or the datasets of "
+          "interleave functions wrapped to run without statistics), so a "
+          "checkpoint written with InTune off or with other "
           "IntuneOptions does not match it. Restore with the options the "
           "checkpoint was written with, or turn off the rewrites that change "
           "the structure: IntuneOptions(insert_prefetch=False, "

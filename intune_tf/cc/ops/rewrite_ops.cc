@@ -1,0 +1,54 @@
+// Op registration of IntuneRewriteGraph (kernel: rewrites/rewrite_graph_op.cc).
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tensorflow {
+namespace intune {
+
+using shape_inference::InferenceContext;
+
+REGISTER_OP("IntuneRewriteGraph")
+    .Input("graph_def: string")
+    .Output("rewritten: string")
+    .Output("fixed_names: string")
+    .Output("fixed_values: int64")
+    .Output("skipped: string")
+    .Output("structure_changed: bool")
+    .Output("fingerprint: string")
+    .Output("rewriter_config: string")
+    .Attr("include_fixed: bool = false")
+    .Attr("insert_prefetch: bool = true")
+    .Attr("untrack_inner: bool = true")
+    .Attr("interleave_buffer: int = 0")
+    .SetShapeFn([](InferenceContext* c) {
+      shape_inference::ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(2, c->output(1));
+      c->set_output(3, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(4, c->Scalar());
+      c->set_output(5, c->Scalar());
+      c->set_output(6, c->Scalar());
+      return OkStatus();
+    })
+    .Doc(R"doc(
+Runs the InTune graph rewrites (rewrites/rewrite.h, RunPasses) on a
+serialized dataset GraphDef: for tests and debugging. IntuneDataset runs the
+same passes inside data::RewriteDataset.
+
+graph_def: a serialized GraphDef.
+rewritten: the rewritten GraphDef, serialized.
+fixed_names: nodes whose fixed value was made tunable.
+fixed_values: their values, in the order of fixed_names.
+skipped: one line per pass that could not apply, and why.
+structure_changed: whether datasets were added or removed.
+fingerprint: the warm-start fingerprint of graph_def (before the passes).
+rewriter_config: the serialized RewriterConfig that IntuneDataset gives
+  data::RewriteDataset for these options (MakeRewriterConfig).
+interleave_buffer: results each input of a parallel interleave of records
+  may buffer; 0 keeps TF's.
+)doc");
+
+}  // namespace intune
+}  // namespace tensorflow

@@ -1,0 +1,36 @@
+// The warm-start fingerprint of a dataset graph (GraphFingerprint, passes.h).
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "rewrites/graph_utils.h"
+#include "rewrites/passes.h"
+#include "tensorflow/core/platform/hash.h"
+
+namespace tensorflow {
+namespace intune {
+namespace rewrites {
+
+std::string GraphFingerprint(const GraphDef& graph) {
+  std::map<std::string, int64_t> ops;
+  for (const NodeDef& node : graph.node()) {
+    if (!IsGrapplerSink(node)) ++ops[node.op()];
+  }
+  for (const FunctionDef& function : graph.library().function()) {
+    for (const NodeDef& node : function.node_def()) {
+      if (!IsFakeSink(node)) ++ops[node.op()];
+    }
+  }
+  // One "<op> <count>" line per op type, in byte order: op names have no
+  // spaces or newlines.
+  std::string text;
+  for (const auto& [op, count] : ops) {
+    absl::StrAppend(&text, op, " ", count, "\n");
+  }
+  return absl::StrCat(absl::Hex(Hash64(text), absl::kZeroPad16));
+}
+
+}  // namespace rewrites
+}  // namespace intune
+}  // namespace tensorflow

@@ -1,0 +1,100 @@
+// Helpers of the rewrite passes over a dataset GraphDef (plain proto
+// manipulation: TF's grappler/optimizers/data/graph_utils is not exported by
+// its shared libraries).
+#ifndef INTUNE_TF_REWRITES_GRAPH_UTILS_H_
+#define INTUNE_TF_REWRITES_GRAPH_UTILS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "tensorflow/core/framework/function.pb.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/platform/status.h"
+
+namespace tensorflow {
+namespace intune {
+namespace rewrites {
+
+inline constexpr int64_t kAutotune = -1;
+inline constexpr char kPrefetchOp[] = "PrefetchDataset";
+inline constexpr char kUntrackedOp[] = "IntuneUntrackedDataset";
+inline constexpr char kOutputTypes[] = "output_types";
+inline constexpr char kOutputShapes[] = "output_shapes";
+inline constexpr char kLegacyAutotune[] = "legacy_autotune";
+
+// Which data input (counted from the end, control inputs excluded) holds the
+// knob of a stage whose parallelism or buffer size can be a knob, or 0 when
+// `op` is not such a stage:
+//   ParallelMapDatasetV2(input, captured..., num_parallel_calls)
+//   ParallelInterleaveDatasetV2/V3/V4(input, captured..., cycle_length,
+//       block_length, [buffer_output_elements, prefetch_input_elements,]
+//       num_parallel_calls)
+//   ParallelBatchDataset(input, batch_size, num_parallel_calls, drop_remainder)
+//   MapAndBatchDataset(input, captured..., batch_size, num_parallel_calls,
+//       drop_remainder)
+//   PrefetchDataset(input, buffer_size)
+int KnobInputOffset(absl::string_view op);
+
+// A knob stage other than PrefetchDataset.
+bool IsParallelStage(absl::string_view op);
+
+// The Identity that Grappler's data::GetGrapplerItem appends as the graph's
+// fetch node ("Sink", or "Sink/_<n>" if taken).
+bool IsGrapplerSink(const NodeDef& node);
+
+// An Identity that data::GetGrapplerItem appends to a function's outputs
+// ("FakeSink<i>", or "FakeSink<i>/_<n>"); RemoveFakeSinks maps the function's
+// ret back to its input afterwards.
+bool IsFakeSink(const NodeDef& node);
+
+bool IsControlInput(absl::string_view reference);
+
+// "node:0", "node:handle:0", "^node" -> "node".
+std::string InputName(absl::string_view reference);
+
+// Indices into node.input() of the data (non-control) inputs.
+std::vector<int> DataInputs(const NodeDef& node);
+
+// Index into node.input() of a stage's knob input, if it is a stage with
+// enough inputs.
+std::optional<int> KnobInputIndex(const NodeDef& node);
+
+// The scalar integer held by a Const node, if it is one.
+std::optional<int64_t> ConstInt(const NodeDef& node);
+
+void SetBool(absl::string_view attr, bool value, NodeDef* node);
+
+// Copies `attr` of `from` into `to`; an error if `from` has no such attr.
+Status CopyAttr(absl::string_view attr, const NodeDef& from, NodeDef* to);
+
+// The nodes of a graph by name (the last one of a name wins).
+std::unordered_map<std::string, NodeDef*> NodesByName(GraphDef* graph);
+std::unordered_map<std::string, NodeDef*> NodesByName(FunctionDef* function);
+
+// Node names of a graph, to make new ones unique.
+class NodeNames {
+ public:
+  explicit NodeNames(const GraphDef& graph);
+
+  // `base`, or `base`_1, `base`_2, ... whichever is free first; the name is
+  // then taken.
+  std::string Unique(absl::string_view base);
+
+ private:
+  std::unordered_set<std::string> names_;
+};
+
+// Appends a scalar int64 Const node.
+NodeDef* AddConst(const std::string& name, int64_t value, GraphDef* graph);
+
+}  // namespace rewrites
+}  // namespace intune
+}  // namespace tensorflow
+
+#endif  // INTUNE_TF_REWRITES_GRAPH_UTILS_H_

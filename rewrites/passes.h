@@ -1,0 +1,92 @@
+// The passes of RunPasses (rewrite.h), one per file. Each edits `graph` in
+// place and returns an error, possibly after some edits, when the graph is
+// not what it expects (RunPasses then keeps the graph from before the pass).
+// `*structure_changed` is set to true when a pass adds or removes datasets;
+// it is never reset. Only the top-level graph is rewritten, except by
+// UntrackInner, which edits the functions that interleaves call.
+#ifndef INTUNE_TF_REWRITES_PASSES_H_
+#define INTUNE_TF_REWRITES_PASSES_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/platform/status.h"
+
+namespace tensorflow {
+namespace intune {
+namespace rewrites {
+
+// Removes every IntuneDataset and IntuneOptionsDataset node (nested ones
+// too): its consumers, the graph's _Retval and Grappler's Sink included, read
+// its input 0 instead. Not a change of structure: both ops are transparent to
+// iterator checkpoints.
+Status StripRoots(GraphDef* graph);
+
+// Makes AUTOTUNE stages (and, with `include_fixed`, fixed ones) register as
+// knobs:
+// - a PrefetchDataset on AUTOTUNE gets legacy_autotune=false: with the
+//   legacy autotuner it grows its buffer by itself and (TF 2.16) does not
+//   register a tunable buffer_size;
+// - with `include_fixed`, stages with a fixed positive value read a new
+//   AUTOTUNE Const (a Const shared with other nodes is never changed in
+//   place), and `fixed` gets the user's value by node name; prefetch(0)
+//   stays as it is;
+// - `deterministic` attributes are never touched, so ordering is kept;
+// - functions (an interleave's inner datasets) are left alone: their stages
+//   run per input element, and their knobs would come and go with it.
+Status MakeTunable(bool include_fixed, GraphDef* graph,
+                   std::map<std::string, int64_t>* fixed);
+
+// Adds PrefetchDataset(AUTOTUNE, legacy_autotune=false), with the producer's
+// output_types and output_shapes, after each parallel stage whose consumers
+// are not all prefetches; every other consumer (the graph's _Retval
+// included) reads the prefetch. Element order and values are unchanged.
+Status InsertPrefetch(GraphDef* graph, bool* structure_changed);
+
+// Wraps the dataset that each interleave's (or flat_map's) function returns
+// in an IntuneUntrackedDataset, so that the per-element datasets run
+// without the autotuning model: their iterators (a TextLineDataset and the
+// zips, skips and repeats around it, one element per row) skip the
+// per-element bookkeeping that the model costs, and the wrapper's single
+// node in the model accounts for their time. Functions with a stage that
+// holds elements (a knob stage, a prefetch, any parallel dataset), or that
+// call one, are left alone, so that the budget guard still sees their
+// buffers. When the function returns through one of Grappler's FakeSink
+// Identities, the wrapper goes before the Identity, so that the function
+// still returns it once RemoveFakeSinks maps the ret back to the Identity's
+// input. Element values and order are unchanged.
+Status UntrackInner(GraphDef* graph, bool* structure_changed);
+
+// Lets each input of a top-level ParallelInterleaveDatasetV4 of records
+// (every component of its elements a scalar: a text line, a serialized
+// example) buffer `elements` results ahead instead of TF's default
+// 2 * block_length + 1, which Dataset.interleave always uses. With TF's 3, an
+// input's worker stops after three rows and is woken again for each row
+// consumed: one thread hand-off per row. Only buffers still at TF's default
+// are changed, and only upwards; interleaves inside functions are left as
+// they are. Element values and order are unchanged.
+Status RaiseInterleaveBuffers(int64_t elements, GraphDef* graph);
+
+// Sets, in every OptionsDataset's serialized_options, autotune.enabled =
+// false (no ModelDataset, no TF optimization loop, and so no static
+// autotune_buffer_sizes rewrite, which runs only with autotune on) and
+// optimization_options.inject_prefetch = false. The root op sets the same
+// options on its own dataset, so a graph without OptionsDataset needs
+// nothing here.
+Status DisableTfAutotune(GraphDef* graph);
+
+// The warm-start fingerprint: 16 hex digits of TF's Hash64 over the
+// multiset of op types of the graph's nodes and its library's function
+// nodes (so renamed tensors, new file paths and other constants of the same
+// job match), not counting Grappler's Sink and FakeSink Identities. This is
+// the one definition: intune_tf.warmstart.graph_fingerprint calls it through
+// the IntuneRewriteGraph op.
+std::string GraphFingerprint(const GraphDef& graph);
+
+}  // namespace rewrites
+}  // namespace intune
+}  // namespace tensorflow
+
+#endif  // INTUNE_TF_REWRITES_PASSES_H_

@@ -1,0 +1,126 @@
+// RunPasses, MakeRewriterConfig and ScopedReport (rewrite.h).
+#include "rewrites/rewrite.h"
+
+#include <functional>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "rewrites/optimizer.h"
+#include "rewrites/passes.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/platform/errors.h"
+
+namespace tensorflow {
+namespace intune {
+namespace rewrites {
+namespace {
+
+thread_local Report* current_report = nullptr;
+
+using Fixed = std::map<std::string, int64_t>;
+// A pass over `graph`; sets *structure_changed and adds to *fixed.
+using Pass = std::function<Status(GraphDef* graph, bool* structure_changed,
+                                  Fixed* fixed)>;
+
+// Runs `pass` on a copy of `graph`, which replaces the graph only if the
+// pass succeeds.
+void RunPass(const char* name, const Pass& pass, GraphDef* graph,
+             Report* report) {
+  GraphDef copy = *graph;
+  bool structure_changed = false;
+  Fixed fixed;
+  const Status status = pass(&copy, &structure_changed, &fixed);
+  if (!status.ok()) {
+    report->skipped.push_back(absl::StrCat(name, ": ", status.message()));
+    return;
+  }
+  graph->Swap(&copy);
+  report->structure_changed |= structure_changed;
+  report->fixed.insert(fixed.begin(), fixed.end());
+}
+
+Status CheckUsable(const GraphDef& graph) {
+  std::unordered_set<std::string> names;
+  for (const NodeDef& node : graph.node()) {
+    if (!names.insert(node.name()).second) {
+      return errors::InvalidArgument("two nodes are named ", node.name());
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status RunPasses(const Options& options, GraphDef* graph, Report* report) {
+  if (graph == nullptr || report == nullptr) {
+    return errors::InvalidArgument("RunPasses needs a graph and a report");
+  }
+  *report = Report();
+  TF_RETURN_IF_ERROR(CheckUsable(*graph));
+  report->fingerprint = GraphFingerprint(*graph);
+  RunPass(
+      "strip_roots",
+      [](GraphDef* g, bool*, Fixed*) { return StripRoots(g); },
+      graph, report);
+  RunPass(
+      "make_tunable",
+      [&options](GraphDef* g, bool*, Fixed* fixed) {
+        return MakeTunable(options.include_fixed, g, fixed);
+      },
+      graph, report);
+  if (options.insert_prefetch) {
+    RunPass(
+        "insert_prefetch",
+        [](GraphDef* g, bool* changed, Fixed*) {
+          return InsertPrefetch(g, changed);
+        },
+        graph, report);
+  }
+  if (options.untrack_inner) {
+    RunPass(
+        "untrack_inner",
+        [](GraphDef* g, bool* changed, Fixed*) {
+          return UntrackInner(g, changed);
+        },
+        graph, report);
+  }
+  if (options.interleave_buffer > 0) {
+    RunPass(
+        "raise_interleave_buffers",
+        [&options](GraphDef* g, bool*, Fixed*) {
+          return RaiseInterleaveBuffers(options.interleave_buffer, g);
+        },
+        graph, report);
+  }
+  RunPass(
+      "disable_tf_autotune",
+      [](GraphDef* g, bool*, Fixed*) { return DisableTfAutotune(g); }, graph,
+      report);
+  return OkStatus();
+}
+
+RewriterConfig MakeRewriterConfig(const Options& options) {
+  RewriterConfig config;
+  config.add_optimizers(kOptimizerName);
+  config.set_meta_optimizer_iterations(RewriterConfig::ONE);
+  config.set_fail_on_optimizer_errors(false);
+  config.set_min_graph_nodes(-1);
+  RewriterConfig::CustomGraphOptimizer* custom = config.add_custom_optimizers();
+  custom->set_name(kOptimizerName);
+  OptionsToParameters(options, custom->mutable_parameter_map());
+  return config;
+}
+
+ScopedReport::ScopedReport(Report* report) : previous_(current_report) {
+  current_report = report;
+}
+
+ScopedReport::~ScopedReport() { current_report = previous_; }
+
+void PublishReport(Report report) {
+  if (current_report != nullptr) *current_report = std::move(report);
+}
+
+}  // namespace rewrites
+}  // namespace intune
+}  // namespace tensorflow

@@ -1,0 +1,85 @@
+// IntuneRewriteGraph: RunPasses on a serialized GraphDef, for tests and
+// debugging (op registration: intune_tf/cc/ops/rewrite_ops.cc).
+#include <string>
+
+#include "rewrites/optimizer.h"
+#include "rewrites/rewrite.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace tensorflow {
+namespace intune {
+namespace rewrites {
+namespace {
+
+inline constexpr char kGraphDef[] = "graph_def";
+
+class IntuneRewriteGraphOp : public OpKernel {
+ public:
+  explicit IntuneRewriteGraphOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kIncludeFixed, &options_.include_fixed));
+    OP_REQUIRES_OK(ctx,
+                   ctx->GetAttr(kInsertPrefetch, &options_.insert_prefetch));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kUntrackInner, &options_.untrack_inner));
+    OP_REQUIRES_OK(
+        ctx, ctx->GetAttr(kInterleaveBuffer, &options_.interleave_buffer));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(input.shape()),
+                errors::InvalidArgument(kGraphDef,
+                                        " must be a scalar, got shape ",
+                                        input.shape().DebugString()));
+    const tstring& serialized = input.scalar<tstring>()();
+    GraphDef graph;
+    OP_REQUIRES(ctx, graph.ParseFromArray(serialized.data(), serialized.size()),
+                errors::InvalidArgument(kGraphDef, " is not a GraphDef"));
+    Report report;
+    OP_REQUIRES_OK(ctx, RunPasses(options_, &graph, &report));
+
+    SetScalar(ctx, 0, graph.SerializeAsString());
+    const int64_t n = report.fixed.size();
+    Tensor *names, *values;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &names));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &values));
+    int64_t i = 0;
+    for (const auto& [name, value] : report.fixed) {
+      names->vec<tstring>()(i) = name;
+      values->vec<int64_t>()(i) = value;
+      ++i;
+    }
+    Tensor* skipped;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            3, TensorShape({static_cast<int64_t>(
+                                   report.skipped.size())}),
+                            &skipped));
+    for (size_t j = 0; j < report.skipped.size(); ++j) {
+      skipped->vec<tstring>()(j) = report.skipped[j];
+    }
+    Tensor* changed;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({}), &changed));
+    changed->scalar<bool>()() = report.structure_changed;
+    SetScalar(ctx, 5, report.fingerprint);
+    SetScalar(ctx, 6, MakeRewriterConfig(options_).SerializeAsString());
+  }
+
+ private:
+  static void SetScalar(OpKernelContext* ctx, int index,
+                        const std::string& value) {
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(index, TensorShape({}), &out));
+    out->scalar<tstring>()() = value;
+  }
+
+  Options options_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("IntuneRewriteGraph").Device(DEVICE_CPU),
+                        IntuneRewriteGraphOp);
+
+}  // namespace
+}  // namespace rewrites
+}  // namespace intune
+}  // namespace tensorflow
