@@ -2,7 +2,10 @@
 #include "rewrites/rewrite.h"
 
 #include <functional>
+#include <map>
+#include <string>
 #include <unordered_set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "rewrites/optimizer.h"
