@@ -216,7 +216,7 @@ class IntunePolicy(policies.Policy):
     if agent is None:
       path = weights or DEFAULT_WEIGHTS
       if os.path.exists(path):
-        self.agent.load(path)
+        self.agent.load_shared(path)
       else:
         logging.warning("InTune agent weights %s not found: the agent starts "
                         "untrained.", path)

@@ -23,6 +23,8 @@ at 100% (the paper's shape).
 
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import TYPE_CHECKING, Sequence
 
@@ -471,6 +473,18 @@ class Agent:
     self.set_weights(weights)
     return metadata
 
+  def load_shared(self, path: str) -> dict:
+    """`load`, reading the file once per process while it is unchanged.
+
+    Every new tuning session loads the shipped weights; numpy parses a file's
+    header with `ast`, which on Python 3.11 can fail when another thread
+    parses at the same time (a user's AutoGraph conversion), so the tuner
+    thread reads each file once.
+    """
+    weights, metadata = _load_weights_cached(path, *_file_key(path))
+    self.set_weights([w.copy() for w in weights])
+    return dict(metadata)
+
 
 def save_weights(path: str, weights: Sequence[np.ndarray],
                  metadata: dict | None = None) -> None:
@@ -483,6 +497,19 @@ def save_weights(path: str, weights: Sequence[np.ndarray],
   tmp = f"{path}.tmp.npz"
   np.savez_compressed(tmp, **arrays)
   os.replace(tmp, path)
+
+
+def _file_key(path: str) -> tuple[int, int]:
+  import os  # pylint: disable=g-import-not-at-top
+  stat = os.stat(path)
+  return stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=8)
+def _load_weights_cached(path: str, mtime_ns: int,
+                         size: int) -> tuple[list[np.ndarray], dict]:
+  del mtime_ns, size  # part of the cache key only
+  return load_weights(path)
 
 
 def load_weights(path: str) -> tuple[list[np.ndarray], dict]:
