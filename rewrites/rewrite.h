@@ -28,7 +28,7 @@ namespace rewrites {
 inline constexpr char kOptimizerName[] = "intune_rewrites";
 inline constexpr char kRootOp[] = "IntuneDataset";
 // The option, carried in the graph (intune_tf/cc/kernels/options_dataset_op.cc).
-inline constexpr char kOptionsOp[] = "IntuneOptionsDataset";
+inline constexpr char kIntuneOptionsOp[] = "IntuneOptionsDataset";
 
 struct Options {
   bool include_fixed = false;

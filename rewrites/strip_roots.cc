@@ -15,7 +15,7 @@ namespace rewrites {
 namespace {
 
 bool IsRootOrOptions(const NodeDef& node) {
-  return node.op() == kRootOp || node.op() == kOptionsOp;
+  return node.op() == kRootOp || node.op() == kIntuneOptionsOp;
 }
 
 }  // namespace

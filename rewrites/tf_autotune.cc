@@ -11,12 +11,12 @@ namespace tensorflow {
 namespace intune {
 namespace rewrites {
 
-inline constexpr char kOptionsOp[] = "OptionsDataset";
+inline constexpr char kTfOptionsOp[] = "OptionsDataset";
 inline constexpr char kSerializedOptions[] = "serialized_options";
 
 Status DisableTfAutotune(GraphDef* graph) {
   for (NodeDef& node : *graph->mutable_node()) {
-    if (node.op() != kOptionsOp) continue;
+    if (node.op() != kTfOptionsOp) continue;
     const auto attr = node.mutable_attr()->find(kSerializedOptions);
     if (attr == node.mutable_attr()->end()) continue;
     data::Options options;
