@@ -82,8 +82,11 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report) {
   if (options.untrack_inner) {
     RunPass(
         "untrack_inner",
-        [](GraphDef* g, bool* changed, Fixed*) {
-          return UntrackInner(g, changed);
+        // Not a change of structure: the wrapper is transparent to
+        // iterator checkpoints.
+        [](GraphDef* g, bool*, Fixed*) {
+          bool wrapped = false;
+          return UntrackInner(g, &wrapped);
         },
         graph, report);
   }

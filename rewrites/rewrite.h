@@ -42,8 +42,9 @@ struct Report {
   std::map<std::string, int64_t> fixed;
   // One line per pass that could not apply, and why: "<pass>: <error>".
   std::vector<std::string> skipped;
-  // Datasets added or removed (prefetch inserted, untracked wrappers, roots
-  // stripped).
+  // Datasets added whose iterators change the keys of iterator checkpoints
+  // (prefetches inserted). Roots, options and untracked wrappers are
+  // transparent to checkpoints and do not count.
   bool structure_changed = false;
   // Warm-start fingerprint of the graph BEFORE the passes (GraphFingerprint
   // in passes.h).

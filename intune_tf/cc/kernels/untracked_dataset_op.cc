@@ -20,8 +20,6 @@ namespace {
 
 namespace model = ::tensorflow::data::model;
 
-inline constexpr char kDatasetType[] = "IntuneUntracked";
-
 class IntuneUntrackedDatasetOp : public data::UnaryDatasetOpKernel {
  public:
   explicit IntuneUntrackedDatasetOp(OpKernelConstruction* ctx)
@@ -46,8 +44,9 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
 
   std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
       const std::string& prefix) const override {
-    return std::make_unique<Iterator>(Iterator::Params{
-        this, absl::StrCat(prefix, "::", kDatasetType)});
+    // The parent's prefix: checkpoint keys are those of the pipeline without
+    // the wrapper, so checkpoints restore with InTune on or off.
+    return std::make_unique<Iterator>(Iterator::Params{this, prefix});
   }
 
   const DataTypeVector& output_dtypes() const override {
@@ -90,8 +89,10 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
 
     Status Initialize(data::IteratorContext* ctx) override {
       data::IteratorContext input_ctx(WithoutModel(ctx));
-      return dataset()->input_->MakeIterator(&input_ctx, this, prefix(),
-                                             &input_impl_);
+      Status s = dataset()->input_->MakeIterator(&input_ctx, this, prefix(),
+                                                 &input_impl_);
+      ctx->MergeCheckpoint(input_ctx.checkpoint());
+      return s;
     }
 
     Status GetNextInternal(data::IteratorContext* ctx,
@@ -117,7 +118,9 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
     Status RestoreInternal(data::IteratorContext* ctx,
                            data::IteratorStateReader* reader) override {
       data::IteratorContext input_ctx(WithoutModel(ctx));
-      return RestoreInput(&input_ctx, reader, input_impl_);
+      Status s = RestoreInput(&input_ctx, reader, input_impl_);
+      ctx->MergeCheckpoint(input_ctx.checkpoint());
+      return s;
     }
 
    private:
