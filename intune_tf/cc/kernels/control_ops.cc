@@ -97,11 +97,13 @@ class IntuneSetKnobsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
-    std::shared_ptr<TuningSession> session;
-    if (!FindSession(ctx, &session)) return;
-    if (!CheckRank(ctx, 1, "names", 1) || !CheckRank(ctx, 2, "values", 1)) {
+    // Every input's shape first, then the session.
+    if (!CheckRank(ctx, 0, kSessionId, 0) || !CheckRank(ctx, 1, "names", 1) ||
+        !CheckRank(ctx, 2, "values", 1)) {
       return;
     }
+    std::shared_ptr<TuningSession> session;
+    if (!FindSession(ctx, &session)) return;
     const Tensor& names_t = ctx->input(1);
     const Tensor& values_t = ctx->input(2);
     OP_REQUIRES(ctx, names_t.NumElements() == values_t.NumElements(),
@@ -207,9 +209,12 @@ class IntuneSetRamBudgetOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
+    if (!CheckRank(ctx, 0, kSessionId, 0) ||
+        !CheckRank(ctx, 1, "ram_budget", 0)) {
+      return;
+    }
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    if (!CheckRank(ctx, 1, "ram_budget", 0)) return;
     const int64_t budget = ctx->input(1).scalar<int64_t>()();
     OP_REQUIRES(ctx, budget >= 0,
                 errors::InvalidArgument("ram_budget must be >= 0 bytes, got ",
