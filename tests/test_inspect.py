@@ -293,7 +293,7 @@ def test_inspect_cli_against_a_running_job(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"pid {job.pid}" in result.stdout
     assert "session 1 'job': policy test_deciding" in result.stdout
-    assert "ParallelMapV2(id:" in result.stdout
+    assert "ParallelMapV2 " in result.stdout
     assert result.stdout.count("<== bottleneck") == 1
   finally:
     job.send_signal(signal.SIGINT)

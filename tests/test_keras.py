@@ -18,7 +18,7 @@ from intune_tf.criteo import synthetic
 
 from conftest import CRITEO_REAL_DIR
 
-_KNOB = "_parallelism"
+_KNOB = "/parallelism"
 
 
 @pytest.fixture(autouse=True)
@@ -62,17 +62,26 @@ def _warnings(monkeypatch):
 
 def test_rows_per_element_from_stats():
   S = intune_tf.StageStats
-  stats = [S("Prefetch(id:1)", 10, 0, 0, 0, 0, 0, {}, ("BatchV2(id:2)",)),
-           S("BatchV2(id:2)", 10, 0, 0, 0, 0, 0, {}, ("Range(id:3)",)),
-           S("Range(id:3)", 640, 0, 0, 0, 0, 0, {}, ())]
+  stats = [S("Prefetch", 10, 0, 0, 0, 0, 0, {}, ("Prefetch.BatchV2",)),
+           S("Prefetch.BatchV2", 10, 0, 0, 0, 0, 0, {},
+             ("Prefetch.BatchV2.Range",)),
+           S("Prefetch.BatchV2.Range", 640, 0, 0, 0, 0, 0, {}, ())]
   # 640 rows in, 10 batches out: 64 rows per element.
   assert intune_keras.rows_per_element(stats) == 64
   assert intune_keras.rows_per_element(stats[2:]) is None
 
 
-def test_short_name():
-  assert (intune_keras.short_name("ParallelMapV2(id:5)/parallelism") ==
-          "ParallelMapV2_5_parallelism")
+@pytest.mark.parametrize("name,key", [
+    ("Prefetch.ParallelMapV2/parallelism",
+     "Prefetch.ParallelMapV2/parallelism"),
+    ("Zip[1].ParallelMapV2/parallelism", "Zip-1.ParallelMapV2/parallelism"),
+    ("ParallelInterleaveV4[*].ParallelMapV2/parallelism",
+     "ParallelInterleaveV4-each.ParallelMapV2/parallelism"),
+])
+def test_short_name(name, key, tmp_path):
+  assert intune_keras.short_name(name) == key
+  with tf.summary.create_file_writer(str(tmp_path)).as_default():
+    assert tf.summary.scalar(f"intune/{key}", 1.0, step=0)  # a valid name
 
 
 @pytest.mark.parametrize("field,bad", [("drive_every", 0), ("drive_every", -1),
