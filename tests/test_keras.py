@@ -110,6 +110,16 @@ def _fit_steps_per_epoch(callback, epochs=3):
                       callbacks=[callback])
 
 
+def _fit_repeat_above(callback, epochs=3):
+  # One iterator; the repeat above the tuned stages re-creates them every
+  # 32 batches (each epoch of 10 steps crosses into new ones).
+  x, y = _data()
+  ds = intune_keras.tune(_dataset(x, y).repeat(), policy="even",
+                         name="train")
+  return _model().fit(ds, epochs=epochs, steps_per_epoch=10, verbose=0,
+                      callbacks=[callback])
+
+
 def _fit_validation(callback, epochs=3):
   x, y = _data()
   train = intune_keras.tune(_dataset(x[:1536], y[:1536]), policy="even",
@@ -143,6 +153,7 @@ def _fit_strategy(strategy):
 _FITS = {
     "epochs": _fit_plain,
     "steps_per_epoch": _fit_steps_per_epoch,
+    "repeat_above": _fit_repeat_above,
     "validation": _fit_validation,
     "early_stopping": _fit_early_stopping,
     "one_device_strategy": _fit_strategy(
@@ -171,6 +182,33 @@ def test_fit_variants_log_intune_metrics(variant, monkeypatch):
   # Attached to the training pipeline, never to the validation one.
   assert callback.session.options.name == "train"
   assert not [w for w in warnings if "not tuned" in str(w)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["epochs", "repeat_above"])
+def test_log_keys_are_the_same_in_every_epoch(variant):
+  # A new iterator per epoch, or one whose stages a repeat re-creates: knob
+  # names, so log keys, do not change.
+  callback = intune_keras.IntuneCallback(log_every=1)
+  per_epoch = []
+  record = keras.callbacks.LambdaCallback(
+      on_epoch_end=lambda epoch, logs: per_epoch.append(
+          sorted(k for k in logs if k.startswith("intune/"))))
+  x, y = _data()
+  if variant == "epochs":
+    ds = intune_keras.tune(_dataset(x, y), policy="even", name="train")
+    _model().fit(ds, epochs=4, verbose=0, callbacks=[callback, record])
+  else:
+    ds = intune_keras.tune(_dataset(x, y).repeat(), policy="even",
+                           name="train")
+    _model().fit(ds, epochs=4, steps_per_epoch=20, verbose=0,
+                 callbacks=[callback, record])
+  assert len(per_epoch) == 4 and all(keys == per_epoch[0]
+                                     for keys in per_epoch)
+  knobs = [k for k in per_epoch[0] if k.endswith(("/parallelism",
+                                                  "/buffer_size"))]
+  assert knobs and not [k for k in knobs if "(id:" in k or "[" in k]
+  assert len(knobs) == len(callback.trace[-1].knobs)
 
 
 @pytest.mark.slow

@@ -1,12 +1,16 @@
 """Policies: the pure allocation maths and the baseline policies."""
 
 import pytest
+import tensorflow as tf
 
+import intune_tf
 from intune_tf import policies
 from intune_tf.observation import Observation
 from intune_tf.observation import StageObservation
 from intune_tf.options import IntuneOptions
 from intune_tf.session import Knob
+
+from _waiting import wait_for
 
 
 @pytest.mark.parametrize("total,parts,expected", [
@@ -139,3 +143,43 @@ def test_registered_policy_is_selectable():
     assert isinstance(policies.create(IntuneOptions(policy="ones-test")), Ones)
   finally:
     del policies._REGISTRY["ones-test"]
+
+
+# --- on a live pipeline ------------------------------------------------------
+
+_A = tf.data.AUTOTUNE
+# Pipelines whose tuned stages are re-created every epoch (40 elements): the
+# names of their map and prefetch stages.
+_EPOCHS = {
+    "repeat": (lambda: tf.data.Dataset.range(40).map(
+        lambda x: x + 1, num_parallel_calls=_A).prefetch(_A).repeat(),
+               "ForeverRepeat.Prefetch"),
+    "take_of_repeat": (lambda: tf.data.Dataset.range(40).map(
+        lambda x: x + 1, num_parallel_calls=_A).prefetch(_A).repeat().take(
+            10**6), "FiniteTake.ForeverRepeat.Prefetch"),
+}
+
+
+@pytest.mark.parametrize("pipeline", sorted(_EPOCHS))
+def test_fixed_config_holds_in_every_epoch(pipeline):
+  make, prefetch = _EPOCHS[pipeline]
+  config = {f"{prefetch}.ParallelMapV2/parallelism": 1.0,
+            f"{prefetch}/buffer_size": 3.0}
+  options = tf.data.Options()
+  # One tuning step (the first): a static policy steps again only when the
+  # pipeline's knob names change, and they do not.
+  options.experimental_intune = IntuneOptions(
+      policy="fixed", config=config, period_s=60.0, warm_start=False)
+  it = iter(make().with_options(options))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
+  assert wait_for(lambda: values() == config), values()
+  displays = set()
+  for _ in range(3):
+    for _ in range(40):
+      next(it)
+    assert values() == config
+    displays.add(tuple(k.display for k in session.knobs()))
+  assert len(displays) == 3  # new stages every epoch, at the config
+  del it
