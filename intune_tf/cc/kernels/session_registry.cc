@@ -170,6 +170,8 @@ TuningSession::TuningSession(int64_t id, std::string tag, int64_t ram_budget,
       created_us_(static_cast<int64_t>(Env::Default()->NowMicros())),
       ram_budget_(ram_budget) {}
 
+// Called under mu_: a walk and the sync pass that reads it are one step, so
+// that a pass never reads a walk older than the last pass's.
 std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
   std::vector<WalkNode> walk;
   std::shared_ptr<Node> output = model_->output();
@@ -248,8 +250,8 @@ void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
 }
 
 void TuningSession::SyncKnobs() {
-  std::vector<WalkNode> walk = Walk();
   mutex_lock l(mu_);
+  std::vector<WalkNode> walk = Walk();
   SyncLocked(&walk);
 }
 
@@ -278,8 +280,8 @@ std::vector<Knob> TuningSession::KnobsLocked(
 }
 
 std::vector<Knob> TuningSession::ListKnobs() {
-  std::vector<WalkNode> walk = Walk();
   mutex_lock l(mu_);
+  std::vector<WalkNode> walk = Walk();
   SyncLocked(&walk);
   return KnobsLocked(walk);
 }
@@ -292,10 +294,11 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
                                    values.size(), " values.");
   }
   using Instance = std::pair<Node*, std::shared_ptr<Parameter>>;
-  std::vector<WalkNode> walk = Walk();
+  std::vector<WalkNode> walk;
   std::map<std::string, std::vector<Instance>> live;
   {
     mutex_lock l(mu_);
+    walk = Walk();
     SyncLocked(&walk);
     for (const WalkNode& w : walk) {
       for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
@@ -358,12 +361,13 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
 }
 
 void TuningSession::EnforceBudget(bool thorough) {
-  std::vector<WalkNode> walk = Walk();
-  if (walk.empty()) return;
+  std::vector<WalkNode> walk;
   {
     mutex_lock l(mu_);
+    walk = Walk();
     SyncLocked(&walk);
   }
+  if (walk.empty()) return;
   int64_t total = 0;
   for (const WalkNode& w : walk) total += w.node->buffered_bytes();
   int64_t peak = peak_buffered_bytes_.load();
@@ -425,9 +429,9 @@ Status TuningSession::ModelProto(std::string* serialized) {
   // The model's parameter values are what its readers (ToProto) see: bring
   // them to the values in force (an iterator gives its knobs their defaults
   // in the shared state only).
-  std::vector<WalkNode> walk = Walk();
   {
     mutex_lock l(mu_);
+    std::vector<WalkNode> walk = Walk();
     SyncLocked(&walk);
     for (const WalkNode& w : walk) {
       for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
@@ -462,10 +466,10 @@ StageSample Sample(const Node& node, const std::string& stage) {
 }  // namespace
 
 std::vector<StageSample> TuningSession::Stages() {
+  mutex_lock l(mu_);
   std::vector<WalkNode> walk = Walk();
   std::vector<StageSample> stages;
   stages.reserve(walk.size());
-  mutex_lock l(mu_);
   SyncLocked(&walk);
   for (const WalkNode& w : walk) stages.push_back(Sample(*w.node, *w.stage));
   return stages;
@@ -473,10 +477,10 @@ std::vector<StageSample> TuningSession::Stages() {
 
 void TuningSession::Observe(std::vector<Knob>* knobs,
                             std::vector<StageSample>* stages) {
+  mutex_lock l(mu_);
   std::vector<WalkNode> walk = Walk();
   stages->clear();
   stages->reserve(walk.size());
-  mutex_lock l(mu_);
   SyncLocked(&walk);
   *knobs = KnobsLocked(walk);
   for (const WalkNode& w : walk) stages->push_back(Sample(*w.node, *w.stage));

@@ -165,7 +165,7 @@ class TuningSession {
     uint64_t pass = 0;
   };
 
-  std::vector<WalkNode> Walk() const;
+  std::vector<WalkNode> Walk() const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Names the nodes of `walk`, applies remembered values to the new ones,
   // forgets the nodes that are gone.
   void SyncLocked(std::vector<WalkNode>* walk) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
