@@ -118,11 +118,11 @@ def build_pipeline(point: Point, params: sim_lib.SimParams,
   if not point.observations:
     raise ValueError(f"{point.scenario}: no observations under {point.config}.")
   knobs = point.observations[-1]["knobs"]
-  knob_stages = sorted({k["name"].rpartition("/")[0] for k in knobs},
+  knob_stages = sorted({session_lib.split_knob(k["name"])[0] for k in knobs},
                        key=session_lib.input_first)
-  parallel = {k["name"].rpartition("/")[0] for k in knobs
+  parallel = {session_lib.split_knob(k["name"])[0] for k in knobs
               if k["kind"] == "parallelism"}
-  buffered = {k["name"].rpartition("/")[0] for k in knobs
+  buffered = {session_lib.split_knob(k["name"])[0] for k in knobs
               if k["kind"] == "buffer_size"}
   costs = _costs(point.observations)
   per_stage = collections.defaultdict(float)
@@ -169,7 +169,7 @@ def predict(pipeline: sim_lib.SimPipeline, index: dict[str, int],
   par = [1.0] * len(pipeline.stages)
   buf = [0.0] * len(pipeline.stages)
   for name, value in config.items():
-    stage, _, kind = name.rpartition("/")
+    stage, kind = session_lib.split_knob(name)
     if stage not in index:
       continue
     if kind == "parallelism":

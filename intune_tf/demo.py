@@ -170,7 +170,7 @@ def knob_labels(names: Sequence[str], level: int) -> dict[str, str]:
   for name in names:
     if name in labels:
       continue
-    kind = name.rpartition("/")[2]
+    kind = session_lib.split_knob(name)[1]
     what = "threads" if kind == "parallelism" else "buffer"
     if "Interleave" in ops[name]:
       labels[name] = f"read {what}"

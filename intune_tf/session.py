@@ -42,7 +42,7 @@ class SessionGoneError(RuntimeError):
   """The session's iterator was destroyed; its knobs no longer exist."""
 
 
-# --- Knob and stage names ------------------------------------------------------
+# --- Knob and stage names ---------------------------------------------------
 #
 # The kernel names a stage by its place in the pipeline (the format is defined
 # in intune_tf/cc/kernels/session_registry.h), so that a name survives the
@@ -134,11 +134,18 @@ def parse_stage(text: str) -> StageName:
   return StageName(text, tuple(steps))
 
 
+def split_knob(name: str) -> tuple[str, str]:
+  """`(stage name, parameter)` of a knob name "<stage>/<parameter>", as
+  text, without checking them (`parse_knob` does)."""
+  stage, _, parameter = name.rpartition("/")
+  return stage, parameter
+
+
 def parse_knob(name: str) -> tuple[StageName, str]:
   """`(stage, parameter)` of a knob name "<stage>/<parameter>". Raises
   ValueError if it is not one."""
-  stage, sep, parameter = name.rpartition("/")
-  if not sep or not re.fullmatch(r"[A-Za-z_]+", parameter):
+  stage, parameter = split_knob(name)
+  if "/" not in name or not re.fullmatch(r"[A-Za-z_]+", parameter):
     raise ValueError(f"Not a knob name: {name!r} (expected "
                      "'<stage>/<parameter>', e.g. "
                      "'Prefetch.ParallelMapV2/parallelism').")
@@ -156,7 +163,7 @@ def is_knob_name(name: str) -> bool:
 def input_first(name: str) -> tuple[int, str]:
   """Sort key of knob or stage names: from the input end to the output (the
   deepest first), then by name."""
-  stage = name.rpartition("/")[0] if "/" in name else name
+  stage = split_knob(name)[0] if "/" in name else name
   try:
     return (-parse_stage(stage).depth, name)
   except ValueError:
@@ -249,7 +256,8 @@ class Knob:
 
   @property
   def stage(self) -> str:
-    return self.name.rpartition("/")[0]
+    """The knob's stage name (`parse_stage` reads it)."""
+    return split_knob(self.name)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,7 +322,7 @@ def _knob_layout(names: tuple[bytes, ...]) -> tuple[tuple[int, str, str], ...]:
   layout = []
   for i, n in enumerate(names):
     name = n.decode()
-    kind = name.rpartition("/")[2]
+    kind = split_knob(name)[1]
     if kind in KINDS:
       layout.append((i, name, kind))
   layout.sort(key=lambda k: input_first(k[1]))

@@ -53,7 +53,8 @@ _NAMES = {
     "path": {"P": "P", "B": "P.B", "A": "P.B.A", "Shuffle": "P.B.A.Shuffle",
              "TextLine": "P.B.A.Shuffle.TextLine"},
     "earlier_format": {"P": "P(id:1)", "B": "B(id:2)", "A": "A(id:3)",
-                       "Shuffle": "Shuffle(id:4)", "TextLine": "TextLine(id:9)"},
+                       "Shuffle": "Shuffle(id:4)",
+                       "TextLine": "TextLine(id:9)"},
 }
 
 

@@ -97,8 +97,9 @@ def test_stage_rows_flag_the_least_headroom():
   by_name = {r["stage"]: r for r in rows}
   assert by_name["Prefetch.ParallelMapV2"]["cpus"] == pytest.approx(0.5)
   assert by_name["Prefetch.ParallelMapV2"]["utilization"] == pytest.approx(0.25)
-  assert by_name["Prefetch.ParallelMapV2.Batch"]["utilization"] == pytest.approx(0.3)
-  assert [r["stage"] for r in rows if r["bottleneck"]] == ["Prefetch.ParallelMapV2.Batch"]
+  batch = "Prefetch.ParallelMapV2.Batch"
+  assert by_name[batch]["utilization"] == pytest.approx(0.3)
+  assert [r["stage"] for r in rows if r["bottleneck"]] == [batch]
   assert by_name["Prefetch"]["buffer"] == 4
   assert by_name["Prefetch"]["parallelism"] is None
 

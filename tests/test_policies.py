@@ -70,30 +70,30 @@ def _stage(name, cpu, rate=100.0, bpe=0.0):
 
 
 _KNOBS = [
-    Knob("Prefetch.ParallelMapV2.ParallelMapV2.ParallelInterleaveV4/parallelism", "parallelism", 1, 1,
+    Knob("P.Map.Map.Interleave/parallelism", "parallelism", 1, 1,
          2),
-    Knob("Prefetch.ParallelMapV2.ParallelMapV2/parallelism", "parallelism", 1, 1, 8),
-    Knob("Prefetch.ParallelMapV2/parallelism", "parallelism", 1, 1, 8),
-    Knob("Prefetch/buffer_size", "buffer_size", 0, 0, 1e9),
+    Knob("P.Map.Map/parallelism", "parallelism", 1, 1, 8),
+    Knob("P.Map/parallelism", "parallelism", 1, 1, 8),
+    Knob("P/buffer_size", "buffer_size", 0, 0, 1e9),
 ]
 
 
 def test_even_policy_splits_cpus_and_memory():
   policy = policies.create(IntuneOptions(policy="even"))
-  values = policy.step(_obs(_KNOBS, [_stage("Prefetch", 0, bpe=4e6)]))
+  values = policy.step(_obs(_KNOBS, [_stage("P", 0, bpe=4e6)]))
   # 7 CPUs over 3 stages -> 3, 2, 2; the interleave's max is 2.
-  assert values["Prefetch.ParallelMapV2.ParallelMapV2.ParallelInterleaveV4/parallelism"] == 2
-  assert values["Prefetch.ParallelMapV2.ParallelMapV2/parallelism"] == 2
-  assert values["Prefetch.ParallelMapV2/parallelism"] == 2
+  assert values["P.Map.Map.Interleave/parallelism"] == 2
+  assert values["P.Map.Map/parallelism"] == 2
+  assert values["P.Map/parallelism"] == 2
   # One buffer: 20 MB / 4 MB = 5 elements (under the cap of 8).
-  assert values["Prefetch/buffer_size"] == 5
+  assert values["P/buffer_size"] == 5
 
 
 def test_analytic_policy_follows_measured_costs():
   policy = policies.create(IntuneOptions(policy="analytic"))
-  stages = [_stage("Prefetch.ParallelMapV2.ParallelMapV2.ParallelInterleaveV4", 0.001),
-            _stage("Prefetch.ParallelMapV2.ParallelMapV2", 0.004),
-            _stage("Prefetch.ParallelMapV2", 0.002)]
+  stages = [_stage("P.Map.Map.Interleave", 0.001),
+            _stage("P.Map.Map", 0.004),
+            _stage("P.Map", 0.002)]
   values = policy.step(_obs(_KNOBS, stages, cpu_budget=8))
   # Costs 1 : 4 : 2 over 8 CPUs: 1 each, 5 left -> 5/7, 20/7, 10/7 =
   # 0.71, 2.86, 1.43 -> ints 0, 2, 1 (3 given), 2 left to the largest
@@ -115,12 +115,12 @@ def test_unoptimized_policy():
 
 def test_fixed_policy_applies_its_config_clamped():
   options = IntuneOptions(policy="fixed", config={
-      "Prefetch.ParallelMapV2/parallelism": 3,
-      "Prefetch.ParallelMapV2.ParallelMapV2.ParallelInterleaveV4/parallelism": 5,  # max is 2
+      "P.Map/parallelism": 3,
+      "P.Map.Map.Interleave/parallelism": 5,  # max is 2
       "NotHere/parallelism": 1})
   values = policies.create(options).step(_obs(_KNOBS))
-  assert values == {"Prefetch.ParallelMapV2/parallelism": 3,
-                    "Prefetch.ParallelMapV2.ParallelMapV2.ParallelInterleaveV4/parallelism": 2}
+  assert values == {"P.Map/parallelism": 3,
+                    "P.Map.Map.Interleave/parallelism": 2}
 
 
 def test_manual_policy_changes_nothing():

@@ -469,20 +469,20 @@ def test_prefetch_autotune_holds_an_element_in_every_epoch(policy):
 # --- bad inputs --------------------------------------------------------------
 
 _BAD_INPUTS = {
-    "model_proto/session_id": "ops.intune_model_proto(tf.constant([pid], tf.int64))",
-    "list_knobs/session_id": "ops.intune_list_knobs(tf.constant([[pid]], tf.int64))",
+    "model_proto/session_id": "ops.intune_model_proto(i64([pid]))",
+    "list_knobs/session_id": "ops.intune_list_knobs(i64([[pid]]))",
     "session_stats/session_id":
-        "ops.intune_session_stats(tf.constant([pid, pid], tf.int64))",
-    "observe/session_id": "ops.intune_observe(tf.constant([pid], tf.int64))",
+        "ops.intune_session_stats(i64([pid, pid]))",
+    "observe/session_id": "ops.intune_observe(i64([pid]))",
     "set_knobs/session_id":
-        "ops.intune_set_knobs(tf.constant([pid], tf.int64), [name], [1.0])",
+        "ops.intune_set_knobs(i64([pid]), [name], [1.0])",
     "set_knobs/names": "ops.intune_set_knobs(sid, name, [1.0])",
     "set_knobs/values": "ops.intune_set_knobs(sid, [name], [[1.0]])",
     "set_knobs/lengths": "ops.intune_set_knobs(sid, [name, name], [1.0])",
     "set_ram_budget/session_id":
-        "ops.intune_set_ram_budget(tf.constant([pid], tf.int64), tf.constant(1, tf.int64))",
+        "ops.intune_set_ram_budget(i64([pid]), i64(1))",
     "set_ram_budget/ram_budget":
-        "ops.intune_set_ram_budget(sid, tf.constant([1, 2], tf.int64))",
+        "ops.intune_set_ram_budget(sid, i64([1, 2]))",
 }
 _PROGRAM = """
 import sys
@@ -499,6 +499,7 @@ pid = session.id
 sid = tf.constant(pid, tf.int64)
 name = session.knobs()[0].name
 ops = _kernels.ops()
+i64 = lambda value: tf.constant(value, tf.int64)
 for case, call in CASES.items():
   print(case, end=": ", flush=True)
   try:
