@@ -511,13 +511,14 @@ for case, call in CASES.items():
 
 
 @pytest.fixture(scope="module")
-def bad_input_results():
+def bad_input_results(tmp_path_factory):
   """Every call of `_BAD_INPUTS` in one child process: a CHECK failure
-  aborts the process, which must fail the tests, not end pytest."""
+  aborts the process, which must fail the tests, not end pytest. (It runs
+  outside the source tree, so that it imports the installed package.)"""
   program = f"CASES = {_BAD_INPUTS!r}\n{_PROGRAM}"
   result = subprocess.run([sys.executable, "-c", program],
                           capture_output=True, text=True, timeout=300,
-                          check=False)
+                          cwd=tmp_path_factory.mktemp("child"), check=False)
   lines = dict(line.split(": ", 1) for line in result.stdout.splitlines()
                if ": " in line)
   return result, lines
