@@ -28,11 +28,14 @@ import tensorflow as tf
 import intune_tf
 from intune_tf import scenarios
 
-_FIXED = {"ParallelBatch(id:4)/parallelism": 2.0,
-          "ParallelInterleaveV4(id:6)/parallelism": 2.0,
-          "ParallelMapV2(id:3)/parallelism": 2.0,
-          "ParallelMapV2(id:2)/parallelism": 2.0,
-          "Prefetch(id:1)/buffer_size": 4.0}
+_FEATURES = "Prefetch.ParallelMapV2"
+_PARSE = f"{_FEATURES}.ParallelMapV2"
+_BATCH = f"{_PARSE}.ParallelBatch"
+_FIXED = {f"{_BATCH}/parallelism": 2.0,
+          f"{_BATCH}.Shuffle.ParallelInterleaveV4/parallelism": 2.0,
+          f"{_PARSE}/parallelism": 2.0,
+          f"{_FEATURES}/parallelism": 2.0,
+          "Prefetch/buffer_size": 4.0}
 _TF_BUFFERS = {"interleave_buffer": None}
 _FIXED_POLICY = {"policy": "fixed", "config": _FIXED}
 # Variant name -> IntuneOptions fields (None: plain AUTOTUNE).

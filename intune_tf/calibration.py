@@ -10,10 +10,11 @@ simulator's predicted rows/s beside the measured one.
 
 Mapping the real pipeline onto the simulator's chain of stages: a stage with
 a parallelism knob is a tunable stage; a stage without knobs runs in the
-threads of the nearest knob stage that consumes it (the one with the largest
-model id below its own: ids grow from the root downwards), so its cost is
-added there; a buffer knob is the buffer after its stage; what no knob stage
-consumes is one fixed single-threaded stage.
+threads of the nearest knob stage that consumes it (`StageName.encloses`:
+the deepest knob stage on its path from the output; for traces recorded
+before stage names were paths, the one with the largest model id below its
+own), so its cost is added there; a buffer knob is the buffer after its
+stage; what no knob stage consumes is one fixed single-threaded stage.
 
 `intune calibrate --trace T [--json OUT]` prints the table.
 """
@@ -25,19 +26,22 @@ import dataclasses
 import gzip
 import itertools
 import json
-import re
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from intune_tf import session as session_lib
 from intune_tf import simulator as sim_lib
 
-_ID = re.compile(r"\(id:(\d+)\)$")
+# The simulator stage that stands for the stages no knob stage consumes.
+FIXED_STAGE = "fixed"
 
 
-def _stage_id(name: str) -> int:
-  match = _ID.search(name)
-  return int(match.group(1)) if match else 0
+def _parse(name: str) -> session_lib.StageName | None:
+  try:
+    return session_lib.parse_stage(name)
+  except ValueError:
+    return None
 
 
 @dataclasses.dataclass
@@ -114,22 +118,26 @@ def build_pipeline(point: Point, params: sim_lib.SimParams,
   if not point.observations:
     raise ValueError(f"{point.scenario}: no observations under {point.config}.")
   knobs = point.observations[-1]["knobs"]
-  knob_stages = sorted({k["name"].rpartition("/")[0] for k in knobs},
-                       key=_stage_id, reverse=True)  # input first
-  parallel = {k["name"].rpartition("/")[0] for k in knobs
+  knob_stages = sorted({session_lib.split_knob(k["name"])[0] for k in knobs},
+                       key=session_lib.input_first)
+  parallel = {session_lib.split_knob(k["name"])[0] for k in knobs
               if k["kind"] == "parallelism"}
-  buffered = {k["name"].rpartition("/")[0] for k in knobs
+  buffered = {session_lib.split_knob(k["name"])[0] for k in knobs
               if k["kind"] == "buffer_size"}
   costs = _costs(point.observations)
   per_stage = collections.defaultdict(float)
   fixed = 0.0
-  ids = sorted(((_stage_id(s), s) for s in knob_stages if s in parallel))
+  # Parallel knob stages from the output to the input: the last one that
+  # encloses a stage is the nearest.
+  owners = [(s, _parse(s)) for s in reversed(knob_stages) if s in parallel]
   for name, cost in costs.items():
     if name in knob_stages:
       per_stage[name] += cost
       continue
-    sid = _stage_id(name)
-    owner = [s for i, s in ids if i < sid]
+    stage = _parse(name)
+    owner = [s for s, parsed in owners
+             if stage is not None and parsed is not None and
+             parsed.encloses(stage)]
     if owner:
       per_stage[owner[-1]] += cost
     else:
@@ -146,7 +154,7 @@ def build_pipeline(point: Point, params: sim_lib.SimParams,
         name=s, cost_s=max(per_stage[s], 1e-9) * cost_scale / contention,
         tunable=s in parallel, buffer=s in buffered))
   if fixed > 0:
-    stages.append(sim_lib.SimStage(name="fixed(id:0)",
+    stages.append(sim_lib.SimStage(name=FIXED_STAGE,
                                    cost_s=fixed * cost_scale / contention,
                                    tunable=False))
   pipeline = sim_lib.SimPipeline(tuple(stages), point.cpus, memory_limit=1e15,
@@ -161,7 +169,7 @@ def predict(pipeline: sim_lib.SimPipeline, index: dict[str, int],
   par = [1.0] * len(pipeline.stages)
   buf = [0.0] * len(pipeline.stages)
   for name, value in config.items():
-    stage, _, kind = name.rpartition("/")
+    stage, kind = session_lib.split_knob(name)
     if stage not in index:
       continue
     if kind == "parallelism":

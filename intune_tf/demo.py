@@ -35,6 +35,7 @@ import intune_tf
 from intune_tf import host
 from intune_tf import policies
 from intune_tf import keras as intune_keras
+from intune_tf import session as session_lib
 
 AUTOTUNE = "autotune"
 INTUNE = "intune"
@@ -147,33 +148,35 @@ def measure_ceiling(files: Sequence[str], level: int, batch_size: int,
 def knob_labels(names: Sequence[str], level: int) -> dict[str, str]:
   """Readable labels of a Criteo pipeline's knobs, by stage.
 
-  Example: 'ParallelMapV2(id:3)/parallelism' -> 'parse threads' at level 4.
-  Knobs are matched to stages by op type in pipeline order (input first);
-  any knob left over keeps its TF name.
+  Example: 'Prefetch.ParallelMapV2.ParallelMapV2/parallelism' -> 'parse
+  threads' at level 4. Knobs are matched to stages by op type in pipeline
+  order (input first, `session.input_first`); any knob left over keeps its
+  name (`keras.short_name`).
   """
   from intune_tf.criteo import pipelines  # pylint: disable=g-import-not-at-top
   maps = [s for s in pipelines.STAGES[level] if s in ("parse", "features",
                                                        "heavy")]
-  def stage_id(name):
+  ops = {}
+  for name in names:
     try:
-      return int(name.split("(id:")[1].split(")")[0])
-    except (IndexError, ValueError):
-      return 0
+      ops[name] = session_lib.parse_knob(name)[0].op
+    except ValueError:
+      ops[name] = ""
   labels = {}
-  map_knobs = sorted([n for n in names if n.startswith("ParallelMap")],
-                     key=lambda n: -stage_id(n))  # higher id = nearer input
+  map_knobs = sorted([n for n in names if ops[n].startswith("ParallelMap")],
+                     key=session_lib.input_first)
   for name, stage in zip(map_knobs, maps):
     labels[name] = f"{stage} threads"
   for name in names:
     if name in labels:
       continue
-    kind = name.rpartition("/")[2]
+    kind = session_lib.split_knob(name)[1]
     what = "threads" if kind == "parallelism" else "buffer"
-    if "Interleave" in name:
+    if "Interleave" in ops[name]:
       labels[name] = f"read {what}"
-    elif name.startswith("ParallelBatch"):
+    elif ops[name].startswith("ParallelBatch"):
       labels[name] = f"batch {what}"
-    elif name.startswith("Prefetch"):
+    elif ops[name].startswith("Prefetch"):
       labels[name] = f"prefetch {what}"
     else:
       labels[name] = intune_keras.short_name(name)

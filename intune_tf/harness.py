@@ -29,6 +29,7 @@ from intune_tf import host
 from intune_tf import policies
 from intune_tf import resize as resize_lib
 from intune_tf import scenarios as scenarios_lib
+from intune_tf import session as session_lib
 
 AUTOTUNE_POLICIES = ("autotune", "autotune-restart")
 BASELINES = ("unoptimized", "even", "autotune", "autotune-restart", "analytic",
@@ -153,11 +154,17 @@ def _autotune_model(iterator) -> model_pb2.ModelProto | None:
 
 
 def _autotune_knobs(proto) -> dict[str, float]:
+  """TF AUTOTUNE's knob values, named as InTune names its knobs (instances
+  of one stage inside an interleave: the first one's value)."""
   if proto is None:
     return {}
-  return {f"{n.name}(id:{n.id})/{p.name}": p.value
-          for n in proto.nodes.values() for p in n.parameters
-          if p.tunable and p.name in ("parallelism", "buffer_size")}
+  names = session_lib.proto_stage_names(proto, root="Root")
+  knobs = {}
+  for nid, n in proto.nodes.items():
+    for p in n.parameters:
+      if p.tunable and p.name in session_lib.KINDS and nid in names:
+        knobs.setdefault(f"{names[nid]}/{p.name}", p.value)
+  return knobs
 
 
 def sample_period_s(scenario: scenarios_lib.Scenario) -> float:

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import observation as observation_lib
+from intune_tf import session as session_lib
 from intune_tf import tuner as tuner_lib
 from intune_tf.options import IntuneOptions
 
@@ -60,11 +61,15 @@ def tune(dataset: tf.data.Dataset, **fields: Any) -> tf.data.Dataset:
 
 
 def short_name(name: str) -> str:
-  """A knob name as a log key part.
+  """A knob name as a log key part (`intune_tf.session.log_key`): the same
+  in every epoch, since knob names are.
 
-  Example: 'ParallelMapV2(id:5)/parallelism' -> 'ParallelMapV2_5_parallelism'.
+  Example: 'Prefetch.ParallelMapV2/parallelism' ->
+  'Prefetch.ParallelMapV2/parallelism';
+  'ParallelInterleaveV4[*].ParallelMapV2/parallelism' ->
+  'ParallelInterleaveV4-each.ParallelMapV2/parallelism'.
   """
-  return re.sub(r"\(id:(\d+)\)/", r"_\1_", name)
+  return session_lib.log_key(name)
 
 
 _short = short_name  # The name used before; kept for callers.
@@ -76,8 +81,9 @@ def rows_per_element(stats) -> float | None:
   stage has not produced yet)."""
   by_name = {s.name: s for s in stats}
   for s in stats:
-    if re.match(r"(Parallel)?Batch|MapAndBatch|PaddedBatch", s.name) and (
-        s.elements and s.inputs and s.inputs[0] in by_name):
+    if re.match(r"(Parallel)?Batch|MapAndBatch|PaddedBatch",
+                session_lib.parse_stage(s.name).op) and (
+                    s.elements and s.inputs and s.inputs[0] in by_name):
       return by_name[s.inputs[0]].elements / s.elements
   return None
 
@@ -103,7 +109,9 @@ class IntuneCallback(keras.callbacks.Callback):
     intune/buffered_bytes: bytes held in the pipeline's buffers (last
       reading; the mean of the epoch's readings in epoch logs).
     intune/peak_buffered_bytes: the session's peak of buffered bytes.
-    intune/<Stage>_<id>_<knob>: every knob's value (last reading).
+    intune/<knob>: every knob's value (last reading), by knob name
+      (`short_name`), e.g. "intune/Prefetch.ParallelMapV2/parallelism": the
+      same keys in every epoch.
 
   Attributes:
     session: the session attached to (None before the first batch, or when

@@ -11,6 +11,7 @@ These are the InTune paper's factors, each with its source and unit:
 | `stages[i].bytes_per_element` | bytes | model: `buffered_bytes / buffered_elements`, else `bytes_produced / num_elements` |
 | `stages[i].bytes_produced_per_s`, `.buffered_bytes` | bytes/s, bytes | model |
 | `stages[i].time_share` | 0..1 | the stage's share of all stages' processing time in the step |
+| `stages[i].name` | | the stage name (`intune_tf.session.parse_stage`); the live instances of a stage inside an interleave are added up into one stage |
 | `output_rate` | elements/s | root op: elements returned in the step |
 | `output_latency_s` | s/element | root op: time inside `GetNext` per element in the step |
 | `consumer_wait_s` | s/element | root op: gap between `GetNext` calls (the consumer's own time) |
@@ -155,35 +156,53 @@ def _read_cpu_mhz() -> float:
 
 
 class Observer:
-  """Turns successive snapshots of one session into per-step observations."""
+  """Turns successive snapshots of one session into per-step observations.
+
+  Rates are differences between snapshots, row by row of the model's nodes
+  (matched by node id: a node created since the last snapshot counts from
+  0). The instances of one stage inside an interleave (one name, several
+  nodes) are then added up into one stage of the observation.
+  """
 
   def __init__(self, session: session_lib.Session):
     self.session = session
-    self._last_names: tuple[str, ...] = ()
+    self._last_ids: tuple[int, ...] = ()
     self._last_array: np.ndarray | None = None
     self._last_counters: dict[str, int] | None = None
     self._last_time: float | None = None
+    self._groups: tuple[tuple[str, ...], tuple, np.ndarray | None] = (
+        (), (), None)
 
-  def _previous(self, names: tuple[str, ...], shape) -> np.ndarray:
-    """The last snapshot's rows for `names` (zeros for new stages)."""
+  def _previous(self, ids: tuple[int, ...], shape) -> np.ndarray:
+    """The last snapshot's rows for node `ids` (zeros for new nodes)."""
     if self._last_array is None:
       return np.zeros(shape, np.int64)
-    if names == self._last_names:
+    if ids == self._last_ids:
       return self._last_array
-    rows = dict(zip(self._last_names, range(len(self._last_names))))
-    index = np.fromiter((rows.get(n, -1) for n in names), np.intp,
-                        len(names))
+    rows = dict(zip(self._last_ids, range(len(self._last_ids))))
+    index = np.fromiter((rows.get(n, -1) for n in ids), np.intp, len(ids))
     padded = np.concatenate([self._last_array,
                              np.zeros((1, shape[1]), np.int64)])
     return padded[index]
+
+  def _grouping(self, names: tuple[str, ...]):
+    """(stage names, each row's stage index or None when every row is its
+    own stage), cached for the last tuple of row names."""
+    if names != self._groups[0]:
+      first = {}
+      index = [first.setdefault(n, len(first)) for n in names]
+      self._groups = (names, tuple(first),
+                      None if len(first) == len(names)
+                      else np.asarray(index, np.intp))
+    return self._groups[1], self._groups[2]
 
   def observe(self) -> Observation:
     """Reads the session and the host; rates are over the time since the
     previous call (or since the iterator started, the first time)."""
     now = time.monotonic()
     snap = self.session._snapshot()  # pylint: disable=protected-access
-    knobs, names, stats, counters = (snap.knobs, snap.stage_names,
-                                     snap.stage_stats, snap.counters)
+    knobs, row_names, table, counters = (snap.knobs, snap.stage_names,
+                                         snap.stage_stats, snap.counters)
     if self._last_time is None:
       interval = max(1e-6, time.time() - counters["created_us"] / 1e6)
     else:
@@ -193,16 +212,29 @@ class Observer:
       (parallelism if k.kind == "parallelism" else buffer_size)[k.stage] = (
           k.value)
     # Columns as in `session._STAGE_COLUMNS`: elements, processing_time_ns,
-    # buffered_bytes, buffered_elements, bytes_produced, bytes_consumed.
-    delta = np.maximum(stats - self._previous(names, stats.shape), 0)
+    # buffered_bytes, buffered_elements, bytes_produced, bytes_consumed; then
+    # the node id.
+    ncol = session_lib._NODE_ID_COLUMN  # pylint: disable=protected-access
+    stats = table[:, :ncol]
+    ids = tuple(table[:, ncol].tolist())
+    delta = np.maximum(stats - self._previous(ids, stats.shape), 0)
+    names, group = self._grouping(row_names)
+    if group is not None:  # instances of one stage: add them up
+      summed = np.zeros((2, len(names), ncol), np.int64)
+      np.add.at(summed[0], group, delta)
+      np.add.at(summed[1], group, stats)
+      delta, stats_now = summed
+    else:
+      stats_now = stats
     elements, ptime, produced = delta[:, 0], delta[:, 1], delta[:, 4]
     total_time = float(ptime.sum()) or 1.0
     per_element = np.zeros((2, len(names)))
     cpu_per_element = np.divide(ptime / 1e9, elements, out=per_element[0],
                                 where=elements > 0)
-    bpe = np.divide(stats[:, 4], stats[:, 0], out=per_element[1],
-                    where=stats[:, 0] > 0)
-    np.divide(stats[:, 2], stats[:, 3], out=bpe, where=stats[:, 3] > 0)
+    bpe = np.divide(stats_now[:, 4], stats_now[:, 0], out=per_element[1],
+                    where=stats_now[:, 0] > 0)
+    np.divide(stats_now[:, 2], stats_now[:, 3], out=bpe,
+              where=stats_now[:, 3] > 0)
     rates = elements / interval
     produced_rates = produced / interval
     shares = ptime / total_time
@@ -213,13 +245,13 @@ class Observer:
         for (name, threads, size, rate, cpe, held, b, produced_rate, buffered,
              share) in zip(names, map(parallelism.get, names),
                            map(buffer_size.get, names), rates.tolist(),
-                           cpu_per_element.tolist(), stats[:, 3].tolist(),
+                           cpu_per_element.tolist(), stats_now[:, 3].tolist(),
                            bpe.tolist(), produced_rates.tolist(),
-                           stats[:, 2].tolist(), shares.tolist())])
+                           stats_now[:, 2].tolist(), shares.tolist())])
     last = self._last_counters or {k: 0 for k in counters}
     d_elements = counters["elements"] - last["elements"]
     d_gaps = counters["gap_count"] - last["gap_count"]
-    self._last_names, self._last_array = names, stats
+    self._last_ids, self._last_array = ids, stats
     self._last_counters = counters
     self._last_time = now
     options = self.session.options

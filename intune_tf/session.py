@@ -28,9 +28,11 @@ _CONFIG_FORMAT = "intune_tf.config/1"
 _COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
              "buffered_bytes", "peak_buffered_bytes", "ram_budget",
              "guard_shrinks", "guard_over_budget", "created_us")
-# Columns of the per-node statistics returned by the IntuneObserve op.
+# Columns of the per-node statistics returned by the IntuneObserve op (then
+# the node's id, which tells two instances of one stage apart).
 _STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
                   "buffered_elements", "bytes_produced", "bytes_consumed")
+_NODE_ID_COLUMN = len(_STAGE_COLUMNS)
 # Most tuples of (knob name, value) pairs a session keeps as tensors for
 # `Session.set`.
 _SET_TENSORS = 256
@@ -40,28 +42,222 @@ class SessionGoneError(RuntimeError):
   """The session's iterator was destroyed; its knobs no longer exist."""
 
 
+# --- Knob and stage names ---------------------------------------------------
+#
+# The kernel names a stage by its place in the pipeline (the format is defined
+# in intune_tf/cc/kernels/session_registry.h), so that a name survives the
+# re-creation of the stage (every epoch of a `repeat`, a new or restored
+# iterator, each element of an interleave): the model's node names from the
+# pipeline's output down to the stage, joined by ".". A node with several
+# inputs is followed by the index of the one the path takes, "[i]"; an
+# interleave-like node (interleave, flat_map, group_by_window) by "[*]" when
+# the path goes into the datasets it makes per input element (all of them are
+# one stage and share its knobs), by nothing for its own input. A knob is
+# "<stage>/<parameter>":
+#
+#   "Prefetch.ParallelMapV2/parallelism"
+#   "Zip[1].ParallelMapV2/parallelism"
+#   "ParallelInterleaveV4[*].ParallelMapV2/parallelism"
+#
+# Node ids ("ParallelMapV2(id:3)") are for display only: `Knob.display`,
+# `StageStats.display`. Names in the format before this one,
+# "<Stage>(id:<n>)/<parameter>" (configurations and traces saved by earlier
+# versions), still parse: their depth is the node id (ids grew from the output
+# to the input). Everything that reads a knob or stage name goes through
+# `parse_stage` / `parse_knob` below.
+
+_STEP_RE = re.compile(r"([A-Za-z0-9_]+)(?:\[(\d+|\*)\])?\Z")
+_LEGACY_RE = re.compile(r"([A-Za-z0-9_]+)\(id:(\d+)\)\Z")
+_EACH = "*"
+
+
+@dataclasses.dataclass(frozen=True)
+class StageName:
+  """A parsed stage name.
+
+  Attributes:
+    text: the name.
+    steps: `(node name, input)` from the pipeline's output down to the stage;
+      `input` is "" (the node's only or own input, and for the stage
+      itself), a decimal index, or "*" (the per-element datasets of an
+      interleave-like node).
+    legacy_id: the node id of a name in the earlier "<Stage>(id:<n>)"
+      format, else None.
+  """
+  text: str
+  steps: tuple[tuple[str, str], ...]
+  legacy_id: int | None = None
+
+  @property
+  def op(self) -> str:
+    """The stage's own node name (its dataset type), e.g. "ParallelMapV2"."""
+    return self.steps[-1][0]
+
+  @property
+  def depth(self) -> int:
+    """Larger is nearer the input: the number of steps (the node id for an
+    earlier-format name)."""
+    return self.legacy_id if self.legacy_id is not None else len(self.steps)
+
+  @property
+  def per_element(self) -> bool:
+    """Whether the stage is inside the datasets an interleave-like stage
+    makes per input element (each live instance shares the knobs)."""
+    return any(inp == _EACH for _, inp in self.steps)
+
+  def encloses(self, other: "StageName") -> bool:
+    """Whether `other` feeds this stage, directly or through other stages.
+
+    For earlier-format names: whether `other` has the larger node id.
+    """
+    if self.legacy_id is not None or other.legacy_id is not None:
+      return (self.legacy_id or 0) < (other.legacy_id or 0)
+    n = len(self.steps)
+    return (len(other.steps) > n and other.steps[:n - 1] == self.steps[:-1]
+            and other.steps[n - 1][0] == self.op)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_stage(text: str) -> StageName:
+  """Parses a stage name (see above). Raises ValueError if it is not one."""
+  legacy = _LEGACY_RE.match(text)
+  if legacy:
+    return StageName(text, ((legacy[1], ""),), int(legacy[2]))
+  steps = []
+  parts = text.split(".")
+  for i, part in enumerate(parts):
+    match = _STEP_RE.match(part)
+    if not match or (i == len(parts) - 1 and match[2] is not None):
+      raise ValueError(f"Not a stage name: {text!r} (expected node names "
+                       "joined by '.', e.g. 'Prefetch.ParallelMapV2').")
+    steps.append((match[1], match[2] or ""))
+  return StageName(text, tuple(steps))
+
+
+def split_knob(name: str) -> tuple[str, str]:
+  """`(stage name, parameter)` of a knob name "<stage>/<parameter>", as
+  text, without checking them (`parse_knob` does)."""
+  stage, _, parameter = name.rpartition("/")
+  return stage, parameter
+
+
+def parse_knob(name: str) -> tuple[StageName, str]:
+  """`(stage, parameter)` of a knob name "<stage>/<parameter>". Raises
+  ValueError if it is not one."""
+  stage, parameter = split_knob(name)
+  if "/" not in name or not re.fullmatch(r"[A-Za-z_]+", parameter):
+    raise ValueError(f"Not a knob name: {name!r} (expected "
+                     "'<stage>/<parameter>', e.g. "
+                     "'Prefetch.ParallelMapV2/parallelism').")
+  return parse_stage(stage), parameter
+
+
+def is_knob_name(name: str) -> bool:
+  try:
+    parse_knob(name)
+  except ValueError:
+    return False
+  return True
+
+
+def input_first(name: str) -> tuple[int, str]:
+  """Sort key of knob or stage names: from the input end to the output (the
+  deepest first), then by name."""
+  stage = split_knob(name)[0] if "/" in name else name
+  try:
+    return (-parse_stage(stage).depth, name)
+  except ValueError:
+    return (0, name)
+
+
+def log_key(name: str) -> str:
+  """A knob or stage name with only characters that summary and log names
+  accept everywhere ([A-Za-z0-9_./-]): "[i]" becomes "-i", "[*]" "-each".
+
+  Example: 'ParallelInterleaveV4[*].ParallelMapV2/parallelism' ->
+  'ParallelInterleaveV4-each.ParallelMapV2/parallelism'.
+  """
+  name = name.replace("[*]", "-each")
+  name = re.sub(r"\[(\d+)\]", r"-\1", name)
+  return re.sub(r"\(id:(\d+)\)", r"-\1", name)
+
+
+_INTERLEAVE_LIKE = ("FlatMap", "GroupByWindow")
+_MULTI_INPUT = ("Zip", "Concatenate", "DirectedInterleave", "ChooseFastest",
+                "ChooseFastestBranch", "WeightedFlatMap")
+
+
+def proto_stage_names(proto: model_pb2.ModelProto,
+                      root: str = "Intune") -> dict[int, str]:
+  """Stage names of the nodes of a `ModelProto`, by node id, with the
+  kernel's rules (for models the kernel does not name, such as TF
+  AUTOTUNE's). A top node named `root` is left out of the names below it.
+
+  The kernel fixes each node's index among several inputs when it first sees
+  the node; from one proto the index is the node's position among its
+  parent's inputs now.
+  """
+  nodes = dict(proto.nodes.items())
+  if proto.output not in nodes:
+    return {}
+  clean = lambda n: re.sub(r"[^A-Za-z0-9_]", "_", n)  # pylint: disable=unnecessary-lambda-assignment
+  names = {proto.output: clean(nodes[proto.output].name)}
+  todo = collections.deque([proto.output])
+  while todo:
+    pid = todo.popleft()
+    parent = nodes[pid]
+    inputs = [i for i in parent.inputs if i in nodes]
+    top = pid == proto.output and parent.name == root
+    for position, cid in enumerate(inputs):
+      if cid in names:
+        continue
+      first = cid == pid + 1
+      ptype = parent.name
+      if ptype != "DirectedInterleave" and (
+          "Interleave" in ptype or ptype in _INTERLEAVE_LIKE):
+        label = "" if first else f"[{_EACH}]"
+      elif ptype == "Concatenate":
+        label = "[0]" if first else "[1]"
+      elif ptype in _MULTI_INPUT or len(inputs) > 1:
+        label = f"[{position}]"
+      else:
+        label = ""
+      own = clean(nodes[cid].name)
+      names[cid] = own if top else f"{names[pid]}{label}.{own}"
+      todo.append(cid)
+  return names
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
   """A tunable parameter of one pipeline stage.
 
   Attributes:
-    name: stable readable name, "<Stage>(id:<n>)/<parameter>", for example
-      "ParallelMapV2(id:2)/parallelism".
+    name: the knob's place in the pipeline, "<stage>/<parameter>", for
+      example "Prefetch.ParallelMapV2/parallelism" (see "Knob and stage
+      names" above): the same across epochs, iterators and instances of the
+      stage. `parse_knob` reads it.
     kind: "parallelism" (threads of a parallel stage) or "buffer_size"
       (elements a prefetch may hold).
-    value: the value in force.
-    min: smallest allowed value.
-    max: largest allowed value.
+    value: the value in force (on the first instance of the stage, when an
+      interleave runs several).
+    min: smallest allowed value (that every instance accepts).
+    max: largest allowed value (that every instance accepts).
+    display: the model nodes of the live instances, for display only:
+      "ParallelMapV2(id:3)", comma-separated when there are several. Ids
+      change whenever a stage is re-created.
   """
   name: str
   kind: str
   value: float
   min: float
   max: float
+  display: str = ""
 
   @property
   def stage(self) -> str:
-    return self.name.rpartition("/")[0]
+    """The knob's stage name (`parse_stage` reads it)."""
+    return split_knob(self.name)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +265,8 @@ class StageStats:
   """Cumulative statistics of one stage, from the pipeline's model.
 
   Attributes:
-    name: stage name as in knob names, e.g. "ParallelMapV2(id:2)".
+    name: stage name as in knob names, e.g. "Prefetch.ParallelMapV2" (the
+      instances of a stage inside an interleave share it).
     elements: elements produced so far.
     processing_time_ns: CPU-side time spent producing them (summed over
       threads), nanoseconds.
@@ -79,6 +276,7 @@ class StageStats:
     bytes_consumed: bytes consumed so far.
     parameters: current parameter values, by parameter name.
     inputs: names of the stages that feed this one.
+    display: the model node, "ParallelMapV2(id:3)", for display only.
   """
   name: str
   elements: int
@@ -89,6 +287,7 @@ class StageStats:
   bytes_consumed: int
   parameters: dict[str, float]
   inputs: tuple[str, ...]
+  display: str = ""
 
   @property
   def time_per_element_ns(self) -> float:
@@ -98,18 +297,21 @@ class StageStats:
 @dataclasses.dataclass(frozen=True)
 class _Snapshot:
   """One `IntuneObserve` reading: knobs, nodes breadth first from the output
-  with columns `_STAGE_COLUMNS`, and the counters."""
+  (stage names; columns `_STAGE_COLUMNS`, then the node id), and the
+  counters."""
   knobs: tuple[Knob, ...]
   stage_names: tuple[str, ...]
-  stage_stats: Any  # np.ndarray [nodes, len(_STAGE_COLUMNS)], int64
+  stage_stats: Any  # np.ndarray [nodes, len(_STAGE_COLUMNS) + 1], int64
   counters: dict[str, int]
 
 
-def _make_knobs(names, values, mins, maxs) -> list[Knob]:
+def _make_knobs(names, values, mins, maxs, displays=None) -> list[Knob]:
   """Knobs of the kinds we tune, from the input stage to the output stage."""
   values, mins, maxs = (np.asarray(a, np.float64).tolist()
                         for a in (values, mins, maxs))
-  return [Knob(name, kind, values[i], mins[i], maxs[i])
+  displays = ([d.decode() for d in displays] if displays is not None
+              else [""] * len(values))
+  return [Knob(name, kind, values[i], mins[i], maxs[i], displays[i])
           for i, name, kind in _knob_layout(tuple(names))]
 
 
@@ -120,10 +322,10 @@ def _knob_layout(names: tuple[bytes, ...]) -> tuple[tuple[int, str, str], ...]:
   layout = []
   for i, n in enumerate(names):
     name = n.decode()
-    kind = name.rpartition("/")[2]
+    kind = split_knob(name)[1]
     if kind in KINDS:
       layout.append((i, name, kind))
-  layout.sort(key=lambda k: (-_stage_id(k[1].rpartition("/")[0]), k[1]))
+  layout.sort(key=lambda k: input_first(k[1]))
   return tuple(layout)
 
 
@@ -131,12 +333,6 @@ def _clean(message: str) -> str:
   """Strips TF's op-wrapper decoration from a kernel error message."""
   message = re.sub(r"^\{\{[^}]*\}\}\s*", "", message.strip())
   return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)
-
-
-def _stage_id(stage: str) -> int:
-  """The model's node id in "Name(id:N)": deeper stages have larger ids."""
-  match = re.search(r"\(id:(\d+)\)$", stage)
-  return int(match.group(1)) if match else 0
 
 
 class Session:
@@ -198,20 +394,23 @@ class Session:
 
   def knobs(self) -> list[Knob]:
     """The pipeline's knobs, from the input stage to the output stage."""
-    names, values, mins, maxs = self._call(_kernels.ops().intune_list_knobs)
+    names, values, mins, maxs, displays = self._call(
+        _kernels.ops().intune_list_knobs)
     return _make_knobs(names.numpy(), values.numpy(), mins.numpy(),
-                       maxs.numpy())
+                       maxs.numpy(), displays.numpy())
 
   def _snapshot(self) -> "_Snapshot":
     """Knobs, per-node statistics and counters in one op call: the tuner's
     reading each step (`stats()` parses a whole ModelProto instead)."""
-    knob_names, knob_values, stage_names, stage_stats, counters = self._call(
-        _kernels.ops().intune_observe)
+    (knob_names, knob_values, stage_names, stage_stats, counters,
+     knob_displays) = self._call(_kernels.ops().intune_observe)
     names, kv = tuple(knob_names.numpy().tolist()), knob_values.numpy()
-    key = (names, kv.tobytes())
+    displays = tuple(knob_displays.numpy().tolist())
+    key = (names, kv.tobytes(), displays)
     cached = self._last_knobs
     if cached is None or cached[0] != key:
-      cached = (key, tuple(_make_knobs(names, kv[:, 0], kv[:, 1], kv[:, 2])))
+      cached = (key, tuple(_make_knobs(names, kv[:, 0], kv[:, 1], kv[:, 2],
+                                       displays)))
       self._last_knobs = cached
     return _Snapshot(
         knobs=cached[1],
@@ -229,10 +428,15 @@ class Session:
       The values in force afterwards. The budget guard may have lowered
       memory knobs below what was asked.
 
+    A knob whose stage is re-created (the next epoch of a `repeat`, a new
+    instance inside an interleave) comes back at the value set last; setting
+    a knob shared by several live instances sets every one.
+
     Raises:
       KeyError: a name is not a knob of this session (the message lists the
         valid names).
-      ValueError: a value is outside the knob's [min, max].
+      ValueError: a value is not a finite number or is outside the knob's
+        [min, max].
       SessionGoneError: the iterator is gone.
     """
     if not values:
@@ -250,7 +454,7 @@ class Session:
                            *self._set_inputs(items))
     except tf.errors.NotFoundError as e:  # a knob vanished meanwhile
       raise KeyError(_clean(e.message)) from None
-    except tf.errors.OutOfRangeError as e:
+    except (tf.errors.OutOfRangeError, tf.errors.InvalidArgumentError) as e:
       raise ValueError(_clean(e.message)) from None
     return dict(zip((name for name, _ in items), applied.numpy().tolist()))
 
@@ -276,31 +480,24 @@ class Session:
     return model_pb2.ModelProto.FromString(serialized.numpy())
 
   def stats(self) -> list[StageStats]:
-    """Per-stage statistics, output stage first."""
+    """Per-stage statistics, output stage first (one per model node: the
+    instances of a stage inside an interleave share its name)."""
+    snap = self._snapshot()
     proto = self.model_proto()
     nodes = dict(proto.nodes.items())  # one pass over the proto map
-    names = {nid: f"{node.name}(id:{nid})" for nid, node in nodes.items()}
-    order, seen = [], set()
-    todo = collections.deque([proto.output] if proto.output in nodes else [])
-    while todo:
-      nid = todo.popleft()
-      if nid in seen or nid not in nodes:
-        continue
-      seen.add(nid)
-      order.append(nid)
-      todo.extend(nodes[nid].inputs)
+    ids = snap.stage_stats[:, _NODE_ID_COLUMN].tolist()
+    names = dict(zip(ids, snap.stage_names))
     result = []
-    for nid in order:
-      node = nodes[nid]
+    for nid, name, row in zip(ids, snap.stage_names,
+                              snap.stage_stats.tolist()):
+      node = nodes.get(nid)
       result.append(StageStats(
-          name=names[nid], elements=node.num_elements,
-          processing_time_ns=node.processing_time,
-          buffered_bytes=node.buffered_bytes,
-          buffered_elements=node.buffered_elements,
-          bytes_produced=node.bytes_produced,
-          bytes_consumed=node.bytes_consumed,
-          parameters={p.name: p.value for p in node.parameters},
-          inputs=tuple(names[i] for i in node.inputs if i in names)))
+          name, *row[:_NODE_ID_COLUMN],
+          parameters=({p.name: p.value for p in node.parameters}
+                      if node is not None else {}),
+          inputs=(tuple(names[i] for i in node.inputs if i in names)
+                  if node is not None else ()),
+          display=f"{node.name}(id:{nid})" if node is not None else ""))
     return result
 
   def counters(self) -> dict[str, int]:
@@ -328,7 +525,9 @@ class Session:
     """Applies a configuration from `config()` (or a JSON string of one).
 
     Knobs of the configuration that this pipeline lacks are ignored; values
-    are clamped to each knob's range.
+    are clamped to each knob's range. Configurations saved by earlier
+    versions name knobs "<Stage>(id:<n>)/<parameter>": those are ignored
+    too (`intune_tf.tfx.map_config` matches them by position).
     """
     if isinstance(config, str):
       config = json.loads(config)

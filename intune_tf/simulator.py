@@ -90,7 +90,8 @@ class SimStage:
   """One stage of a simulated pipeline.
 
   Attributes:
-    name: stage name, "<Kind>(id:<n>)" like the real model's.
+    name: stage name, a path from the output like the real model's
+      ("Stage3.Stage2", `intune_tf.session.parse_stage`).
     cost_s: mean CPU-seconds per output element, single-threaded.
     cv: coefficient of variation of the per-element cost. Default 0.
     tunable: whether the stage has a parallelism knob (else one thread).
@@ -271,6 +272,13 @@ def optimum(pipeline: SimPipeline, cpus: int | None = None,
   return best
 
 
+def chain_name(n: int, i: int) -> str:
+  """The name of stage `i` (0 = the input) of an `n`-stage chain, as the
+  kernel names a real one: the stages from the output down to it,
+  "Stage{n-1}.Stage{n-2}...Stage{i}"."""
+  return ".".join(f"Stage{j}" for j in range(n - 1, i - 1, -1))
+
+
 def random_pipeline(rng: np.random.Generator, stages: tuple[int, int] = (3, 8),
                     cpus: tuple[int, int] = (2, 128), events: bool = True
                     ) -> SimPipeline:
@@ -286,7 +294,7 @@ def random_pipeline(rng: np.random.Generator, stages: tuple[int, int] = (3, 8),
   for i in range(n):
     tunable = i == 0 or rng.random() < 0.8
     out.append(SimStage(
-        name=f"Stage{i}(id:{n - i})",
+        name=chain_name(n, i),
         cost_s=base * float(rng.lognormal(0.0, 1.0)) * (1.0 if tunable else 0.2),
         cv=float(rng.choice([0.0, 0.3, 1.0, 2.0])),
         tunable=bool(tunable),

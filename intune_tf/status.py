@@ -18,7 +18,7 @@ output rate, budgets, and one row per pipeline stage:
 
 | field | unit | meaning |
 |---|---|---|
-| `stage` | | stage name as in knob names, e.g. "ParallelMapV2(id:2)" |
+| `stage` | | stage name as in knob names, e.g. "Prefetch.ParallelMapV2" (the instances of a stage inside an interleave are one row) |
 | `parallelism`, `buffer` | threads, elements | the stage's knobs (None when it has none) |
 | `buffer_fill` | 0..1 | buffered elements / buffer size |
 | `rate` | elements/s | elements the stage produced per second in the last step |

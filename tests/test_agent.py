@@ -18,17 +18,17 @@ from _observations import obs as _obs
 
 
 def test_project_to_budget_takes_threads_from_the_largest():
-  knobs = [_knob("A(id:5)/parallelism", "parallelism", 6, hi=8),
-           _knob("B(id:4)/parallelism", "parallelism", 5, hi=8),
-           _knob("C(id:3)/parallelism", "parallelism", 4, hi=8),
-           _knob("D(id:2)/parallelism", "parallelism", 4, hi=8),
-           _knob("E(id:1)/parallelism", "parallelism", 3, hi=8)]
+  knobs = [_knob("A/parallelism", "parallelism", 6, hi=8),
+           _knob("B/parallelism", "parallelism", 5, hi=8),
+           _knob("C/parallelism", "parallelism", 4, hi=8),
+           _knob("D/parallelism", "parallelism", 4, hi=8),
+           _knob("E/parallelism", "parallelism", 3, hi=8)]
   # Budget 3 CPUs: each at most 3, together at most 2 * (3 + 5 - 1) = 14.
   # (6, 5, 4, 4, 3) -> (3, 3, 3, 3, 3) = 15 -> the first largest gives one
   # back: (2, 3, 3, 3, 3); E is unchanged.
   assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=3)) == {
-      "A(id:5)/parallelism": 2.0, "B(id:4)/parallelism": 3.0,
-      "C(id:3)/parallelism": 3.0, "D(id:2)/parallelism": 3.0}
+      "A/parallelism": 2.0, "B/parallelism": 3.0,
+      "C/parallelism": 3.0, "D/parallelism": 3.0}
   assert agent_lib.project_to_budget(_obs(knobs, cpu_budget=8)) == {}
 
 
@@ -40,13 +40,13 @@ def test_project_to_budget_takes_threads_from_the_largest():
     (64, 8, [6] * 8),        # 8 each, capped at the knobs' max 6
 ])
 def test_start_allocation(cpus, knob_count, expected):
-  knobs = [_knob(f"S{i}(id:{i + 2})/parallelism", "parallelism", 1, hi=6)
+  knobs = [_knob(f"S{i}/parallelism", "parallelism", 1, hi=6)
            for i in range(knob_count)]
-  knobs.append(_knob("P(id:1)/buffer_size", "buffer_size", 0, lo=0, hi=100))
+  knobs.append(_knob("P/buffer_size", "buffer_size", 0, lo=0, hi=100))
   values = agent_lib.start_allocation(_obs(knobs, cpu_budget=cpus))
   assert [values[k.name] for k in knobs[:-1]] == expected
   # The buffer gets the whole 40 MB budget: 4 elements of 10 MB.
-  assert values["P(id:1)/buffer_size"] == 4.0
+  assert values["P/buffer_size"] == 4.0
 
 
 def test_guard_reverts_after_patience():
@@ -86,12 +86,12 @@ def test_guard_knows_clearly_worse_configurations(rates_b, expected):
 
 def test_policy_never_moves_into_a_known_worse_configuration():
   policy = agent_lib.IntunePolicy(IntuneOptions(), epsilon=0.0)
-  knobs = [_knob("A(id:2)/parallelism", "parallelism", 2),
-           _knob("B(id:1)/parallelism", "parallelism", 2)]
+  knobs = [_knob("A/parallelism", "parallelism", 2),
+           _knob("B/parallelism", "parallelism", 2)]
   # A at 1 measured twice at 50 against 100 at (2, 2): clearly worse.
   for config, rate in ((2.0, 100.0), (2.0, 100.0), (1.0, 50.0), (1.0, 50.0)):
-    policy.guard.update({"A(id:2)/parallelism": config,
-                         "B(id:1)/parallelism": 2.0}, rate, 4)
+    policy.guard.update({"A/parallelism": config,
+                         "B/parallelism": 2.0}, rate, 4)
   obs = _obs(knobs)
   mask = policy._avoid_known_worse(  # pylint: disable=protected-access
       obs, {k.name: k.value for k in knobs}, dqn.action_mask(obs))
@@ -104,7 +104,7 @@ def test_policy_never_moves_into_a_known_worse_configuration():
 
 def test_policy_waits_for_enough_elements():
   policy = agent_lib.IntunePolicy(IntuneOptions())
-  knobs = [_knob("A(id:1)/parallelism", "parallelism", 1)]
+  knobs = [_knob("A/parallelism", "parallelism", 1)]
   # 4 elements/s over 0.5 s = 2 elements per period: 8 periods to reach 16.
   decisions = [policy.step(_obs(knobs, output_rate=4.0)) is not None and
                policy.last_decision is not None for _ in range(8)]
@@ -112,49 +112,49 @@ def test_policy_waits_for_enough_elements():
 
 
 def test_low_buffers_are_raised_to_one_element():
-  knobs = [_knob("A(id:2)/parallelism", "parallelism", 1),
-           _knob("P(id:1)/buffer_size", "buffer_size", 0, lo=0, hi=64)]
+  knobs = [_knob("A/parallelism", "parallelism", 1),
+           _knob("P/buffer_size", "buffer_size", 0, lo=0, hi=64)]
   assert agent_lib.raise_low_buffers(_obs(knobs)) == {
-      "P(id:1)/buffer_size": 1.0}
+      "P/buffer_size": 1.0}
   # While the policy waits for elements it still repairs the buffer...
   policy = agent_lib.IntunePolicy(IntuneOptions())
   assert policy.step(_obs(knobs, output_rate=1.0)) == {
-      "P(id:1)/buffer_size": 1.0}
+      "P/buffer_size": 1.0}
   # ...and a held configuration with a buffer of 0 is floored at 1.
-  policy._hold, policy._hold_values = 2, {"P(id:1)/buffer_size": 0.0}
+  policy._hold, policy._hold_values = 2, {"P/buffer_size": 0.0}
   policy._acc_elements = 100.0
   assert policy.step(_obs(knobs, output_rate=100.0))[
-      "P(id:1)/buffer_size"] == 1.0
+      "P/buffer_size"] == 1.0
 
 
 def test_stages_are_raised_to_the_thread_floor_when_cpus_grow():
-  knobs = [_knob("A(id:2)/parallelism", "parallelism", 1),
-           _knob("B(id:1)/parallelism", "parallelism", 3)]
+  knobs = [_knob("A/parallelism", "parallelism", 1),
+           _knob("B/parallelism", "parallelism", 3)]
   # thread_floor(4) = 2: A is below it, B is not.
   assert agent_lib.raise_low_threads(_obs(knobs, cpu_budget=4)) == {
-      "A(id:2)/parallelism": 2.0}
+      "A/parallelism": 2.0}
   policy = agent_lib.IntunePolicy(IntuneOptions())
   # On 1 CPU (floor 1) nothing is raised; the policy waits for elements.
   assert policy.step(_obs(knobs, cpu_budget=1, output_rate=1.0)) == {
-      "B(id:1)/parallelism": 1.0}  # the budget projection: 3 > 1 CPU
-  assert policy.step(_obs([knobs[0], _knob("B(id:1)/parallelism",
+      "B/parallelism": 1.0}  # the budget projection: 3 > 1 CPU
+  assert policy.step(_obs([knobs[0], _knob("B/parallelism",
                                            "parallelism", 1)],
                           cpu_budget=1, output_rate=1.0)) == {}
   # The usable CPUs grow to 2: both stages go to the floor of 2 at once.
-  grown = [knobs[0], _knob("B(id:1)/parallelism", "parallelism", 1)]
+  grown = [knobs[0], _knob("B/parallelism", "parallelism", 1)]
   assert policy.step(_obs(grown, cpu_budget=2, output_rate=1.0)) == {
-      "A(id:2)/parallelism": 2.0, "B(id:1)/parallelism": 2.0}
+      "A/parallelism": 2.0, "B/parallelism": 2.0}
   assert policy.last_decision["action"] == "raise-to-floor"
 
 
 def test_a_stage_whose_range_ends_below_the_floor_is_left_alone():
   # A runner pool of one thread: the knob's max 1 is below the floor 2.
-  knobs = [_knob("A(id:1)/parallelism", "parallelism", 1, hi=1.0)]
+  knobs = [_knob("A/parallelism", "parallelism", 1, hi=1.0)]
   assert agent_lib.raise_low_threads(_obs(knobs, cpu_budget=4)) == {}
 
 
 def _two_stage():
-  stages = (sim.SimStage("A(id:2)", 0.003), sim.SimStage("B(id:1)", 0.001))
+  stages = (sim.SimStage("A", 0.003), sim.SimStage("B", 0.001))
   return sim.SimPipeline(stages, 8, memory_limit=1e12, ram_budget=1e9,
                          noise=0.0)
 
@@ -173,7 +173,7 @@ def test_tiny_agent_learns_a_two_stage_pipeline():
                                make_pipeline=lambda rng: _two_stage(),
                                make_params=lambda rng: sim.SimParams())
   s = sim.Simulator(_two_stage(), seed=0)
-  s.set({"A(id:2)/parallelism": 1, "B(id:1)/parallelism": 1})
+  s.set({"A/parallelism": 1, "B/parallelism": 1})
   policy = agent_lib.IntunePolicy(IntuneOptions(), agent=agent, learn=False,
                                   epsilon=0.0, move_margin=0.0)
   rate = pretrain.run_policy(policy, s, steps=40)

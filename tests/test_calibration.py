@@ -33,8 +33,9 @@ def _write_trace(path, pipeline, params, cpus=4):
 def test_fit_recovers_the_simulator_it_was_traced_from(tmp_path):
   params = sim.SimParams(oversubscription=0.3, handoff_s=0.0)
   pipeline = sim.SimPipeline(
-      (sim.SimStage("A(id:3)", 0.004), sim.SimStage("B(id:2)", 0.002),
-       sim.SimStage("C(id:1)", 0.001)), cpus=4, memory_limit=1e15,
+      (sim.SimStage(sim.chain_name(3, 0), 0.004),
+       sim.SimStage(sim.chain_name(3, 1), 0.002),
+       sim.SimStage(sim.chain_name(3, 2), 0.001)), cpus=4, memory_limit=1e15,
       ram_budget=1e15, noise=0.0)
   path = str(tmp_path / "trace.jsonl")
   _write_trace(path, pipeline, params)
@@ -46,25 +47,52 @@ def test_fit_recovers_the_simulator_it_was_traced_from(tmp_path):
   assert max(abs(r["error"]) for r in rows) < 1e-6
 
 
-def test_stages_without_knobs_run_in_their_consumer():
-  knobs = [{"name": "A(id:3)/parallelism", "kind": "parallelism"},
-           {"name": "B(id:2)/parallelism", "kind": "parallelism"},
-           {"name": "P(id:1)/buffer_size", "kind": "buffer_size"}]
+# Stage names as the kernel gives them, and as traces recorded before stage
+# names were paths give them (by node id).
+_NAMES = {
+    "path": {"P": "P", "B": "P.B", "A": "P.B.A", "Shuffle": "P.B.A.Shuffle",
+             "TextLine": "P.B.A.Shuffle.TextLine"},
+    "earlier_format": {"P": "P(id:1)", "B": "B(id:2)", "A": "A(id:3)",
+                       "Shuffle": "Shuffle(id:4)",
+                       "TextLine": "TextLine(id:9)"},
+}
+
+
+@pytest.mark.parametrize("names", sorted(_NAMES))
+def test_stages_without_knobs_run_in_their_consumer(names):
+  n = _NAMES[names]
+  knobs = [{"name": f"{n['A']}/parallelism", "kind": "parallelism"},
+           {"name": f"{n['B']}/parallelism", "kind": "parallelism"},
+           {"name": f"{n['P']}/buffer_size", "kind": "buffer_size"}]
   def stage(name, cost):
-    return {"name": name, "rate": 10.0, "cpu_per_element_s": cost}
+    return {"name": n[name], "rate": 10.0, "cpu_per_element_s": cost}
   obs = {"knobs": knobs, "output_rate": 10.0, "stages": [
-      stage("P(id:1)", 0.001), stage("B(id:2)", 0.002),
-      stage("A(id:3)", 0.003), stage("Shuffle(id:4)", 0.004),
-      stage("TextLine(id:9)", 0.005)]}
+      stage("P", 0.001), stage("B", 0.002), stage("A", 0.003),
+      stage("Shuffle", 0.004), stage("TextLine", 0.005)]}
   point = calibration.Point("toy", {}, 2, 1.0, 1.0, [obs, obs])
   pipeline, index = calibration.build_pipeline(
       point, sim.SimParams(oversubscription=0.0))
   costs = {st.name: st.cost_s for st in pipeline.stages}
-  # A(id:3) owns Shuffle(id:4) and TextLine(id:9): .003 + .004 + .005.
-  assert costs == pytest.approx({"A(id:3)": 0.012, "B(id:2)": 0.002,
-                                 "P(id:1)": 0.001})
+  # A owns Shuffle and TextLine: .003 + .004 + .005.
+  assert costs == pytest.approx({n["A"]: 0.012, n["B"]: 0.002,
+                                 n["P"]: 0.001})
   assert [st.tunable for st in pipeline.stages] == [True, True, False]
-  assert pipeline.stages[index["P(id:1)"]].buffer
+  assert pipeline.stages[index[n["P"]]].buffer
+
+
+def test_a_branch_runs_in_the_stage_it_feeds():
+  # Zip[0] and Zip[1] feed the map above the zip, not each other.
+  knobs = [{"name": "M/parallelism", "kind": "parallelism"},
+           {"name": "M.Zip[0].X/parallelism", "kind": "parallelism"}]
+  obs = {"knobs": knobs, "output_rate": 10.0, "stages": [
+      {"name": name, "rate": 10.0, "cpu_per_element_s": cost}
+      for name, cost in (("M", 0.001), ("M.Zip", 0.002), ("M.Zip[0].X", 0.003),
+                         ("M.Zip[0].X.R", 0.004), ("M.Zip[1].Y", 0.005))]}
+  point = calibration.Point("toy", {}, 2, 1.0, 1.0, [obs, obs])
+  pipeline, _ = calibration.build_pipeline(
+      point, sim.SimParams(oversubscription=0.0))
+  assert {st.name: st.cost_s for st in pipeline.stages} == pytest.approx(
+      {"M.Zip[0].X": 0.007, "M": 0.008})
 
 
 @pytest.mark.parametrize("content,match", [

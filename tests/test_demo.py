@@ -66,12 +66,17 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, override,
 
 
 def test_knob_labels_name_criteo_stages():
-  names = ["ParallelBatch(id:4)/parallelism", "ParallelMapV2(id:3)/parallelism",
-           "ParallelMapV2(id:2)/parallelism", "Prefetch(id:1)/buffer_size",
-           "Foo(id:9)/parallelism"]
+  features = "Prefetch.ParallelMapV2"
+  parse = f"{features}.ParallelMapV2"
+  batch = f"{parse}.ParallelBatch"
+  names = [f"{batch}/parallelism", f"{parse}/parallelism",
+           f"{features}/parallelism", "Prefetch/buffer_size",
+           f"{batch}.Shuffle.ParallelInterleaveV4/parallelism",
+           "Zip[1].Foo/parallelism"]
   assert demo.knob_labels(names, 4) == {
-      "ParallelBatch(id:4)/parallelism": "batch threads",
-      "ParallelMapV2(id:3)/parallelism": "parse threads",
-      "ParallelMapV2(id:2)/parallelism": "features threads",
-      "Prefetch(id:1)/buffer_size": "prefetch buffer",
-      "Foo(id:9)/parallelism": "Foo_9_parallelism"}
+      f"{batch}/parallelism": "batch threads",
+      f"{parse}/parallelism": "parse threads",
+      f"{features}/parallelism": "features threads",
+      "Prefetch/buffer_size": "prefetch buffer",
+      f"{batch}.Shuffle.ParallelInterleaveV4/parallelism": "read threads",
+      "Zip[1].Foo/parallelism": "Zip-1.Foo/parallelism"}

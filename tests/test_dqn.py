@@ -38,11 +38,11 @@ def test_td_targets_by_hand():
 
 
 def test_action_mask_at_budget_edges():
-  knobs = [_knob("A(id:5)/parallelism", "parallelism", 4),
-           _knob("B(id:4)/parallelism", "parallelism", 4),
-           _knob("C(id:3)/parallelism", "parallelism", 3),
-           _knob("D(id:2)/parallelism", "parallelism", 3),
-           _knob("P(id:1)/buffer_size", "buffer_size", 2, lo=0, hi=100)]
+  knobs = [_knob("A/parallelism", "parallelism", 4),
+           _knob("B/parallelism", "parallelism", 4),
+           _knob("C/parallelism", "parallelism", 3),
+           _knob("D/parallelism", "parallelism", 3),
+           _knob("P/buffer_size", "buffer_size", 2, lo=0, hi=100)]
   # 4 CPUs: each stage at most 4 threads, all at most 2 * (4 + 4 - 1) = 14,
   # 14 in use. RAM: 2 x 10 MB of 40 MB.
   mask = dqn.action_mask(_obs(knobs, cpu_budget=4))
@@ -60,7 +60,7 @@ def test_action_mask_at_budget_edges():
                            expected["D"] + expected["P"] + [True])
   # One thread fewer in use (C at 2): C may grow to 3 (14 threads), not
   # shrink to 1, below thread_floor(4) = min(4, 2) = 2.
-  knobs[2] = _knob("C(id:3)/parallelism", "parallelism", 2)
+  knobs[2] = _knob("C/parallelism", "parallelism", 2)
   mask = dqn.action_mask(_obs(knobs, cpu_budget=4))
   assert mask[8:12].tolist() == [False, False, True, False]
 
@@ -77,14 +77,14 @@ def test_action_mask_at_budget_edges():
 ])
 def test_action_mask_keeps_parallel_stages_at_the_thread_floor(
     cpus, value, expected):
-  knobs = [_knob("A(id:1)/parallelism", "parallelism", value, hi=64)]
+  knobs = [_knob("A/parallelism", "parallelism", value, hi=64)]
   assert dqn.action_mask(_obs(knobs, cpu_budget=cpus)).tolist() == (
       expected + [True])
 
 
 def test_action_mask_keeps_buffers_at_one_element():
-  knobs = [_knob("P(id:1)/buffer_size", "buffer_size", 1, lo=0, hi=100),
-           _knob("Q(id:2)/buffer_size", "buffer_size", 0, lo=0, hi=100)]
+  knobs = [_knob("P/buffer_size", "buffer_size", 1, lo=0, hi=100),
+           _knob("Q/buffer_size", "buffer_size", 0, lo=0, hi=100)]
   mask = dqn.action_mask(_obs(knobs, bytes_per_element=0.0, ram_budget=1))
   # P: 1 -> -4, 0 below MIN_BUFFER = 1 although the knob allows 0; 2, 6 ok.
   # Q: 0 (set by someone else) -> may grow to 1 and 5, not shrink.
@@ -93,19 +93,19 @@ def test_action_mask_keeps_buffers_at_one_element():
 
 
 def test_action_mask_unknown_element_size_allows_growth():
-  knobs = [_knob("P(id:1)/buffer_size", "buffer_size", 2, lo=0, hi=100)]
+  knobs = [_knob("P/buffer_size", "buffer_size", 2, lo=0, hi=100)]
   mask = dqn.action_mask(_obs(knobs, bytes_per_element=0.0, ram_budget=1))
   assert mask.tolist() == [False, True, True, True, True]
 
 
 def test_apply_and_describe_actions():
-  knobs = [_knob("A(id:2)/parallelism", "parallelism", 2),
-           _knob("P(id:1)/buffer_size", "buffer_size", 6, lo=0, hi=64)]
+  knobs = [_knob("A/parallelism", "parallelism", 2),
+           _knob("P/buffer_size", "buffer_size", 6, lo=0, hi=64)]
   obs = _obs(knobs)
-  assert dqn.apply_action(obs, 3) == {"A(id:2)/parallelism": 7.0}  # +5
-  assert dqn.apply_action(obs, 4) == {"P(id:1)/buffer_size": 1.0}  # -5
+  assert dqn.apply_action(obs, 3) == {"A/parallelism": 7.0}  # +5
+  assert dqn.apply_action(obs, 4) == {"P/buffer_size": 1.0}  # -5
   assert dqn.apply_action(obs, 8) == {}
-  assert dqn.describe_action(obs, 6) == "P(id:1)/buffer_size +1"
+  assert dqn.describe_action(obs, 6) == "P/buffer_size +1"
   assert dqn.describe_action(obs, 8) == "no-op"
 
 
@@ -142,9 +142,9 @@ def test_select_moves_only_beyond_the_margin(margin, expected):
 
 
 def test_features_mark_the_bottleneck_and_gap():
-  knobs = [_knob("A(id:2)/parallelism", "parallelism", 1),
-           _knob("B(id:1)/parallelism", "parallelism", 3)]
-  obs = _obs(knobs, costs={"A(id:2)": 0.03, "B(id:1)": 0.01})
+  knobs = [_knob("A/parallelism", "parallelism", 1),
+           _knob("B/parallelism", "parallelism", 3)]
+  obs = _obs(knobs, costs={"A": 0.03, "B": 0.01})
   f = dqn.features(obs)
   assert f.shape == (2, dqn.NUM_FEATURES)
   # A: busy = 100/s * 0.03 s / 1 thread = 3 -> capped at 2; B: 100*.01/3.

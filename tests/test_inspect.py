@@ -89,23 +89,24 @@ def test_stage_rows_flag_the_least_headroom():
   # b: 100 elem/s x 3 ms = 0.3 CPUs on 1 thread (no knob) -> 30%: bottleneck,
   #    although a has the larger CPU share.
   rows = status.stage_rows(_observation([
-      _stage("Prefetch(id:1)", 100, 0.0, buffer_size=4),
-      _stage("ParallelMapV2(id:2)", 100, 0.005, parallelism=2,
+      _stage("Prefetch", 100, 0.0, buffer_size=4),
+      _stage("Prefetch.ParallelMapV2", 100, 0.005, parallelism=2,
              time_share=0.625),
-      _stage("Batch(id:3)", 100, 0.003, time_share=0.375),
+      _stage("Prefetch.ParallelMapV2.Batch", 100, 0.003, time_share=0.375),
   ]))
   by_name = {r["stage"]: r for r in rows}
-  assert by_name["ParallelMapV2(id:2)"]["cpus"] == pytest.approx(0.5)
-  assert by_name["ParallelMapV2(id:2)"]["utilization"] == pytest.approx(0.25)
-  assert by_name["Batch(id:3)"]["utilization"] == pytest.approx(0.3)
-  assert [r["stage"] for r in rows if r["bottleneck"]] == ["Batch(id:3)"]
-  assert by_name["Prefetch(id:1)"]["buffer"] == 4
-  assert by_name["Prefetch(id:1)"]["parallelism"] is None
+  assert by_name["Prefetch.ParallelMapV2"]["cpus"] == pytest.approx(0.5)
+  assert by_name["Prefetch.ParallelMapV2"]["utilization"] == pytest.approx(0.25)
+  batch = "Prefetch.ParallelMapV2.Batch"
+  assert by_name[batch]["utilization"] == pytest.approx(0.3)
+  assert [r["stage"] for r in rows if r["bottleneck"]] == [batch]
+  assert by_name["Prefetch"]["buffer"] == 4
+  assert by_name["Prefetch"]["parallelism"] is None
 
 
 def test_stage_rows_without_work_flag_nothing():
   rows = status.stage_rows(_observation([
-      _stage("ParallelMapV2(id:2)", 0, 0.0, parallelism=2)]))
+      _stage("Prefetch.ParallelMapV2", 0, 0.0, parallelism=2)]))
   assert not any(r["bottleneck"] for r in rows)
 
 
@@ -155,8 +156,8 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   writer = status.StatusWriter(tmp_path)
   writer(intune_tf.Session(7, intune_tf.IntuneOptions(policy="even",
                                                    name="demo").to_json()),
-         _observation([_stage("Prefetch(id:1)", 100, 0.0, buffer_size=4),
-                       _stage("ParallelMapV2(id:2)", 100, 0.009,
+         _observation([_stage("Prefetch", 100, 0.0, buffer_size=4),
+                       _stage("Prefetch.ParallelMapV2", 100, 0.009,
                               parallelism=1, time_share=1.0)]), {})
   writer.write_now()
   out = io.StringIO()
@@ -170,7 +171,8 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   assert lines[header].split() == ["stage", "parallelism", "buffer", "fill",
                                    "elem/s", "CPUs", "CPU", "share", "util",
                                    "bottleneck"]
-  row = next(l for l in lines if "ParallelMapV2(id:2)" in l).split()
+  row = next(l for l in lines
+             if "Prefetch.ParallelMapV2 " in l).split()
   # parallelism 1, no buffer, 100 elem/s, 0.9 CPUs, 100% share, 90% busy.
   assert row[1:] == ["1", "-", "-", "100", "0.90", "100%", "90%", "<==",
                      "bottleneck"]
@@ -293,7 +295,7 @@ def test_inspect_cli_against_a_running_job(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"pid {job.pid}" in result.stdout
     assert "session 1 'job': policy test_deciding" in result.stdout
-    assert "ParallelMapV2(id:" in result.stdout
+    assert "ParallelMapV2 " in result.stdout
     assert result.stdout.count("<== bottleneck") == 1
   finally:
     job.send_signal(signal.SIGINT)
@@ -326,7 +328,7 @@ def test_inspect_cli_with_nothing_running(tmp_path):
 def test_inspect_watch_redraws_until_interrupted(tmp_path):
   writer = status.StatusWriter(tmp_path)
   writer(intune_tf.Session(3, intune_tf.IntuneOptions(policy="even").to_json()),
-         _observation([_stage("ParallelMapV2(id:2)", 100, 0.009,
+         _observation([_stage("Prefetch.ParallelMapV2", 100, 0.009,
                               parallelism=1, time_share=1.0)]), {})
   writer.write_now()
 

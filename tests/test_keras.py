@@ -18,7 +18,7 @@ from intune_tf.criteo import synthetic
 
 from conftest import CRITEO_REAL_DIR
 
-_KNOB = "_parallelism"
+_KNOB = "/parallelism"
 
 
 @pytest.fixture(autouse=True)
@@ -62,17 +62,26 @@ def _warnings(monkeypatch):
 
 def test_rows_per_element_from_stats():
   S = intune_tf.StageStats
-  stats = [S("Prefetch(id:1)", 10, 0, 0, 0, 0, 0, {}, ("BatchV2(id:2)",)),
-           S("BatchV2(id:2)", 10, 0, 0, 0, 0, 0, {}, ("Range(id:3)",)),
-           S("Range(id:3)", 640, 0, 0, 0, 0, 0, {}, ())]
+  stats = [S("Prefetch", 10, 0, 0, 0, 0, 0, {}, ("Prefetch.BatchV2",)),
+           S("Prefetch.BatchV2", 10, 0, 0, 0, 0, 0, {},
+             ("Prefetch.BatchV2.Range",)),
+           S("Prefetch.BatchV2.Range", 640, 0, 0, 0, 0, 0, {}, ())]
   # 640 rows in, 10 batches out: 64 rows per element.
   assert intune_keras.rows_per_element(stats) == 64
   assert intune_keras.rows_per_element(stats[2:]) is None
 
 
-def test_short_name():
-  assert (intune_keras.short_name("ParallelMapV2(id:5)/parallelism") ==
-          "ParallelMapV2_5_parallelism")
+@pytest.mark.parametrize("name,key", [
+    ("Prefetch.ParallelMapV2/parallelism",
+     "Prefetch.ParallelMapV2/parallelism"),
+    ("Zip[1].ParallelMapV2/parallelism", "Zip-1.ParallelMapV2/parallelism"),
+    ("ParallelInterleaveV4[*].ParallelMapV2/parallelism",
+     "ParallelInterleaveV4-each.ParallelMapV2/parallelism"),
+])
+def test_short_name(name, key, tmp_path):
+  assert intune_keras.short_name(name) == key
+  with tf.summary.create_file_writer(str(tmp_path)).as_default():
+    assert tf.summary.scalar(f"intune/{key}", 1.0, step=0)  # a valid name
 
 
 @pytest.mark.parametrize("field,bad", [("drive_every", 0), ("drive_every", -1),
@@ -96,6 +105,16 @@ def _fit_steps_per_epoch(callback, epochs=3):
   # One iterator (one session) for all epochs.
   x, y = _data()
   ds = intune_keras.tune(_dataset(x, y, repeat=True), policy="even",
+                         name="train")
+  return _model().fit(ds, epochs=epochs, steps_per_epoch=10, verbose=0,
+                      callbacks=[callback])
+
+
+def _fit_repeat_above(callback, epochs=3):
+  # One iterator; the repeat above the tuned stages re-creates them every
+  # 32 batches (each epoch of 10 steps crosses into new ones).
+  x, y = _data()
+  ds = intune_keras.tune(_dataset(x, y).repeat(), policy="even",
                          name="train")
   return _model().fit(ds, epochs=epochs, steps_per_epoch=10, verbose=0,
                       callbacks=[callback])
@@ -134,6 +153,7 @@ def _fit_strategy(strategy):
 _FITS = {
     "epochs": _fit_plain,
     "steps_per_epoch": _fit_steps_per_epoch,
+    "repeat_above": _fit_repeat_above,
     "validation": _fit_validation,
     "early_stopping": _fit_early_stopping,
     "one_device_strategy": _fit_strategy(
@@ -162,6 +182,33 @@ def test_fit_variants_log_intune_metrics(variant, monkeypatch):
   # Attached to the training pipeline, never to the validation one.
   assert callback.session.options.name == "train"
   assert not [w for w in warnings if "not tuned" in str(w)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["epochs", "repeat_above"])
+def test_log_keys_are_the_same_in_every_epoch(variant):
+  # A new iterator per epoch, or one whose stages a repeat re-creates: knob
+  # names, so log keys, do not change.
+  callback = intune_keras.IntuneCallback(log_every=1)
+  per_epoch = []
+  record = keras.callbacks.LambdaCallback(
+      on_epoch_end=lambda epoch, logs: per_epoch.append(
+          sorted(k for k in logs if k.startswith("intune/"))))
+  x, y = _data()
+  if variant == "epochs":
+    ds = intune_keras.tune(_dataset(x, y), policy="even", name="train")
+    _model().fit(ds, epochs=4, verbose=0, callbacks=[callback, record])
+  else:
+    ds = intune_keras.tune(_dataset(x, y).repeat(), policy="even",
+                           name="train")
+    _model().fit(ds, epochs=4, steps_per_epoch=20, verbose=0,
+                 callbacks=[callback, record])
+  assert len(per_epoch) == 4 and all(keys == per_epoch[0]
+                                     for keys in per_epoch)
+  knobs = [k for k in per_epoch[0] if k.endswith(("/parallelism",
+                                                  "/buffer_size"))]
+  assert knobs and not [k for k in knobs if "(id:" in k or "[" in k]
+  assert len(knobs) == len(callback.trace[-1].knobs)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import time
 import types
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import intune_tf
@@ -35,8 +36,10 @@ def test_observation_of_a_running_pipeline():
   obs = observer.observe()
   # Elements returned over the step's interval, within 20% of our own count.
   assert abs(obs.output_rate * obs.interval_s - n) <= 0.2 * n + 2
-  by_kind = {s.name.split("(")[0]: s for s in obs.stages}
-  par_map = by_kind["ParallelMapV2"]
+  by_name = {s.name: s for s in obs.stages}
+  assert set(by_name) == {"Prefetch", "Prefetch.ParallelMapV2",
+                          "Prefetch.ParallelMapV2.Range"}
+  par_map = by_name["Prefetch.ParallelMapV2"]
   assert par_map.rate > 0 and par_map.cpu_per_element_s > 0
   assert par_map.parallelism >= 1
   # 256 int64 values per element: 2048 bytes.
@@ -68,43 +71,57 @@ class _FakeSession:
     return next(self._snapshots)
 
 
-def _snapshot(rows: dict[str, list[int]], elements: int = 0,
+def _snapshot(rows, elements: int = 0,
               knobs=()) -> session_lib._Snapshot:  # pylint: disable=protected-access
+  """A snapshot of `rows`: (stage name, node id, [elements,
+  processing_time_ns, buffered_bytes, buffered_elements, bytes_produced,
+  bytes_consumed])."""
   counters = dict.fromkeys(session_lib._COUNTERS, 0)  # pylint: disable=protected-access
   counters.update(elements=elements, ram_budget=1 << 20)
   return session_lib._Snapshot(  # pylint: disable=protected-access
-      knobs=tuple(knobs), stage_names=tuple(rows),
-      stage_stats=np.array(list(rows.values()), np.int64).reshape(-1, 6),
+      knobs=tuple(knobs), stage_names=tuple(name for name, _, _ in rows),
+      stage_stats=np.array([row + [node] for _, node, row in rows],
+                           np.int64).reshape(-1, 7),
       counters=counters)
 
 
-def test_previous_snapshot_is_matched_by_stage_name(monkeypatch):
-  # Columns: elements, processing_time_ns, buffered_bytes, buffered_elements,
-  # bytes_produced, bytes_consumed. The interleave's inner datasets get new
-  # node ids (names) as it cycles, and stages may come in another order.
+@pytest.fixture
+def clock(monkeypatch):
   clock = types.SimpleNamespace(now=10.0, time=time.time)
   clock.monotonic = lambda: clock.now
   monkeypatch.setattr(observation, "time", clock)
-  buffer = session_lib.Knob("Prefetch(id:1)/buffer_size", "buffer_size", 4.0,
-                            0.0, 64.0)
-  threads = session_lib.Knob("ParallelMapV2(id:2)/parallelism", "parallelism",
-                             2.0, 1.0, 8.0)
+  return clock
+
+
+_BUFFER = session_lib.Knob("Prefetch/buffer_size", "buffer_size", 4.0, 0.0,
+                           64.0)
+_THREADS = session_lib.Knob("Prefetch.ParallelMapV2/parallelism",
+                            "parallelism", 2.0, 1.0, 8.0)
+
+
+def test_previous_snapshot_is_matched_by_node(clock):
+  # The interleave's inner datasets are new nodes (ids) as it cycles: a new
+  # one counts from 0; and stages may come in another order.
   observer = observation.Observer(_FakeSession([
-      _snapshot({"Prefetch(id:1)": [100, 10**9, 0, 0, 800, 800],
-                 "ParallelMapV2(id:2)": [100, 3 * 10**9, 0, 0, 800, 800],
-                 "Inner(id:3)": [50, 10**9, 0, 0, 400, 0]}, 100,
-                knobs=(buffer, threads)),
-      _snapshot({"Inner(id:4)": [20, 10**9, 0, 0, 160, 0],
-                 "ParallelMapV2(id:2)": [150, 4 * 10**9, 64, 8, 1200, 1200],
-                 "Prefetch(id:1)": [160, 2 * 10**9, 96, 2, 1280, 1280]}, 160,
-                knobs=(buffer, threads)),
+      _snapshot([("Prefetch", 1, [100, 10**9, 0, 0, 800, 800]),
+                 ("Prefetch.ParallelMapV2", 2,
+                  [100, 3 * 10**9, 0, 0, 800, 800]),
+                 ("Prefetch.ParallelMapV2.Inner", 3,
+                  [50, 10**9, 0, 0, 400, 0])], 100,
+                knobs=(_BUFFER, _THREADS)),
+      _snapshot([("Prefetch.ParallelMapV2.Inner", 4,
+                  [20, 10**9, 0, 0, 160, 0]),
+                 ("Prefetch.ParallelMapV2", 2,
+                  [150, 4 * 10**9, 64, 8, 1200, 1200]),
+                 ("Prefetch", 1, [160, 2 * 10**9, 96, 2, 1280, 1280])], 160,
+                knobs=(_BUFFER, _THREADS)),
   ]))
   observer.observe()
   clock.now += 1.0
   obs = observer.observe()
   assert obs.interval_s == 1.0 and obs.output_rate == 60.0
   assert [s.name for s in obs.stages] == [
-      "Inner(id:4)", "ParallelMapV2(id:2)", "Prefetch(id:1)"]
+      "Prefetch.ParallelMapV2.Inner", "Prefetch.ParallelMapV2", "Prefetch"]
   inner, par_map, prefetch = obs.stages
   assert (inner.rate, par_map.rate, prefetch.rate) == (20.0, 50.0, 60.0)
   assert (inner.cpu_per_element_s, par_map.cpu_per_element_s,
@@ -119,11 +136,41 @@ def test_previous_snapshot_is_matched_by_stage_name(monkeypatch):
   assert (par_map.parallelism, par_map.buffer_size, par_map.buffer_fill) == (
       2.0, None, 0.0)
   assert prefetch.buffered_bytes == 96 and type(prefetch.buffered_bytes) is int
-  assert obs.stage("Prefetch(id:1)") is prefetch
-  assert obs.stage("Inner(id:3)") is None
-  assert obs.bytes_per_element == {"Inner(id:4)": 8.0,
-                                   "ParallelMapV2(id:2)": 8.0,
-                                   "Prefetch(id:1)": 48.0}
+  assert obs.stage("Prefetch") is prefetch
+  assert obs.stage("Inner") is None
+  assert obs.bytes_per_element == {"Prefetch.ParallelMapV2.Inner": 8.0,
+                                   "Prefetch.ParallelMapV2": 8.0,
+                                   "Prefetch": 48.0}
+
+
+def test_instances_of_one_stage_are_one_stage(clock):
+  # Two, then three, live instances of the interleave's inner map (one knob):
+  # each instance's own delta (the new one from 0), added up.
+  inner = "ParallelInterleaveV4[*].ParallelMapV2"
+  threads = session_lib.Knob(f"{inner}/parallelism", "parallelism", 3.0, 1.0,
+                             8.0)
+  observer = observation.Observer(_FakeSession([
+      _snapshot([("ParallelInterleaveV4", 1, [10, 10**9, 0, 0, 80, 80]),
+                 (inner, 5, [4, 10**9, 16, 2, 32, 32]),
+                 (inner, 7, [6, 10**9, 8, 1, 48, 48])], 10,
+                knobs=(threads,)),
+      _snapshot([("ParallelInterleaveV4", 1, [30, 2 * 10**9, 0, 0, 240, 240]),
+                 (inner, 5, [14, 2 * 10**9, 16, 2, 112, 112]),
+                 (inner, 7, [10, 2 * 10**9, 8, 1, 80, 80]),
+                 (inner, 9, [6, 10**9, 24, 3, 48, 48])], 30,
+                knobs=(threads,)),
+  ]))
+  observer.observe()
+  clock.now += 2.0
+  obs = observer.observe()
+  assert [s.name for s in obs.stages] == ["ParallelInterleaveV4", inner]
+  stage = obs.stage(inner)
+  assert stage.rate == (10 + 4 + 6) / 2
+  assert stage.cpu_per_element_s == pytest.approx(3.0 / 20)
+  assert stage.parallelism == 3.0
+  assert stage.buffered_bytes == 48
+  assert stage.bytes_per_element == 8.0
+  assert [s.time_share for s in obs.stages] == [0.25, 0.75]
 
 
 def test_stage_lookup_and_bytes_per_element_of_a_built_observation():

@@ -1,12 +1,16 @@
 """Policies: the pure allocation maths and the baseline policies."""
 
 import pytest
+import tensorflow as tf
 
+import intune_tf
 from intune_tf import policies
 from intune_tf.observation import Observation
 from intune_tf.observation import StageObservation
 from intune_tf.options import IntuneOptions
 from intune_tf.session import Knob
+
+from _waiting import wait_for
 
 
 @pytest.mark.parametrize("total,parts,expected", [
@@ -66,30 +70,30 @@ def _stage(name, cpu, rate=100.0, bpe=0.0):
 
 
 _KNOBS = [
-    Knob("ParallelInterleaveDatasetV4(id:6)/parallelism", "parallelism", 1, 1,
+    Knob("P.Map.Map.Interleave/parallelism", "parallelism", 1, 1,
          2),
-    Knob("ParallelMapV2(id:4)/parallelism", "parallelism", 1, 1, 8),
-    Knob("ParallelMapV2(id:2)/parallelism", "parallelism", 1, 1, 8),
-    Knob("Prefetch(id:1)/buffer_size", "buffer_size", 0, 0, 1e9),
+    Knob("P.Map.Map/parallelism", "parallelism", 1, 1, 8),
+    Knob("P.Map/parallelism", "parallelism", 1, 1, 8),
+    Knob("P/buffer_size", "buffer_size", 0, 0, 1e9),
 ]
 
 
 def test_even_policy_splits_cpus_and_memory():
   policy = policies.create(IntuneOptions(policy="even"))
-  values = policy.step(_obs(_KNOBS, [_stage("Prefetch(id:1)", 0, bpe=4e6)]))
+  values = policy.step(_obs(_KNOBS, [_stage("P", 0, bpe=4e6)]))
   # 7 CPUs over 3 stages -> 3, 2, 2; the interleave's max is 2.
-  assert values["ParallelInterleaveDatasetV4(id:6)/parallelism"] == 2
-  assert values["ParallelMapV2(id:4)/parallelism"] == 2
-  assert values["ParallelMapV2(id:2)/parallelism"] == 2
+  assert values["P.Map.Map.Interleave/parallelism"] == 2
+  assert values["P.Map.Map/parallelism"] == 2
+  assert values["P.Map/parallelism"] == 2
   # One buffer: 20 MB / 4 MB = 5 elements (under the cap of 8).
-  assert values["Prefetch(id:1)/buffer_size"] == 5
+  assert values["P/buffer_size"] == 5
 
 
 def test_analytic_policy_follows_measured_costs():
   policy = policies.create(IntuneOptions(policy="analytic"))
-  stages = [_stage("ParallelInterleaveDatasetV4(id:6)", 0.001),
-            _stage("ParallelMapV2(id:4)", 0.004),
-            _stage("ParallelMapV2(id:2)", 0.002)]
+  stages = [_stage("P.Map.Map.Interleave", 0.001),
+            _stage("P.Map.Map", 0.004),
+            _stage("P.Map", 0.002)]
   values = policy.step(_obs(_KNOBS, stages, cpu_budget=8))
   # Costs 1 : 4 : 2 over 8 CPUs: 1 each, 5 left -> 5/7, 20/7, 10/7 =
   # 0.71, 2.86, 1.43 -> ints 0, 2, 1 (3 given), 2 left to the largest
@@ -111,12 +115,12 @@ def test_unoptimized_policy():
 
 def test_fixed_policy_applies_its_config_clamped():
   options = IntuneOptions(policy="fixed", config={
-      "ParallelMapV2(id:2)/parallelism": 3,
-      "ParallelInterleaveDatasetV4(id:6)/parallelism": 5,  # max is 2
-      "NotHere(id:9)/parallelism": 1})
+      "P.Map/parallelism": 3,
+      "P.Map.Map.Interleave/parallelism": 5,  # max is 2
+      "NotHere/parallelism": 1})
   values = policies.create(options).step(_obs(_KNOBS))
-  assert values == {"ParallelMapV2(id:2)/parallelism": 3,
-                    "ParallelInterleaveDatasetV4(id:6)/parallelism": 2}
+  assert values == {"P.Map/parallelism": 3,
+                    "P.Map.Map.Interleave/parallelism": 2}
 
 
 def test_manual_policy_changes_nothing():
@@ -139,3 +143,43 @@ def test_registered_policy_is_selectable():
     assert isinstance(policies.create(IntuneOptions(policy="ones-test")), Ones)
   finally:
     del policies._REGISTRY["ones-test"]
+
+
+# --- on a live pipeline ------------------------------------------------------
+
+_A = tf.data.AUTOTUNE
+# Pipelines whose tuned stages are re-created every epoch (40 elements): the
+# names of their map and prefetch stages.
+_EPOCHS = {
+    "repeat": (lambda: tf.data.Dataset.range(40).map(
+        lambda x: x + 1, num_parallel_calls=_A).prefetch(_A).repeat(),
+               "ForeverRepeat.Prefetch"),
+    "take_of_repeat": (lambda: tf.data.Dataset.range(40).map(
+        lambda x: x + 1, num_parallel_calls=_A).prefetch(_A).repeat().take(
+            10**6), "FiniteTake.ForeverRepeat.Prefetch"),
+}
+
+
+@pytest.mark.parametrize("pipeline", sorted(_EPOCHS))
+def test_fixed_config_holds_in_every_epoch(pipeline):
+  make, prefetch = _EPOCHS[pipeline]
+  config = {f"{prefetch}.ParallelMapV2/parallelism": 1.0,
+            f"{prefetch}/buffer_size": 3.0}
+  options = tf.data.Options()
+  # One tuning step (the first): a static policy steps again only when the
+  # pipeline's knob names change, and they do not.
+  options.experimental_intune = IntuneOptions(
+      policy="fixed", config=config, period_s=60.0, warm_start=False)
+  it = iter(make().with_options(options))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
+  assert wait_for(lambda: values() == config), values()
+  displays = set()
+  for _ in range(3):
+    for _ in range(40):
+      next(it)
+    assert values() == config
+    displays.add(tuple(k.display for k in session.knobs()))
+  assert len(displays) == 3  # new stages every epoch, at the config
+  del it

@@ -29,9 +29,9 @@ def test_epsilon_schedule(step, expected):
 
 
 def test_guided_action_moves_towards_the_proportional_share():
-  knobs = [knob("A(id:2)/parallelism", "parallelism", 1, hi=8),
-           knob("B(id:1)/parallelism", "parallelism", 3, hi=8)]
-  o = obs(knobs, cpu_budget=8, costs={"A(id:2)": 0.03, "B(id:1)": 0.01})
+  knobs = [knob("A/parallelism", "parallelism", 1, hi=8),
+           knob("B/parallelism", "parallelism", 3, hi=8)]
+  o = obs(knobs, cpu_budget=8, costs={"A": 0.03, "B": 0.01})
   # Shares of 8 CPUs at costs 3:1 are 6 and 2: A's gap +5 is the largest:
   # A +5 is flat action 3 (knob 0, move index 3).
   a = pretrain.guided_action(o, dqn.action_mask(o), np.random.default_rng(0))

@@ -2,6 +2,10 @@
 
 import gc
 import json
+import re
+import subprocess
+import sys
+import time
 
 import pytest
 import tensorflow as tf
@@ -58,7 +62,8 @@ def test_knobs_have_names_kinds_and_ranges(live):
   kinds = {k.kind for k in knobs}
   assert kinds == {"parallelism", "buffer_size"}
   par = _by_kind(session, "parallelism")[0]
-  assert par.name.startswith(_PAR) and par.name.endswith("/parallelism")
+  assert par.name == f"Prefetch.{_PAR}/parallelism"
+  assert par.display.startswith(f"{_PAR}(id:")
   assert par.min == 1 and par.max >= 1 and par.min <= par.value <= par.max
 
 
@@ -126,11 +131,14 @@ def test_stats_follow_the_pipeline(live):
   it, session = live
   for _ in range(100):
     next(it)
-  stats = {s.name.split("(")[0]: s for s in session.stats()}
-  assert {"Prefetch", _PAR, "Range"} <= set(stats)
-  assert stats[_PAR].elements >= 100
-  assert stats[_PAR].processing_time_ns > 0
-  assert stats["Prefetch"].inputs[0].startswith(_PAR)
+  stats = {s.name: s for s in session.stats()}
+  assert set(stats) == {"Prefetch", f"Prefetch.{_PAR}",
+                        f"Prefetch.{_PAR}.Range"}
+  par = stats[f"Prefetch.{_PAR}"]
+  assert par.elements >= 100 and par.processing_time_ns > 0
+  assert par.display.startswith(f"{_PAR}(id:")
+  assert par.parameters["parallelism"] >= 1
+  assert stats["Prefetch"].inputs == (f"Prefetch.{_PAR}",)
   counters = session.counters()
   assert counters["elements"] == 101
   assert counters["gap_count"] == 100
@@ -181,7 +189,7 @@ def test_snapshot_agrees_with_the_public_readings(live):
   snap = session._snapshot()  # pylint: disable=protected-access
   assert list(snap.knobs) == knobs
   assert snap.stage_names == tuple(s.name for s in stats)
-  assert snap.stage_stats.shape == (len(stats), 6)
+  assert snap.stage_stats.shape == (len(stats), 7)  # and the node id
   for row, st in zip(snap.stage_stats, stats):
     # Cumulative counts only grow (prefetch threads may run meanwhile).
     assert row[0] >= st.elements and row[1] >= st.processing_time_ns
@@ -218,3 +226,364 @@ def test_set_applies_the_values_of_each_call(live, monkeypatch):
     assert session.set(values) == {n: float(v) for n, v in values.items()}
     current = {k.name: k.value for k in session.knobs()}
     assert {n: current[n] for n in values} == values
+
+
+# --- knob names: places in the pipeline ------------------------------------
+
+@pytest.mark.parametrize("name,steps,op,depth", [
+    ("Prefetch", (("Prefetch", ""),), "Prefetch", 1),
+    ("Prefetch.ParallelMapV2", (("Prefetch", ""), ("ParallelMapV2", "")),
+     "ParallelMapV2", 2),
+    ("Zip[1].ParallelMapV2", (("Zip", "1"), ("ParallelMapV2", "")),
+     "ParallelMapV2", 2),
+    ("ParallelInterleaveV4[*].ParallelMapV2.Range",
+     (("ParallelInterleaveV4", "*"), ("ParallelMapV2", ""), ("Range", "")),
+     "Range", 3),
+    # Names saved by earlier versions: depth is the node id.
+    ("ParallelMapV2(id:7)", (("ParallelMapV2", ""),), "ParallelMapV2", 7),
+])
+def test_parse_stage(name, steps, op, depth):
+  stage = intune_tf.session.parse_stage(name)
+  assert (stage.steps, stage.op, stage.depth) == (steps, op, depth)
+  assert stage.per_element == ("[*]" in name)
+  knob, kind = intune_tf.session.parse_knob(f"{name}/parallelism")
+  assert knob == stage and kind == "parallelism"
+
+
+@pytest.mark.parametrize("bad", ["", "Prefetch.", "Zip[1]", "A[x].B", "A B",
+                                 "Prefetch/", "/parallelism", "Map(id:x)"])
+def test_parse_rejects_what_is_not_a_name(bad):
+  with pytest.raises(ValueError, match="Not a"):
+    intune_tf.session.parse_knob(bad if "/" in bad else f"{bad}/parallelism")
+
+
+def test_encloses_follows_the_path():
+  parse = intune_tf.session.parse_stage
+  zip_ = parse("Prefetch.Zip")
+  assert zip_.encloses(parse("Prefetch.Zip[0].Map"))
+  assert zip_.encloses(parse("Prefetch.Zip[1].Map.Range"))
+  assert not zip_.encloses(parse("Prefetch.Zip"))
+  assert not parse("Prefetch.Zip[0].Map").encloses(parse("Prefetch.Zip[1].Map"))
+  assert parse("A(id:2)").encloses(parse("B(id:5)"))
+
+
+def _files(tmp_path, n=12, records=200):
+  paths = []
+  for i in range(n):
+    path = str(tmp_path / f"part-{i:02d}.tfrecord")
+    with tf.io.TFRecordWriter(path) as w:
+      for j in range(records):
+        w.write(tf.train.Example(features=tf.train.Features(feature={
+            "x": tf.train.Feature(int64_list=tf.train.Int64List(
+                value=[i * records + j]))})).SerializeToString())
+    paths.append(path)
+  return paths
+
+
+def _parse(record):
+  return tf.io.parse_single_example(
+      record, {"x": tf.io.FixedLenFeature([], tf.int64)})["x"]
+
+
+def _tuned(ds, **fields):
+  fields.setdefault("policy", "manual")
+  fields.setdefault("warm_start", False)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(**fields)
+  return ds.with_options(options)
+
+
+_AUTOTUNE = tf.data.AUTOTUNE
+# Pipelines whose tuned stages are re-created every epoch: (factory, size of
+# an epoch in elements).
+_REPEATS = {
+    "repeat_above": (lambda: tf.data.Dataset.range(40).map(
+        lambda x: x + 1, num_parallel_calls=_AUTOTUNE).prefetch(
+            _AUTOTUNE).repeat(), 40),
+    "steps_per_epoch_take": (lambda: tf.data.Dataset.range(40).map(
+        lambda x: x + 1, num_parallel_calls=_AUTOTUNE).prefetch(
+            _AUTOTUNE).repeat().take(10**6), 40),
+    "batched_epochs": (lambda: tf.data.Dataset.range(64).map(
+        lambda x: x * 2, num_parallel_calls=_AUTOTUNE).batch(
+            8, num_parallel_calls=_AUTOTUNE).prefetch(_AUTOTUNE).repeat(), 8),
+}
+
+
+def _knob_table(session):
+  return {k.name: (k.value, k.display) for k in session.knobs()}
+
+
+@pytest.mark.parametrize("pipeline", sorted(_REPEATS))
+def test_names_and_set_values_survive_every_epoch(pipeline):
+  make, epoch = _REPEATS[pipeline]
+  it = iter(_tuned(make()))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  first = _knob_table(session)
+  assert first and not any("(id:" in n for n in first)
+  wanted = {}
+  for name, (value, _) in first.items():
+    kind = name.rpartition("/")[2]
+    wanted[name] = 1.0 if kind == "parallelism" else 3.0
+  assert session.set(wanted) == wanted
+  seen = set()
+  for _ in range(4):  # four epochs
+    for _ in range(epoch):
+      next(it)
+    table = _knob_table(session)
+    assert {n: v for n, (v, _) in table.items()} == wanted
+    seen.add(tuple(d for _, d in table.values()))
+  # The stages were re-created (new node ids), under the same names.
+  assert len(seen) > 1
+  del it
+
+
+def test_names_are_the_same_for_a_new_and_a_restored_iterator(tmp_path):
+  make, _ = _REPEATS["repeat_above"]
+  ds = _tuned(make())
+  it = iter(ds)
+  for _ in range(55):
+    next(it)
+  names = set(_knob_table(intune_tf.sessions()[-1]))
+  checkpoint = tf.train.Checkpoint(it=it)
+  path = checkpoint.save(str(tmp_path / "ckpt"))
+  again = iter(ds)
+  next(again)
+  assert set(_knob_table(intune_tf.sessions()[-1])) == names
+  restored = iter(ds)
+  tf.train.Checkpoint(it=restored).restore(path)
+  assert int(next(restored)) == 55 - 40 + 1  # where `it` left off
+  assert set(_knob_table(intune_tf.sessions()[-1])) == names
+  del it, again, restored
+
+
+def test_branches_of_multi_input_stages_are_distinct():
+  r = tf.data.Dataset.range
+  branch = lambda: r(100).map(lambda x: x + 1, num_parallel_calls=_AUTOTUNE)  # pylint: disable=unnecessary-lambda-assignment
+  ds = tf.data.Dataset.zip((branch(), branch())).prefetch(_AUTOTUNE)
+  it = iter(_tuned(ds))
+  next(it)
+  names = set(_knob_table(intune_tf.sessions()[-1]))
+  assert {"Prefetch.Zip[0].ParallelMapV2/parallelism",
+          "Prefetch.Zip[1].ParallelMapV2/parallelism"} <= names
+  del it
+  ds = branch().concatenate(branch()).prefetch(_AUTOTUNE)
+  it = iter(_tuned(ds))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  assert "Prefetch.Concatenate[0].ParallelMapV2/parallelism" in _knob_table(
+      session)
+  session.set({"Prefetch.Concatenate[0].ParallelMapV2/parallelism": 1})
+  for _ in range(150):  # into the second input
+    next(it)
+  table = _knob_table(session)
+  assert table["Prefetch.Concatenate[1].ParallelMapV2/parallelism"][0] > 1
+  del it
+
+
+def test_kernel_names_agree_with_proto_stage_names():
+  make, _ = _REPEATS["batched_epochs"]
+  it = iter(_tuned(tf.data.Dataset.zip((make(), make()))))
+  for _ in range(20):
+    next(it)
+  session = intune_tf.sessions()[-1]
+  by_id = intune_tf.session.proto_stage_names(session.model_proto())
+  snap = session._snapshot()  # pylint: disable=protected-access
+  ids = snap.stage_stats[:, -1].tolist()
+  assert {i: by_id.get(i) for i in ids} == dict(zip(ids, snap.stage_names))
+  del it
+
+
+# --- an interleave's per-element datasets: one knob per stage ---------------
+
+def _dlrm_reader(files, **fields):
+  ds = tf.data.Dataset.list_files(files, shuffle=False).interleave(
+      lambda f: tf.data.TFRecordDataset(f).map(
+          _parse, num_parallel_calls=_AUTOTUNE),
+      cycle_length=3, num_parallel_calls=_AUTOTUNE)
+  return _tuned(ds.batch(16).prefetch(_AUTOTUNE), **fields)
+
+
+def _instances(session, stage):
+  return [s for s in session.stats() if s.name == stage]
+
+
+@pytest.mark.parametrize("inner_stats", [False, True])
+def test_inner_map_of_an_interleave_is_one_knob(tmp_path, inner_stats):
+  files = _files(tmp_path)
+  it = iter(_dlrm_reader(files, inner_stats=inner_stats))
+  for _ in range(5):
+    next(it)
+  session = intune_tf.sessions()[-1]
+  inner = "Prefetch.BatchV2.ParallelInterleaveV4[*].ParallelMapV2"
+  # A function with a parallel stage is recorded (not "untracked") whatever
+  # inner_stats says: its nodes are in the model.
+  assert len(_instances(session, inner)) >= 2
+  knobs = [k for k in session.knobs() if k.name.startswith(inner + "/")]
+  assert [k.name for k in knobs] == [f"{inner}/parallelism"]
+  assert knobs[0].display.count("ParallelMapV2(id:") >= 2
+  assert session.set({f"{inner}/parallelism": 1}) == {
+      f"{inner}/parallelism": 1.0}
+  first = {s.display for s in _instances(session, inner)}
+  assert all(s.parameters["parallelism"] == 1
+             for s in _instances(session, inner))
+  got = []
+  for _ in range(60):  # 12 files of 200 records in batches of 16: new files
+    got.extend(next(it).numpy().tolist())
+  now = _instances(session, inner)
+  assert {s.display for s in now} - first  # new instances
+  assert all(s.parameters["parallelism"] == 1 for s in now)
+  assert [k.value for k in session.knobs() if k.name.startswith(inner)] == [1]
+  del it
+
+
+# --- starts: TF's own, whatever the policy ---------------------------------
+
+def _prefetch_holds(session):
+  stats = {s.name: s for s in session.stats()}
+  return stats["ForeverRepeat.Prefetch"].buffered_elements >= 1
+
+
+@pytest.mark.parametrize("policy", ["manual", "fixed"])
+def test_prefetch_autotune_holds_an_element_in_every_epoch(policy):
+  make, epoch = _REPEATS["repeat_above"]
+  fields = {"policy": policy, "period_s": 60.0}
+  if policy == "fixed":
+    fields["config"] = {
+        "ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1}
+  it = iter(_tuned(make(), **fields))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  buffer = "ForeverRepeat.Prefetch/buffer_size"
+  for _ in range(3):
+    # The consumer waits: the guard's pass gave the new prefetch its start,
+    # so it fills before anything reads the session.
+    time.sleep(0.2)
+    assert _prefetch_holds(session)
+    assert _knob_table(session)[buffer][0] >= 1
+    for _ in range(epoch):
+      next(it)
+  del it
+
+
+# --- bad inputs --------------------------------------------------------------
+
+_BAD_INPUTS = {
+    "model_proto/session_id": "ops.intune_model_proto(i64([pid]))",
+    "list_knobs/session_id": "ops.intune_list_knobs(i64([[pid]]))",
+    "session_stats/session_id":
+        "ops.intune_session_stats(i64([pid, pid]))",
+    "observe/session_id": "ops.intune_observe(i64([pid]))",
+    "set_knobs/session_id":
+        "ops.intune_set_knobs(i64([pid]), [name], [1.0])",
+    "set_knobs/names": "ops.intune_set_knobs(sid, name, [1.0])",
+    "set_knobs/values": "ops.intune_set_knobs(sid, [name], [[1.0]])",
+    "set_knobs/lengths": "ops.intune_set_knobs(sid, [name, name], [1.0])",
+    "set_ram_budget/session_id":
+        "ops.intune_set_ram_budget(i64([pid]), i64(1))",
+    "set_ram_budget/ram_budget":
+        "ops.intune_set_ram_budget(sid, i64([1, 2]))",
+}
+_PROGRAM = """
+import sys
+import tensorflow as tf, intune_tf
+from intune_tf import _kernels
+options = tf.data.Options()
+options.experimental_intune = intune_tf.IntuneOptions(policy="manual",
+                                                      warm_start=False)
+it = iter(tf.data.Dataset.range(100).map(
+    lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).with_options(options))
+next(it)
+session = intune_tf.sessions()[-1]
+pid = session.id
+sid = tf.constant(pid, tf.int64)
+name = session.knobs()[0].name
+ops = _kernels.ops()
+i64 = lambda value: tf.constant(value, tf.int64)
+for case, call in CASES.items():
+  print(case, end=": ", flush=True)
+  try:
+    eval(call)
+    print("NO ERROR", flush=True)
+  except tf.errors.InvalidArgumentError as e:
+    print("INVALID ARGUMENT:", e.message.replace(chr(10), " "), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_input_results(tmp_path_factory):
+  """Every call of `_BAD_INPUTS` in one child process: a CHECK failure
+  aborts the process, which must fail the tests, not end pytest. (It runs
+  outside the source tree, so that it imports the installed package.)"""
+  program = f"CASES = {_BAD_INPUTS!r}\n{_PROGRAM}"
+  result = subprocess.run([sys.executable, "-c", program],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path_factory.mktemp("child"), check=False)
+  lines = dict(line.split(": ", 1) for line in result.stdout.splitlines()
+               if ": " in line)
+  return result, lines
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_INPUTS))
+def test_control_ops_reject_inputs_of_the_wrong_shape(case, bad_input_results):
+  result, lines = bad_input_results
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  what = case.split("/")[1]
+  expected = ("knob names but" if what == "lengths" else
+              rf"{what} must be a (scalar|vector), got shape")
+  assert re.match(rf"INVALID ARGUMENT: .*{expected}", lines.get(case, "")), (
+      result.stdout)
+
+
+def _int64(value):
+  return tf.constant(value, tf.int64)
+
+
+@pytest.mark.parametrize("op,args", [
+    ("intune_model_proto", lambda: (_int64([1]),)),
+    ("intune_list_knobs", lambda: (_int64([1]),)),
+    ("intune_session_stats", lambda: (_int64([1]),)),
+    ("intune_observe", lambda: (_int64([[1]]),)),
+    ("intune_set_knobs", lambda: (_int64(1), [["a"]], [1.0])),
+    ("intune_set_knobs", lambda: (_int64(1), ["a", "b"], [1.0])),
+    ("intune_set_ram_budget", lambda: (_int64(1), _int64([5]))),
+])
+def test_shape_functions_check_ranks(op, args):
+  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
+  fn = getattr(_kernels.ops(), op)
+  with pytest.raises(ValueError, match="rank|must be equal"):
+    tf.function(lambda: fn(*args())).get_concrete_function()
+
+
+def test_knob_set_to_its_max_is_clamped_to_what_int64_holds(live):
+  it, session = live
+  for knob in session.knobs():
+    applied = session.set({knob.name: knob.max})[knob.name]
+    assert applied <= knob.max and applied < 2.0**63
+    if knob.kind == "parallelism":
+      assert applied == knob.max
+    else:  # 2^63 does not fit an int64: the largest double below it
+      assert knob.max == 2.0**63
+      assert applied <= 2.0**63 - 1024
+  values = [int(next(it)) for _ in range(20)]
+  assert values == list(range(values[0], values[0] + 20))
+  session.set({k.name: 1 for k in session.knobs()})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf"),
+                                   float("inf")])
+def test_kernel_rejects_values_that_are_not_finite(live, value):
+  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
+  _, session = live
+  par = _by_kind(session, "parallelism")[0]
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="not a finite number"):
+    _kernels.ops().intune_set_knobs(session.id, [par.name], [value])
+
+
+def test_kernel_rejects_a_value_above_the_max(live):
+  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
+  _, session = live
+  buf = _by_kind(session, "buffer_size")[0]
+  with pytest.raises(tf.errors.OutOfRangeError, match="outside its range"):
+    _kernels.ops().intune_set_knobs(session.id, [buf.name], [2.0**64])

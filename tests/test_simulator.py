@@ -12,7 +12,7 @@ from intune_tf import simulator as sim
 from intune_tf.options import IntuneOptions
 
 MB = 1 << 20
-TWO = (sim.SimStage("A(id:2)", 0.01), sim.SimStage("B(id:1)", 0.02))
+TWO = (sim.SimStage("A", 0.01), sim.SimStage("B", 0.02))
 
 
 @pytest.mark.parametrize("parallelism,cpus,expected", [
@@ -38,7 +38,7 @@ def test_consumer_bounds_throughput():
 
 
 def test_jitter_costs_and_buffers_recover():
-  stage = (sim.SimStage("A(id:1)", 0.01, cv=1.0),)
+  stage = (sim.SimStage("A", 0.01, cv=1.0),)
   # cv 1: variability 1/2; busy 1; loss 0.5 * 0.5 * 1 = 0.25 -> 75/s.
   assert sim.throughput(stage, (1,), (0,), 1) == pytest.approx(75.0)
   # A buffer of 3 does not help a stage that is always busy (busy ** 4 = 1),
@@ -89,7 +89,7 @@ def _grid_best(pipeline, cpus, params=sim.SimParams()):
 ])
 def test_optimum_matches_a_grid_search(seed, params, rel):
   rng = np.random.default_rng(seed)
-  stages = tuple(sim.SimStage(f"S{i}(id:{i})", float(rng.lognormal(-5, 1)))
+  stages = tuple(sim.SimStage(f"S{i}", float(rng.lognormal(-5, 1)))
                  for i in range(3))
   cpus = int(rng.integers(3, 7))
   pipeline = sim.SimPipeline(stages, cpus, memory_limit=1e12, ram_budget=0)
@@ -106,9 +106,9 @@ def test_random_params_cover_cheap_and_costly_machines():
 
 
 def test_optimum_fills_buffers_within_the_ram_budget():
-  stages = (sim.SimStage("A(id:2)", 0.01, cv=1.0, buffer=True,
+  stages = (sim.SimStage("A", 0.01, cv=1.0, buffer=True,
                          bytes_per_element=4 * MB),
-            sim.SimStage("B(id:1)", 0.01, cv=1.0, buffer=True,
+            sim.SimStage("B", 0.01, cv=1.0, buffer=True,
                          bytes_per_element=4 * MB))
   pipeline = sim.SimPipeline(stages, 4, memory_limit=1e12,
                              ram_budget=20 * MB)
@@ -118,24 +118,24 @@ def test_optimum_fills_buffers_within_the_ram_budget():
 
 
 def test_simulator_oom_resize_and_determinism():
-  stages = (sim.SimStage("A(id:2)", 0.01),
-            sim.SimStage("B(id:1)", 0.01, buffer=True, bytes_per_element=MB))
+  stages = (sim.SimStage("A", 0.01),
+            sim.SimStage("B", 0.01, buffer=True, bytes_per_element=MB))
   pipeline = sim.SimPipeline(stages, 8, memory_limit=40 * MB,
                              ram_budget=100 * MB, resize=((2, 2),))
   s = sim.Simulator(pipeline, seed=3)
-  s.set({"A(id:2)/parallelism": 8, "B(id:1)/parallelism": 4})
+  s.set({"A/parallelism": 8, "B/parallelism": 4})
   assert s.parallelism == [8, 4] and not s.oom
   s.advance()
   s.advance()  # step 2: 8 -> 2 CPUs, parallelism clamped
   assert s.cpus == 2 and s.parallelism == [2, 2]
-  s.set({"B(id:1)/buffer_size": 60})  # 60 x 1 MB > 40 MB limit
+  s.set({"B/buffer_size": 60})  # 60 x 1 MB > 40 MB limit
   assert s.oom and s.true_rate() == 0.0
   a = sim.Simulator(pipeline, seed=7).observe()
   b = sim.Simulator(pipeline, seed=7).observe()
   assert a.output_rate == b.output_rate
   assert isinstance(a, observation_lib.Observation)
   assert [k.name for k in a.knobs] == [
-      "A(id:2)/parallelism", "B(id:1)/parallelism", "B(id:1)/buffer_size"]
+      "A/parallelism", "B/parallelism", "B/buffer_size"]
 
 
 @pytest.mark.parametrize("policy", ["even", "analytic", "unoptimized"])

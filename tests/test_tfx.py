@@ -6,7 +6,6 @@ import json
 import math
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import textwrap
@@ -31,7 +30,6 @@ from intune_tf.tfx import executor as executor_lib
 pytestmark = pytest.mark.compat
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-KNOB_RE = re.compile(r"^(\w+)\(id:(\d+)\)/(parallelism|buffer_size)$")
 
 MODULE = textwrap.dedent('''
     import tensorflow as tf
@@ -94,40 +92,56 @@ def _knob(name, lo=1.0, hi=2.0, value=1.0):
 
 
 # --- configuration helpers ---------------------------------------------------
+_MAP1 = "Prefetch.ParallelMapV2"
+_MAP2 = f"{_MAP1}.ParallelMapV2"
+_READ = f"{_MAP2}.ParallelInterleaveV4"
+_LIVE = [_knob(f"{_READ}/parallelism"),
+         _knob(f"{_MAP2}/parallelism", hi=4),
+         _knob(f"{_MAP1}/parallelism", hi=4),
+         _knob("Prefetch/buffer_size", lo=0, hi=16)]
+
+
 def test_map_config_by_name_then_by_position():
-  live = [_knob("ParallelInterleaveV4(id:9)/parallelism"),
-          _knob("ParallelMapV2(id:4)/parallelism", hi=4),
-          _knob("ParallelMapV2(id:3)/parallelism", hi=4),
-          _knob("Prefetch(id:1)/buffer_size", lo=0, hi=16)]
-  same = {"ParallelMapV2(id:4)/parallelism": 3.0,
-          "Prefetch(id:1)/buffer_size": 99.0}
+  same = {f"{_MAP2}/parallelism": 3.0, "Prefetch/buffer_size": 99.0}
   # Every name live: by name, clamped to the knob's range.
-  assert intune_tfx.map_config(same, live) == {
-      "ParallelMapV2(id:4)/parallelism": 3.0,
-      "Prefetch(id:1)/buffer_size": 16.0}
-  # Ids shifted by an extra stage: by position from the input end.
-  shifted = {"ParallelInterleaveV4(id:10)/parallelism": 2.0,
-             "ParallelMapV2(id:5)/parallelism": 4.0,
-             "ParallelMapV2(id:4)/parallelism": 2.0,
-             "Prefetch(id:2)/buffer_size": 4.0,
-             "ParallelBatch(id:7)/parallelism": 2.0}  # no counterpart
-  assert intune_tfx.map_config(shifted, live) == {
-      "ParallelInterleaveV4(id:9)/parallelism": 2.0,
-      "ParallelMapV2(id:4)/parallelism": 4.0,
-      "ParallelMapV2(id:3)/parallelism": 2.0,
-      "Prefetch(id:1)/buffer_size": 4.0}
+  assert intune_tfx.map_config(same, _LIVE) == {
+      f"{_MAP2}/parallelism": 3.0, "Prefetch/buffer_size": 16.0}
+  # Recorded under an extra stage (a repeat above): by position from the
+  # input end.
+  shifted = {f"Repeat.{_READ}/parallelism": 2.0,
+             f"Repeat.{_MAP2}/parallelism": 4.0,
+             f"Repeat.{_MAP1}/parallelism": 2.0,
+             "Repeat.Prefetch/buffer_size": 4.0,
+             f"Repeat.{_READ}.ParallelBatch/parallelism": 2.0}  # no match
+  assert intune_tfx.map_config(shifted, _LIVE) == {
+      f"{_READ}/parallelism": 2.0, f"{_MAP2}/parallelism": 4.0,
+      f"{_MAP1}/parallelism": 2.0, "Prefetch/buffer_size": 4.0}
+
+
+def test_map_config_of_an_earlier_version_by_position():
+  # Configurations saved before knob names were places in the pipeline name
+  # them by node id (deeper stages had larger ids).
+  legacy = {"ParallelInterleaveV4(id:10)/parallelism": 2.0,
+            "ParallelMapV2(id:5)/parallelism": 4.0,
+            "ParallelMapV2(id:4)/parallelism": 2.0,
+            "Prefetch(id:2)/buffer_size": 4.0}
+  assert intune_tfx.load_tuned_config(
+      {"format": "intune_tf.config/1", "knobs": legacy})["knobs"] == legacy
+  assert intune_tfx.map_config(legacy, _LIVE) == {
+      f"{_READ}/parallelism": 2.0, f"{_MAP2}/parallelism": 4.0,
+      f"{_MAP1}/parallelism": 2.0, "Prefetch/buffer_size": 4.0}
 
 
 def test_load_tuned_config_from_every_source(tmp_path):
   config = {"format": "intune_tf.config/1",
-            "knobs": {"ParallelMapV2(id:2)/parallelism": 2}}
+            "knobs": {"Prefetch.ParallelMapV2/parallelism": 2}}
   (tmp_path / "config.json").write_text(json.dumps(config))
   artifact = _output(tmp_path)
   artifact.uri = str(tmp_path)
   fn_args = fn_args_utils.FnArgs(custom_config={
       intune_tfx.TUNED_INPUT_CONFIG_KEY: str(tmp_path)})
   expected = {"format": "intune_tf.config/1",
-              "knobs": {"ParallelMapV2(id:2)/parallelism": 2.0}}
+              "knobs": {"Prefetch.ParallelMapV2/parallelism": 2.0}}
   for source in (str(tmp_path), tmp_path / "config.json", artifact, fn_args,
                  config):
     assert intune_tfx.load_tuned_config(source) == expected
@@ -173,9 +187,8 @@ def test_apply_tuned_config_starts_every_iterator_at_it():
   assert len(maps) == 2 and all(k.max >= 2 for k in maps)
   assert maps[0].value == maps[0].max
   del it
-  # A configuration recorded on a pipeline whose ids are shifted by 3.
-  shift = lambda n: KNOB_RE.sub(  # pylint: disable=g-long-lambda
-      lambda m: f"{m[1]}(id:{int(m[2]) + 3})/{m[3]}", n)
+  # A configuration recorded on a pipeline with one more stage above.
+  shift = lambda n: f"Take.{n}"  # pylint: disable=unnecessary-lambda-assignment
   config = {"format": "intune_tf.config/1",
             "knobs": {shift(maps[0].name): 1.0, shift(maps[1].name): 2.0}}
   ds = intune_tfx.apply_tuned_config(_pipeline(), config)
@@ -196,7 +209,7 @@ def test_apply_tuned_config_starts_every_iterator_at_it():
 
 def test_apply_tuned_config_then_another_policy_and_bad_fields():
   config = {"format": "intune_tf.config/1",
-            "knobs": {"ParallelMapV2(id:2)/parallelism": 1.0}}
+            "knobs": {"Prefetch.ParallelMapV2/parallelism": 1.0}}
   ds = intune_tfx.apply_tuned_config(_pipeline(), config, then="even",
                                      name="train")
   options = ds.options().experimental_intune
@@ -210,11 +223,11 @@ def test_apply_tuned_config_then_another_policy_and_bad_fields():
 def test_tuned_policy_starts_at_the_config_then_hands_over():
   from intune_tf import policies
   from intune_tf.tfx import tuned_config
-  knobs = (_knob("ParallelMapV2(id:2)/parallelism", hi=4),
-           _knob("Prefetch(id:1)/buffer_size", lo=0, hi=8))
+  knobs = (_knob("Prefetch.ParallelMapV2/parallelism", hi=4),
+           _knob("Prefetch/buffer_size", lo=0, hi=8))
   obs = types.SimpleNamespace(knobs=knobs)
-  config = {"ParallelMapV2(id:2)/parallelism": 3.0,
-            "Prefetch(id:1)/buffer_size": 4.0}
+  config = {"Prefetch.ParallelMapV2/parallelism": 3.0,
+            "Prefetch/buffer_size": 4.0}
   options = intune_tf.IntuneOptions(policy="tuned", config=config)
   held = policies.create(options)
   assert held.static and held.step(obs) == config and held.step(obs) == {}
@@ -223,11 +236,11 @@ def test_tuned_policy_starts_at_the_config_then_hands_over():
   handing = policies.create(dataclasses.replace(
       options, policy="tuned+unoptimized"))
   assert handing.step(obs) == config
-  assert handing.step(obs) == {"ParallelMapV2(id:2)/parallelism": 1.0,
-                               "Prefetch(id:1)/buffer_size": 1.0}
+  assert handing.step(obs) == {"Prefetch.ParallelMapV2/parallelism": 1.0,
+                               "Prefetch/buffer_size": 1.0}
   # A stage that appears (or leaves) restarts from the configuration.
   obs.knobs = knobs[:1]
-  assert handing.step(obs) == {"ParallelMapV2(id:2)/parallelism": 3.0}
+  assert handing.step(obs) == {"Prefetch.ParallelMapV2/parallelism": 3.0}
 
 
 # --- the executor, with real artifacts ---------------------------------------
@@ -243,7 +256,8 @@ def test_executor_tunes_and_writes_the_artifact(tmp_path):
                       .read_text())
   assert intune_tfx.load_tuned_config(config) == config
   names = set(config["knobs"])
-  assert sum(n.startswith("ParallelMapV2") for n in names) == 2
+  assert sum(intune_tf.session.parse_knob(n)[0].op == "ParallelMapV2"
+             for n in names) == 2
   bench = json.loads((tmp_path / "tuned_input_config" / "benchmark.json")
                      .read_text())
   assert [r["variant"] for r in bench["runs"]] == ["tuned", "autotune"]
@@ -365,11 +379,11 @@ def test_example_pipeline_end_to_end_and_artifact_in_mlmd(tmp_path):
   # config.json: Session.config() format, valid knob names and values.
   assert config["format"] == "intune_tf.config/1" and config["knobs"]
   for name, value in config["knobs"].items():
-    m = KNOB_RE.match(name)
-    assert m, name
+    _, kind = intune_tf.session.parse_knob(name)
+    assert kind in ("parallelism", "buffer_size"), name
     assert math.isfinite(value) and value == int(value)
-    assert value >= (1 if m[3] == "parallelism" else 0), (name, value)
-    assert value <= (os.cpu_count() if m[3] == "parallelism" else 1024)
+    assert value >= (1 if kind == "parallelism" else 0), (name, value)
+    assert value <= (os.cpu_count() if kind == "parallelism" else 1024)
   # The figures, in the file and as ML Metadata properties.
   assert len(bench["runs"]) == 4
   assert all(r["rows_per_s"] > 0 for r in bench["runs"])
@@ -405,12 +419,11 @@ def test_example_pipeline_end_to_end_and_artifact_in_mlmd(tmp_path):
   def by_stage(entries):  # (stage op, parameter) -> sorted values
     result = {}
     for name, value in entries:
-      m = KNOB_RE.match(name)
-      result.setdefault((m[1], m[3]), []).append(value)
+      stage, kind = intune_tf.session.parse_knob(name)
+      result.setdefault((stage.op, kind), []).append(value)
     return {k: sorted(v) for k, v in result.items()}
 
-  trained = [(re.sub(r"^intune/(\w+)_(\d+)_(parallelism|buffer_size)$",
-                     r"\1(id:\2)/\3", k), v[-1])
-             for k, v in history.items()
-             if k.endswith(("_parallelism", "_buffer_size"))]
+  # Log keys are knob names (`keras.short_name`; these have no brackets).
+  trained = [(k[len("intune/"):], v[-1]) for k, v in history.items()
+             if k.endswith(("/parallelism", "/buffer_size"))]
   assert by_stage(trained) == by_stage(config["knobs"].items())

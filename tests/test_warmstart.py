@@ -10,6 +10,8 @@ import intune_tf
 from intune_tf import dqn
 from intune_tf import warmstart
 
+from _waiting import wait_for
+
 
 def _pipeline(path):
   ds = tf.data.Dataset.from_tensor_slices([path]).repeat()
@@ -97,3 +99,37 @@ def test_warm_start_off_saves_and_loads_nothing(tmp_path, monkeypatch):
   session = intune_tf.sessions()[-1]
   assert warmstart.save(session) is None and warmstart.load(session) is None
   assert not list(tmp_path.iterdir())
+
+
+def _epochs():
+  # The map and prefetch are re-created by the repeat above them every 40
+  # elements.
+  return tf.data.Dataset.range(40).map(
+      lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+          tf.data.AUTOTUNE).repeat()
+
+
+def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
+  monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
+  probe = tf.data.Options()
+  probe.experimental_intune = intune_tf.IntuneOptions(policy="manual")
+  it = iter(_epochs().with_options(probe))
+  next(it)
+  config = {"ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1.0,
+            "ForeverRepeat.Prefetch/buffer_size": 3.0}
+  assert set(config) == {k.name for k in intune_tf.sessions()[-1].knobs()}
+  warmstart.save(intune_tf.sessions()[-1], config, 100.0)
+  del it
+  options = tf.data.Options()
+  # The agent's first step applies the warm start; no other step for 60 s.
+  options.experimental_intune = intune_tf.IntuneOptions(period_s=60.0)
+  it = iter(_epochs().with_options(options))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
+  assert wait_for(lambda: values() == config), values()
+  for _ in range(3):
+    for _ in range(40):
+      next(it)
+    assert values() == config
+  del it

@@ -6,13 +6,16 @@
       ds = intune_tf.tfx.apply_tuned_config(ds, fn_args)
       model.fit(ds, steps_per_epoch=fn_args.train_steps)
 
-Knob names carry the node ids of the tf.data model (for example
-"ParallelMapV2(id:5)/parallelism"). The same pipeline built the same way
-gets the same names, but a training loop may add or drop stages around it
-(a `repeat`, Keras' own wrapping), which shifts the ids. A configuration is
-therefore matched by name when every name exists in the running pipeline,
-and otherwise by position: the i-th stage of a kind counted from the input
-(the i-th `ParallelMapV2` parallelism, the i-th `Prefetch` buffer size, ...).
+Knob names are places in the pipeline (for example
+"Prefetch.ParallelMapV2/parallelism", see `intune_tf.session.parse_knob`).
+The same pipeline built the same way gets the same names, but a training
+loop may add or drop stages around it (a `repeat`, Keras' own wrapping),
+which changes the path above the tuned stages; configurations saved by
+earlier versions name knobs by node id ("ParallelMapV2(id:5)/parallelism").
+A configuration is therefore matched by name when every name exists in the
+running pipeline, and otherwise by position: the i-th stage of a kind
+counted from the input (the i-th `ParallelMapV2` parallelism, the i-th
+`Prefetch` buffer size, ...).
 
 Nothing here imports tfx: the helpers take a `TunedInputConfig` artifact,
 its uri, its `config.json`, the Trainer's `FnArgs` or a configuration dict.
@@ -24,12 +27,12 @@ import collections
 import dataclasses
 import json
 import os
-import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import tensorflow as tf
 
 from intune_tf import policies
+from intune_tf import session as session_lib
 from intune_tf.options import IntuneOptions
 from intune_tf.session import Knob
 
@@ -41,8 +44,6 @@ TUNED_INPUT_CONFIG_KEY = "intune_tuned_input_config"
 # The policy that holds the tuned configuration; "tuned+<name>" starts at it
 # and hands over to policy <name>.
 TUNED_POLICY = "tuned"
-
-_KNOB_RE = re.compile(r"^(?P<op>.+)\(id:(?P<id>\d+)\)/(?P<kind>[A-Za-z_]+)$")
 
 
 def _config_path(source: str | os.PathLike) -> str:
@@ -109,10 +110,11 @@ def load_tuned_config(source: Any) -> dict[str, Any]:
                      "as Session.config() returns it.")
   knobs = {}
   for name, value in config["knobs"].items():
-    if not _KNOB_RE.match(str(name)) or isinstance(value, bool) or (
+    if not session_lib.is_knob_name(str(name)) or isinstance(value, bool) or (
         not isinstance(value, (int, float))):
       raise ValueError(f"{where}: bad knob entry {name!r}: {value!r} "
-                       "(expected '<Stage>(id:<n>)/<parameter>': number).")
+                       "(expected '<stage>/<parameter>': number, e.g. "
+                       "'Prefetch.ParallelMapV2/parallelism': 2).")
     knobs[str(name)] = float(value)
   return {"format": CONFIG_FORMAT, "knobs": knobs}
 
@@ -121,13 +123,14 @@ def _positions(names: Iterable[str]) -> dict[str, tuple[str, str, int]]:
   """`name -> (stage op, parameter, rank from the input end)`."""
   groups = collections.defaultdict(list)
   for name in names:
-    m = _KNOB_RE.match(name)
-    if m:
-      groups[(m["op"], m["kind"])].append((int(m["id"]), name))
+    try:
+      stage, kind = session_lib.parse_knob(name)
+    except ValueError:
+      continue
+    groups[(stage.op, kind)].append(name)
   result = {}
   for (op, kind), members in groups.items():
-    # Deeper (input-side) stages have larger ids.
-    for rank, (_, name) in enumerate(sorted(members, reverse=True)):
+    for rank, name in enumerate(sorted(members, key=session_lib.input_first)):
       result[name] = (op, kind, rank)
   return result
 

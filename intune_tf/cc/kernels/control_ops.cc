@@ -28,6 +28,17 @@ bool FindSession(OpKernelContext* ctx,
   return status.ok();
 }
 
+// Checks the rank of input `index` (0: a scalar, 1: a vector); on failure
+// sets an InvalidArgument status that names the input and returns false.
+bool CheckRank(OpKernelContext* ctx, int index, const char* name, int rank) {
+  const TensorShape& shape = ctx->input(index).shape();
+  if (shape.dims() == rank) return true;
+  ctx->SetStatus(errors::InvalidArgument(
+      name, " must be a ", rank == 0 ? "scalar" : "vector", ", got shape ",
+      shape.DebugString()));
+  return false;
+}
+
 class IntuneListSessionsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -66,16 +77,18 @@ class IntuneListKnobsOp : public OpKernel {
     if (!FindSession(ctx, &session)) return;
     const std::vector<Knob> knobs = session->ListKnobs();
     const int64_t n = knobs.size();
-    Tensor *names, *values, *mins, *maxs;
+    Tensor *names, *values, *mins, *maxs, *displays;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &names));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &mins));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n}), &maxs));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({n}), &displays));
     for (int64_t i = 0; i < n; ++i) {
       names->vec<tstring>()(i) = knobs[i].name;
       values->vec<double>()(i) = knobs[i].value;
       mins->vec<double>()(i) = knobs[i].min;
       maxs->vec<double>()(i) = knobs[i].max;
+      displays->vec<tstring>()(i) = knobs[i].display;
     }
   }
 };
@@ -84,14 +97,19 @@ class IntuneSetKnobsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
+    // Every input's shape first, then the session.
+    if (!CheckRank(ctx, 0, kSessionId, 0) || !CheckRank(ctx, 1, "names", 1) ||
+        !CheckRank(ctx, 2, "values", 1)) {
+      return;
+    }
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
     const Tensor& names_t = ctx->input(1);
     const Tensor& values_t = ctx->input(2);
-    OP_REQUIRES(ctx,
-                TensorShapeUtils::IsVector(names_t.shape()) &&
-                    TensorShapeUtils::IsVector(values_t.shape()),
-                errors::InvalidArgument("names and values must be vectors."));
+    OP_REQUIRES(ctx, names_t.NumElements() == values_t.NumElements(),
+                errors::InvalidArgument("Got ", names_t.NumElements(),
+                                        " knob names but ",
+                                        values_t.NumElements(), " values."));
     std::vector<std::string> names;
     std::vector<double> values;
     for (int64_t i = 0; i < names_t.NumElements(); ++i) {
@@ -147,21 +165,26 @@ class IntuneObserveOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    const std::vector<Knob> knobs = session->ListKnobs();
-    const std::vector<StageSample> stages = session->Stages();
+    std::vector<Knob> knobs;
+    std::vector<StageSample> stages;
+    session->Observe(&knobs, &stages);
     const int64_t k = knobs.size();
     const int64_t s = stages.size();
-    Tensor *knob_names, *knob_values, *stage_names, *stage_stats;
+    Tensor *knob_names, *knob_values, *stage_names, *stage_stats,
+        *knob_displays;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &knob_names));
     OP_REQUIRES_OK(ctx,
                    ctx->allocate_output(1, TensorShape({k, 3}), &knob_values));
     OP_REQUIRES_OK(ctx,
                    ctx->allocate_output(2, TensorShape({s}), &stage_names));
     OP_REQUIRES_OK(ctx,
-                   ctx->allocate_output(3, TensorShape({s, 6}), &stage_stats));
+                   ctx->allocate_output(3, TensorShape({s, 7}), &stage_stats));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(5, TensorShape({k}), &knob_displays));
     auto values = knob_values->matrix<double>();
     for (int64_t i = 0; i < k; ++i) {
       knob_names->vec<tstring>()(i) = knobs[i].name;
+      knob_displays->vec<tstring>()(i) = knobs[i].display;
       values(i, 0) = knobs[i].value;
       values(i, 1) = knobs[i].min;
       values(i, 2) = knobs[i].max;
@@ -176,6 +199,7 @@ class IntuneObserveOp : public OpKernel {
       stats(i, 3) = st.buffered_elements;
       stats(i, 4) = st.bytes_produced;
       stats(i, 5) = st.bytes_consumed;
+      stats(i, 6) = st.node_id;
     }
     OP_REQUIRES_OK(ctx, OutputCounters(ctx, 4, *session));
   }
@@ -185,6 +209,10 @@ class IntuneSetRamBudgetOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
+    if (!CheckRank(ctx, 0, kSessionId, 0) ||
+        !CheckRank(ctx, 1, "ram_budget", 0)) {
+      return;
+    }
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
     const int64_t budget = ctx->input(1).scalar<int64_t>()();

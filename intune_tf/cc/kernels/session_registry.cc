@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <set>
+#include <limits>
+#include <list>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/model.pb.h"
@@ -18,6 +20,51 @@ namespace {
 
 using model::Node;
 using model::Parameter;
+
+// The root's own node, left out of stage names.
+inline constexpr char kRootName[] = "Intune";
+// The largest double below 2^63: TF's iterators convert knob values to int64,
+// and a buffer knob's maximum (2^63 as a double) does not fit one.
+inline constexpr double kMaxInt64Double = 9223372036854774784.0;
+
+// What the model does not expose publicly, read from a node's protected
+// members: a class derived from Node may name them, and a pointer to such a
+// member applies to any Node (standard C++, no layout assumption). The class
+// is never instantiated.
+//
+// - The node's own mutex. TF's readers of `Parameter::value`
+//   (Node::ToProto, Node::ParameterValue) hold it, shared; Node has no public
+//   setter of a parameter's value that takes it (SyncStateValuesToParameter
+//   Values, what TF's optimizer uses, writes under a shared lock of the
+//   parameter's state only).
+// - The node's parameters. Node::CollectNodeTunableParameters leaves out
+//   nodes that have produced no element yet, and nodes TF does not autotune
+//   (the iterators of an interleave's input elements): both are knobs here.
+class NodeAccess : public Node {
+ public:
+  static mutex& Mutex(Node& node) { return node.*(&NodeAccess::mu_); }
+
+  // The node's tunable parameters, sorted by name.
+  static std::vector<std::shared_ptr<Parameter>> TunableParameters(
+      Node& node) {
+    std::vector<std::shared_ptr<Parameter>> result;
+    {
+      tf_shared_lock l(Mutex(node));
+      for (const auto& entry : node.*(&NodeAccess::parameters_)) {
+        const std::shared_ptr<Parameter>& p = entry.second;
+        if (p != nullptr && p->state != nullptr && p->state->tunable) {
+          result.push_back(p);
+        }
+      }
+    }
+    std::sort(result.begin(), result.end(),
+              [](const std::shared_ptr<Parameter>& a,
+                 const std::shared_ptr<Parameter>& b) {
+                return a->name < b->name;
+              });
+    return result;
+  }
+};
 
 // A node that holds memory and the knob that bounds how much.
 struct MemoryKnob {
@@ -45,20 +92,72 @@ double BytesPerElement(const Node& node) {
   return 0.0;
 }
 
-double ReadValue(const Parameter& p) {
+// The value in force, as the iterator reads it (kAutotune, before the
+// iterator's Initialize gives its default, reads as `raw`).
+double RawValue(const Parameter& p) {
   if (p.state == nullptr) return p.value;
   tf_shared_lock l(*p.state->mu);
   return p.state->value;
 }
 
-void WriteValue(Parameter* p, double value) {
-  p->value = value;
-  if (p->state == nullptr) return;
-  {
-    mutex_lock l(*p->state->mu);
-    p->state->value = value;
+double ReadValue(const Parameter& p) {
+  const double value = RawValue(p);
+  return value == model::kAutotune ? p.min : value;
+}
+
+double Clamp(double value, double min, double max) {
+  return std::min(std::max(value, min), std::min(max, kMaxInt64Double));
+}
+
+// Writes a value, clamped to the parameter's range, where the iterator reads
+// it (the shared state, under its lock) and where the model's readers do
+// (Parameter::value, under the node's lock). The two locks are never held
+// together.
+void WriteValue(Node* node, Parameter* p, double value) {
+  value = Clamp(value, p->min, p->max);
+  if (p->state != nullptr) {
+    {
+      mutex_lock l(*p->state->mu);
+      p->state->value = value;
+    }
+    p->state->cond_var->notify_all();
   }
-  p->state->cond_var->notify_all();
+  mutex_lock l(NodeAccess::Mutex(*node));
+  p->value = value;
+}
+
+// The TF starting size of a buffer knob: the legacy prefetch autotuner (what
+// TF uses for a user's prefetch(AUTOTUNE)) starts at max(1, buffer_size_min),
+// and buffer_size_min is the knob's minimum.
+double StartingBufferSize(const Parameter& p) {
+  return std::max(1.0, p.min);
+}
+
+// Node names in stage names keep [A-Za-z0-9_].
+std::string Sanitize(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {
+      c = '_';
+    }
+  }
+  return out;
+}
+
+// Stages whose inputs after the first are datasets made from its input
+// elements by a function (one per element, all the same stage).
+bool IsInterleaveLike(const std::string& type) {
+  if (type == "DirectedInterleave") return false;
+  return absl::StrContains(type, "Interleave") || type == "FlatMap" ||
+         type == "GroupByWindow";
+}
+
+// Stages with several inputs of their own (named by index even when only one
+// of them is live).
+bool IsMultiInput(const std::string& type) {
+  return type == "Zip" || type == "Concatenate" ||
+         type == "DirectedInterleave" || type == "ChooseFastest" ||
+         type == "ChooseFastestBranch" || type == "WeightedFlatMap";
 }
 
 }  // namespace
@@ -71,19 +170,120 @@ TuningSession::TuningSession(int64_t id, std::string tag, int64_t ram_budget,
       created_us_(static_cast<int64_t>(Env::Default()->NowMicros())),
       ram_budget_(ram_budget) {}
 
-std::vector<Knob> TuningSession::ListKnobs() const {
-  std::vector<Knob> knobs;
+// Called under mu_: a walk and the sync pass that reads it are one step, so
+// that a pass never reads a walk older than the last pass's.
+std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
+  std::vector<WalkNode> walk;
   std::shared_ptr<Node> output = model_->output();
-  if (output == nullptr) return knobs;
-  for (const auto& [node_name, parameter] :
-       output->CollectTunableParameters()) {
-    knobs.push_back({absl::StrCat(node_name, "/", parameter->name),
-                     parameter->name, ReadValue(*parameter), parameter->min,
-                     parameter->max});
+  if (output == nullptr) return walk;
+  walk.push_back({std::move(output), -1, 0, 1});
+  // Breadth first; `walk` grows while it is read.
+  for (size_t i = 0; i < walk.size(); ++i) {
+    std::list<std::shared_ptr<Node>> inputs = walk[i].node->inputs();
+    const int n = static_cast<int>(inputs.size());
+    int position = 0;
+    for (auto& input : inputs) {
+      walk.push_back({std::move(input), static_cast<int>(i), position++, n});
+    }
   }
-  std::sort(knobs.begin(), knobs.end(),
-            [](const Knob& a, const Knob& b) { return a.name < b.name; });
+  return walk;
+}
+
+std::string TuningSession::StageName(const std::vector<WalkNode>& walk,
+                                     int index) const {
+  const WalkNode& w = walk[index];
+  std::string own = Sanitize(w.node->name());
+  if (w.parent < 0) return own;
+  const WalkNode& parent = walk[w.parent];
+  if (parent.parent < 0 && parent.node->name() == kRootName) return own;
+  const std::string& type = parent.node->name();
+  // An input created right after its parent is the one its Initialize made:
+  // the first input of an interleave or a concatenate.
+  const bool first = w.node->id() == parent.node->id() + 1;
+  std::string label;
+  if (IsInterleaveLike(type)) {
+    label = first ? "" : "[*]";
+  } else if (type == "Concatenate") {
+    label = first ? "[0]" : "[1]";
+  } else if (IsMultiInput(type) || w.siblings > 1) {
+    label = absl::StrCat("[", w.position, "]");
+  }
+  return absl::StrCat(*parent.stage, label, ".", own);
+}
+
+void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
+  ++pass_;
+  for (size_t i = 0; i < walk->size(); ++i) {
+    WalkNode& w = (*walk)[i];
+    auto [it, inserted] = nodes_.try_emplace(w.node->id());
+    it->second.pass = pass_;
+    if (!inserted) {
+      w.stage = &it->second.stage;
+      continue;
+    }
+    it->second.stage = StageName(*walk, static_cast<int>(i));
+    w.stage = &it->second.stage;
+    // A node not seen before: its knobs start at the values last set for
+    // their names, else buffers at TF's starting size.
+    for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
+      KnownKnob& known = known_[absl::StrCat(*w.stage, "/", p->name)];
+      known.min = p->min;
+      known.max = p->max;
+      if (known.has_value) {
+        WriteValue(w.node.get(), p.get(), known.value);
+      } else if (p->name == kBufferSize) {
+        const double start = StartingBufferSize(*p);
+        const double value = RawValue(*p);
+        if (value == model::kAutotune || value < start) {
+          WriteValue(w.node.get(), p.get(), start);
+        }
+      }
+    }
+  }
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (it->second.pass != pass_) {
+      it = nodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TuningSession::SyncKnobs() {
+  mutex_lock l(mu_);
+  std::vector<WalkNode> walk = Walk();
+  SyncLocked(&walk);
+}
+
+std::vector<Knob> TuningSession::KnobsLocked(
+    const std::vector<WalkNode>& walk) {
+  std::map<std::string, Knob> by_name;
+  for (const WalkNode& w : walk) {
+    for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
+      const std::string name = absl::StrCat(*w.stage, "/", p->name);
+      auto [it, inserted] = by_name.try_emplace(name);
+      Knob& k = it->second;
+      if (inserted) {
+        k = {name,   p->name, ReadValue(*p), p->min,
+             p->max, w.node->long_name()};
+      } else {
+        k.min = std::max(k.min, p->min);
+        k.max = std::min(k.max, p->max);
+        absl::StrAppend(&k.display, ",", w.node->long_name());
+      }
+    }
+  }
+  std::vector<Knob> knobs;
+  knobs.reserve(by_name.size());
+  for (auto& [unused, knob] : by_name) knobs.push_back(std::move(knob));
   return knobs;
+}
+
+std::vector<Knob> TuningSession::ListKnobs() {
+  mutex_lock l(mu_);
+  std::vector<WalkNode> walk = Walk();
+  SyncLocked(&walk);
+  return KnobsLocked(walk);
 }
 
 Status TuningSession::SetKnobs(const std::vector<std::string>& names,
@@ -93,51 +293,83 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
     return errors::InvalidArgument("Got ", names.size(), " knob names but ",
                                    values.size(), " values.");
   }
-  std::shared_ptr<Node> output = model_->output();
-  std::map<std::string, std::shared_ptr<Parameter>> by_name;
-  if (output != nullptr) {
-    for (const auto& [node_name, parameter] :
-         output->CollectTunableParameters()) {
-      by_name[absl::StrCat(node_name, "/", parameter->name)] = parameter;
-    }
-  }
-  std::vector<std::shared_ptr<Parameter>> targets;
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto it = by_name.find(names[i]);
-    if (it == by_name.end()) {
-      std::vector<std::string> valid;
-      for (const auto& entry : by_name) valid.push_back(entry.first);
-      return errors::NotFound("Unknown knob '", names[i], "' in session ",
-                              id_, ". Valid knobs: [",
-                              absl::StrJoin(valid, ", "), "].");
-    }
-    const Parameter& p = *it->second;
-    if (!std::isfinite(values[i]) || values[i] < p.min || values[i] > p.max) {
-      return errors::OutOfRange("Value ", values[i], " for knob '", names[i],
-                                "' is outside its range [", p.min, ", ",
-                                p.max, "].");
-    }
-    targets.push_back(it->second);
-  }
+  using Instance = std::pair<Node*, std::shared_ptr<Parameter>>;
+  std::vector<WalkNode> walk;
+  std::map<std::string, std::vector<Instance>> live;
   {
     mutex_lock l(mu_);
-    for (size_t i = 0; i < targets.size(); ++i) {
-      WriteValue(targets[i].get(), std::round(values[i]));
+    walk = Walk();
+    SyncLocked(&walk);
+    for (const WalkNode& w : walk) {
+      for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
+        live[absl::StrCat(*w.stage, "/", p->name)].emplace_back(w.node.get(),
+                                                                 p);
+      }
+    }
+    std::vector<double> targets;
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto known = known_.find(names[i]);
+      if (known == known_.end()) {
+        std::vector<std::string> valid;
+        for (const auto& entry : known_) valid.push_back(entry.first);
+        return errors::NotFound("Unknown knob '", names[i], "' in session ",
+                                id_, ". Valid knobs: [",
+                                absl::StrJoin(valid, ", "), "].");
+      }
+      if (!std::isfinite(values[i])) {
+        return errors::InvalidArgument("Value ", values[i], " for knob '",
+                                       names[i], "' is not a finite number.");
+      }
+      double lo = known->second.min, hi = known->second.max;
+      auto instances = live.find(names[i]);
+      if (instances != live.end()) {
+        lo = -std::numeric_limits<double>::infinity();
+        hi = std::numeric_limits<double>::infinity();
+        for (const Instance& instance : instances->second) {
+          lo = std::max(lo, instance.second->min);
+          hi = std::min(hi, instance.second->max);
+        }
+      }
+      if (values[i] < lo || values[i] > hi) {
+        return errors::OutOfRange("Value ", values[i], " for knob '", names[i],
+                                  "' is outside its range [", lo, ", ", hi,
+                                  "].");
+      }
+      targets.push_back(Clamp(std::round(values[i]), lo, hi));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      KnownKnob& known = known_[names[i]];
+      known.has_value = true;
+      known.value = targets[i];
+      auto instances = live.find(names[i]);
+      if (instances == live.end()) continue;
+      for (const Instance& instance : instances->second) {
+        WriteValue(instance.first, instance.second.get(), targets[i]);
+      }
     }
   }
   EnforceBudget();
   applied->clear();
-  for (const auto& target : targets) applied->push_back(ReadValue(*target));
+  mutex_lock l(mu_);
+  for (const std::string& name : names) {
+    auto instances = live.find(name);
+    applied->push_back(instances != live.end()
+                           ? ReadValue(*instances->second.front().second)
+                           : known_[name].value);
+  }
   return OkStatus();
 }
 
 void TuningSession::EnforceBudget(bool thorough) {
-  std::shared_ptr<Node> output = model_->output();
-  if (output == nullptr) return;
-  std::vector<std::shared_ptr<Node>> nodes;
-  CollectNodes(output, &nodes);
+  std::vector<WalkNode> walk;
+  {
+    mutex_lock l(mu_);
+    walk = Walk();
+    SyncLocked(&walk);
+  }
+  if (walk.empty()) return;
   int64_t total = 0;
-  for (const auto& node : nodes) total += node->buffered_bytes();
+  for (const WalkNode& w : walk) total += w.node->buffered_bytes();
   int64_t peak = peak_buffered_bytes_.load();
   while (total > peak && !peak_buffered_bytes_.compare_exchange_weak(peak, total)) {
   }
@@ -151,9 +383,10 @@ void TuningSession::EnforceBudget(bool thorough) {
   // before parallelism knobs.
   std::vector<MemoryKnob> knobs;
   double fixed_bytes = 0;
-  for (const auto& node : nodes) {
+  for (const WalkNode& w : walk) {
+    const std::shared_ptr<Node>& node = w.node;
     std::shared_ptr<Parameter> buffer, parallelism;
-    for (const auto& [name, parameter] : node->CollectNodeTunableParameters()) {
+    for (const auto& parameter : NodeAccess::TunableParameters(*node)) {
       if (parameter->name == kBufferSize) buffer = parameter;
       if (parameter->name == kParallelism) parallelism = parameter;
     }
@@ -185,7 +418,7 @@ void TuningSession::EnforceBudget(bool thorough) {
     const double lowered =
         std::max(k.parameter->min, value - excess_elements);
     if (lowered < value) {
-      WriteValue(k.parameter.get(), lowered);
+      WriteValue(k.node.get(), k.parameter.get(), lowered);
       guard_shrinks_.fetch_add(static_cast<int64_t>(value - lowered));
       committed -= (value - lowered) * k.bytes_per_element;
     }
@@ -193,6 +426,22 @@ void TuningSession::EnforceBudget(bool thorough) {
 }
 
 Status TuningSession::ModelProto(std::string* serialized) {
+  // The model's parameter values are what its readers (ToProto) see: bring
+  // them to the values in force (an iterator gives its knobs their defaults
+  // in the shared state only).
+  {
+    mutex_lock l(mu_);
+    std::vector<WalkNode> walk = Walk();
+    SyncLocked(&walk);
+    for (const WalkNode& w : walk) {
+      for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
+        const double value = RawValue(*p);
+        if (value == model::kAutotune) continue;
+        mutex_lock node_lock(NodeAccess::Mutex(*w.node));
+        p->value = value;
+      }
+    }
+  }
   model::ModelProto proto;
   TF_RETURN_IF_ERROR(model_->ToProto(&proto));
   if (!proto.SerializeToString(serialized)) {
@@ -201,22 +450,40 @@ Status TuningSession::ModelProto(std::string* serialized) {
   return OkStatus();
 }
 
-std::vector<StageSample> TuningSession::Stages() const {
+namespace {
+
+StageSample Sample(const Node& node, const std::string& stage) {
+  return {stage,
+          node.id(),
+          node.num_elements(),
+          node.processing_time(),
+          node.buffered_bytes(),
+          node.buffered_elements(),
+          node.bytes_produced(),
+          node.bytes_consumed()};
+}
+
+}  // namespace
+
+std::vector<StageSample> TuningSession::Stages() {
+  mutex_lock l(mu_);
+  std::vector<WalkNode> walk = Walk();
   std::vector<StageSample> stages;
-  std::deque<std::shared_ptr<Node>> todo;
-  if (model_->output() != nullptr) todo.push_back(model_->output());
-  std::set<int64_t> seen;
-  while (!todo.empty()) {
-    std::shared_ptr<Node> node = std::move(todo.front());
-    todo.pop_front();
-    if (!seen.insert(node->id()).second) continue;
-    stages.push_back({node->long_name(), node->num_elements(),
-                      node->processing_time(), node->buffered_bytes(),
-                      node->buffered_elements(), node->bytes_produced(),
-                      node->bytes_consumed()});
-    for (auto& input : node->inputs()) todo.push_back(std::move(input));
-  }
+  stages.reserve(walk.size());
+  SyncLocked(&walk);
+  for (const WalkNode& w : walk) stages.push_back(Sample(*w.node, *w.stage));
   return stages;
+}
+
+void TuningSession::Observe(std::vector<Knob>* knobs,
+                            std::vector<StageSample>* stages) {
+  mutex_lock l(mu_);
+  std::vector<WalkNode> walk = Walk();
+  stages->clear();
+  stages->reserve(walk.size());
+  SyncLocked(&walk);
+  *knobs = KnobsLocked(walk);
+  for (const WalkNode& w : walk) stages->push_back(Sample(*w.node, *w.stage));
 }
 
 void TuningSession::set_ram_budget(int64_t bytes) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tensorflow/core/framework/model.h"
@@ -26,18 +27,45 @@ using ModelPtr = std::shared_ptr<model::Model>;
 inline constexpr char kParallelism[] = "parallelism";
 inline constexpr char kBufferSize[] = "buffer_size";
 
-// A tunable parameter of the model, as seen from outside.
+// Knob and stage names.
+//
+// A stage's name is its place in the pipeline, so that it survives the
+// re-creation of the stage's iterator (every epoch of a `repeat` above it, a
+// new or restored iterator, each input element of an interleave): the names
+// of the model's nodes from the pipeline's output down to the stage, joined
+// by ".", for example "Prefetch.ParallelMapV2" (the root's own node, named
+// "Intune", is left out). A step that goes into one input among several
+// names it in brackets after the node that has them:
+//   "Zip[1].ParallelMapV2"   the ParallelMapV2 under input 1 of a zip (same
+//                            for concatenate and other multi-input stages);
+//   "ParallelInterleaveV4[*].ParallelMapV2"
+//                            the ParallelMapV2 of the datasets that an
+//                            interleave (or flat_map, group_by_window) makes
+//                            from its input elements: every instance is the
+//                            same stage and shares its knobs;
+//   "ParallelInterleaveV4.TensorSlice"
+//                            the interleave's own input (no brackets).
+// A knob's name is "<stage name>/<parameter>", e.g.
+// "Prefetch.ParallelMapV2/parallelism". Node names keep only [A-Za-z0-9_]
+// (anything else becomes "_"). Node ids ("ParallelMapV2(id:3)", TF's long
+// names) change with every re-creation: they are kept for display only.
+// Python parses names in one place: `intune_tf.session.parse_stage`.
+
+// A knob of the pipeline, as seen from outside: one per name, whatever the
+// number of live instances of its stage.
 struct Knob {
-  std::string name;  // "<node long name>/<parameter name>"
+  std::string name;  // "<stage name>/<parameter>"
   std::string parameter;
-  double value;
-  double min;
-  double max;
+  double value;         // in force on the first instance (output first)
+  double min;           // the largest minimum of the instances
+  double max;           // the smallest maximum of the instances
+  std::string display;  // the instances' node long names, comma-separated
 };
 
 // One node of the pipeline's model, as exported by IntuneObserve.
 struct StageSample {
-  std::string name;  // the node's long name, "<Name>(id:<n>)"
+  std::string name;     // the stage name (see above)
+  int64_t node_id;      // the model node's id (display only)
   int64_t elements;
   int64_t processing_time_ns;
   int64_t buffered_bytes;
@@ -69,26 +97,46 @@ class TuningSession {
   const std::string& tag() const { return tag_; }
   const ModelPtr& tf_model() const { return model_; }
 
-  std::vector<Knob> ListKnobs() const;
+  // The live knobs, sorted by name.
+  std::vector<Knob> ListKnobs() TF_LOCKS_EXCLUDED(mu_);
 
   // Validates every (name, value) pair first; applies none unless all are
-  // valid. Returns the values in force afterwards (the guard may lower buffer
-  // knobs below what was asked).
+  // valid. A name is valid when the session has seen the knob (its stage may
+  // be between two instances, e.g. between two epochs of a `repeat`). A value
+  // is valid when finite and within the knob's range; it is rounded and
+  // clamped to the range (and to what an int64 holds) before it is written
+  // to every live instance of the knob, and remembered: instances created
+  // later start at it. Returns the values in force afterwards (the guard may
+  // lower buffer knobs below what was asked).
   Status SetKnobs(const std::vector<std::string>& names,
                   const std::vector<double>& values,
-                  std::vector<double>* applied);
+                  std::vector<double>* applied) TF_LOCKS_EXCLUDED(mu_);
 
   Status ModelProto(std::string* serialized);
 
   // The model's nodes, breadth first from the output: what a ModelProto
   // snapshot gives the tuner, without building and parsing one.
-  std::vector<StageSample> Stages() const;
+  std::vector<StageSample> Stages() TF_LOCKS_EXCLUDED(mu_);
 
-  // Lowers memory knobs until the pipeline's committed buffer bytes fit the
-  // RAM budget. Called after every SetKnobs (`thorough`) and by the guard
-  // thread, which skips the knob pass while the bytes actually buffered are
-  // below half the budget: buffers then only grow by filling, which the next
-  // round (5 ms later) sees long before they reach the budget.
+  // Knobs and stages from one walk of the model (IntuneObserve).
+  void Observe(std::vector<Knob>* knobs, std::vector<StageSample>* stages)
+      TF_LOCKS_EXCLUDED(mu_);
+
+  // Brings the nodes created since the last pass to the knob values last set
+  // for their names (`SetKnobs`), and buffer knobs that have none to TF's
+  // starting size (at least one element: a prefetch of 0 passes elements
+  // through without overlap). Called by every other method that walks the
+  // model, so also every `guard_period_us` by the root's guard thread (via
+  // EnforceBudget). Its bookkeeping is one entry per live node and one per
+  // knob name: it does not grow with the elements or the instances created.
+  void SyncKnobs() TF_LOCKS_EXCLUDED(mu_);
+
+  // Syncs knobs (SyncKnobs), then lowers memory knobs until the pipeline's
+  // committed buffer bytes fit the RAM budget. Called after every SetKnobs
+  // (`thorough`) and by the guard thread, which skips the knob pass while
+  // the bytes actually buffered are below half the budget: buffers then only
+  // grow by filling, which the next round (5 ms later) sees long before they
+  // reach the budget.
   void EnforceBudget(bool thorough = true) TF_LOCKS_EXCLUDED(mu_);
 
   void set_ram_budget(int64_t bytes);
@@ -96,6 +144,35 @@ class TuningSession {
   SessionCounters Counters() const;
 
  private:
+  // One node of a walk of the model, parents before children.
+  struct WalkNode {
+    std::shared_ptr<model::Node> node;
+    int parent;    // index in the walk; -1 for the output
+    int position;  // among the parent's inputs
+    int siblings;  // the parent's number of inputs
+    const std::string* stage = nullptr;  // set by SyncLocked
+  };
+  // What the session remembers of a knob name.
+  struct KnownKnob {
+    double min = 0;
+    double max = 0;
+    bool has_value = false;  // set by SetKnobs
+    double value = 0;
+  };
+  // A live node: its stage name, and the last pass that saw it.
+  struct NodeEntry {
+    std::string stage;
+    uint64_t pass = 0;
+  };
+
+  std::vector<WalkNode> Walk() const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Names the nodes of `walk`, applies remembered values to the new ones,
+  // forgets the nodes that are gone.
+  void SyncLocked(std::vector<WalkNode>* walk) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string StageName(const std::vector<WalkNode>& walk, int index) const;
+  std::vector<Knob> KnobsLocked(const std::vector<WalkNode>& walk)
+      TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int64_t id_;
   const std::string tag_;
   const ModelPtr model_;
@@ -111,9 +188,15 @@ class TuningSession {
   std::atomic<int64_t> guard_shrinks_{0};
   std::atomic<int64_t> guard_over_budget_{0};
 
-  // Serializes knob writes from SetKnobs and the guard, so that a validated
-  // batch of values is applied and then enforced as one step.
+  // Serializes knob writes (SetKnobs, the sync pass, the guard), so that a
+  // validated batch of values is applied and then enforced as one step, and
+  // guards the bookkeeping of the sync pass.
   mutable mutex mu_;
+  uint64_t pass_ TF_GUARDED_BY(mu_) = 0;
+  // Live nodes by id (std::unordered_map: the walk keeps pointers to the
+  // stage names, which must not move when the map grows).
+  std::unordered_map<int64_t, NodeEntry> nodes_ TF_GUARDED_BY(mu_);
+  std::map<std::string, KnownKnob> known_ TF_GUARDED_BY(mu_);
 };
 
 class SessionRegistry {

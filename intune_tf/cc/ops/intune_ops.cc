@@ -7,6 +7,22 @@ namespace tensorflow {
 namespace intune {
 
 using shape_inference::InferenceContext;
+using shape_inference::ShapeHandle;
+
+// Shape functions of the control ops: inputs of the documented rank.
+Status InputRank(InferenceContext* c, int index, int rank) {
+  ShapeHandle unused;
+  return c->WithRank(c->input(index), rank, &unused);
+}
+
+// One scalar session id in, outputs `vectors` vectors of unknown length.
+Status SessionInVectorsOut(InferenceContext* c, int vectors) {
+  TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
+  for (int i = 0; i < vectors; ++i) {
+    c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+  }
+  return OkStatus();
+}
 
 // The attributes of both dataset ops below (settings.h reads them).
 #define INTUNE_SETTINGS_ATTRS                     \
@@ -98,7 +114,11 @@ REGISTER_OP("IntuneModelProto")
     .Input("session_id: int64")
     .Output("model_proto: string")
     .SetIsStateful()
-    .SetShapeFn(shape_inference::ScalarShape);
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
+      c->set_output(0, c->Scalar());
+      return OkStatus();
+    });
 
 REGISTER_OP("IntuneListKnobs")
     .Input("session_id: int64")
@@ -106,13 +126,15 @@ REGISTER_OP("IntuneListKnobs")
     .Output("values: float64")
     .Output("mins: float64")
     .Output("maxs: float64")
+    .Output("displays: string")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < 4; ++i) {
-        c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
-      }
-      return OkStatus();
-    });
+    .SetShapeFn([](InferenceContext* c) { return SessionInVectorsOut(c, 5); })
+    .Doc(R"doc(
+The live knobs of a session, sorted by name: one per knob name (the
+instances of a stage inside an interleave's function share it), with the
+value of its first instance, the range every instance accepts, and the
+instances' node long names ("<Name>(id:<n>)", comma-separated).
+)doc");
 
 REGISTER_OP("IntuneSetKnobs")
     .Input("session_id: int64")
@@ -121,15 +143,26 @@ REGISTER_OP("IntuneSetKnobs")
     .Output("applied: float64")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(2));
+      TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
+      ShapeHandle names, values, merged;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &names));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &values));
+      TF_RETURN_IF_ERROR(c->Merge(names, values, &merged));
+      c->set_output(0, merged);
       return OkStatus();
-    });
+    })
+    .Doc(R"doc(
+Sets knobs by name, all or none: each value must be finite and within its
+knob's range; it is rounded, written to every live instance of the knob and
+remembered for the instances created later. Returns the values in force.
+)doc");
 
 REGISTER_OP("IntuneSessionStats")
     .Input("session_id: int64")
     .Output("counters: int64")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
       c->set_output(0, c->Vector(10));
       return OkStatus();
     });
@@ -141,27 +174,34 @@ REGISTER_OP("IntuneObserve")
     .Output("stage_names: string")
     .Output("stage_stats: int64")
     .Output("counters: int64")
+    .Output("knob_displays: string")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
       c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
       c->set_output(1, c->Matrix(InferenceContext::kUnknownDim, 3));
       c->set_output(2, c->Vector(InferenceContext::kUnknownDim));
-      c->set_output(3, c->Matrix(InferenceContext::kUnknownDim, 6));
+      c->set_output(3, c->Matrix(InferenceContext::kUnknownDim, 7));
       c->set_output(4, c->Vector(10));
+      c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
       return OkStatus();
     })
     .Doc(R"doc(
-One tuning step's reading of a session: knob names and [value, min, max];
-the model's nodes breadth first from the output, with [elements,
-processing_time_ns, buffered_bytes, buffered_elements, bytes_produced,
-bytes_consumed]; and the counters of IntuneSessionStats.
+One tuning step's reading of a session: knob names and [value, min, max]
+(as IntuneListKnobs); the model's nodes breadth first from the output, by
+stage name, with [elements, processing_time_ns, buffered_bytes,
+buffered_elements, bytes_produced, bytes_consumed, node_id]; the counters of
+IntuneSessionStats; the knobs' node long names (as IntuneListKnobs).
 )doc");
 
 REGISTER_OP("IntuneSetRamBudget")
     .Input("session_id: int64")
     .Input("ram_budget: int64")
     .SetIsStateful()
-    .SetShapeFn(shape_inference::NoOutputs);
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
+      return InputRank(c, 1, 0);
+    });
 
 }  // namespace intune
 }  // namespace tensorflow
