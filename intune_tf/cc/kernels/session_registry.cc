@@ -92,6 +92,13 @@ double BytesPerElement(const Node& node) {
   return 0.0;
 }
 
+// The knob's minimum: a buffer never goes below one element. TF's prefetch
+// with a buffer of 0 hands its consumer elements straight from its input
+// while its own buffer still holds earlier ones: the order changes.
+double KnobMin(const Parameter& p) {
+  return p.name == kBufferSize ? std::max(1.0, p.min) : p.min;
+}
+
 // The value in force, as the iterator reads it (kAutotune, before the
 // iterator's Initialize gives its default, reads as `raw`).
 double RawValue(const Parameter& p) {
@@ -102,19 +109,19 @@ double RawValue(const Parameter& p) {
 
 double ReadValue(const Parameter& p) {
   const double value = RawValue(p);
-  return value == model::kAutotune ? p.min : value;
+  return value == model::kAutotune ? KnobMin(p) : value;
 }
 
 double Clamp(double value, double min, double max) {
   return std::min(std::max(value, min), std::min(max, kMaxInt64Double));
 }
 
-// Writes a value, clamped to the parameter's range, where the iterator reads
+// Writes a value, clamped to the knob's range, where the iterator reads
 // it (the shared state, under its lock) and where the model's readers do
 // (Parameter::value, under the node's lock). The two locks are never held
 // together.
 void WriteValue(Node* node, Parameter* p, double value) {
-  value = Clamp(value, p->min, p->max);
+  value = Clamp(value, KnobMin(*p), p->max);
   if (p->state != nullptr) {
     {
       mutex_lock l(*p->state->mu);
@@ -129,9 +136,7 @@ void WriteValue(Node* node, Parameter* p, double value) {
 // The TF starting size of a buffer knob: the legacy prefetch autotuner (what
 // TF uses for a user's prefetch(AUTOTUNE)) starts at max(1, buffer_size_min),
 // and buffer_size_min is the knob's minimum.
-double StartingBufferSize(const Parameter& p) {
-  return std::max(1.0, p.min);
-}
+double StartingBufferSize(const Parameter& p) { return KnobMin(p); }
 
 // Node names in stage names keep [A-Za-z0-9_].
 std::string Sanitize(const std::string& name) {
@@ -227,7 +232,7 @@ void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
     // their names, else buffers at TF's starting size.
     for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
       KnownKnob& known = known_[absl::StrCat(*w.stage, "/", p->name)];
-      known.min = p->min;
+      known.min = KnobMin(*p);
       known.max = p->max;
       if (known.has_value) {
         WriteValue(w.node.get(), p.get(), known.value);
@@ -264,10 +269,10 @@ std::vector<Knob> TuningSession::KnobsLocked(
       auto [it, inserted] = by_name.try_emplace(name);
       Knob& k = it->second;
       if (inserted) {
-        k = {name,   p->name, ReadValue(*p), p->min,
+        k = {name,   p->name, ReadValue(*p), KnobMin(*p),
              p->max, w.node->long_name()};
       } else {
-        k.min = std::max(k.min, p->min);
+        k.min = std::max(k.min, KnobMin(*p));
         k.max = std::min(k.max, p->max);
         absl::StrAppend(&k.display, ",", w.node->long_name());
       }
@@ -326,7 +331,7 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
         lo = -std::numeric_limits<double>::infinity();
         hi = std::numeric_limits<double>::infinity();
         for (const Instance& instance : instances->second) {
-          lo = std::max(lo, instance.second->min);
+          lo = std::max(lo, KnobMin(*instance.second));
           hi = std::min(hi, instance.second->max);
         }
       }
@@ -416,7 +421,7 @@ void TuningSession::EnforceBudget(bool thorough) {
     const double excess_elements =
         std::ceil((committed - budget) / k.bytes_per_element);
     const double lowered =
-        std::max(k.parameter->min, value - excess_elements);
+        std::max(KnobMin(*k.parameter), value - excess_elements);
     if (lowered < value) {
       WriteValue(k.node.get(), k.parameter.get(), lowered);
       guard_shrinks_.fetch_add(static_cast<int64_t>(value - lowered));
