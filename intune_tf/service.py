@@ -10,10 +10,10 @@ has loaded the InTune kernel library and started the tuner. A dataset with
 tuned on every worker:
 
 - TF's `distribute` registers the dataset through
-  `DatasetV2._apply_debug_options`, which InTune hooks: the graph rewrites
-  and the `IntuneDataset` root are applied on the client, inside the graph
-  sent to the dispatcher, and the root op serializes itself with its options
-  (the tag). Each worker builds that graph, so every iterator a worker
+  `DatasetV2._apply_debug_options`, which InTune hooks: the `IntuneDataset`
+  root goes on top of the graph sent to the dispatcher, and the option
+  travels in that graph (`IntuneOptionsDataset`). Each worker builds the
+  graph and the root rewrites the pipeline there, so every iterator a worker
   creates is a tuning session of the worker process, stepped by the worker's
   tuner. The client's side of `distribute` is not under the root: set the
   option before `distribute`, not on the distributed dataset.
