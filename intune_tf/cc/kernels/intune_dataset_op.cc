@@ -329,7 +329,11 @@ void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
   rewrites::Options options;
   options.include_fixed = settings->include_fixed;
   options.insert_prefetch = settings->insert_prefetch;
-  options.untrack_inner = settings->untrack_inner;
+  // Symbolic checkpoints of interleaves restore through their inner
+  // iterators; those run as TF builds them (restoring through an untracked
+  // wrapper was seen to hang).
+  options.untrack_inner =
+      settings->untrack_inner && !input->options().symbolic_checkpoint();
   options.interleave_buffer = settings->interleave_buffer;
   rewrites::Report report;
   core::RefCountPtr<data::DatasetBase> rewritten;
