@@ -20,6 +20,8 @@ namespace {
 
 namespace model = ::tensorflow::data::model;
 
+inline constexpr char kNodeName[] = "IntuneUntracked";
+
 class IntuneUntrackedDatasetOp : public data::UnaryDatasetOpKernel {
  public:
   explicit IntuneUntrackedDatasetOp(OpKernelConstruction* ctx)
@@ -107,6 +109,8 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
    protected:
     std::shared_ptr<model::Node> CreateNode(
         data::IteratorContext* ctx, model::Node::Args args) const override {
+      // Its own name in the model; the prefix it shares is its parent's.
+      args.name = kNodeName;
       return model::MakeKnownRatioNode(std::move(args), /*ratio=*/1);
     }
 
