@@ -78,7 +78,11 @@ class BuildTfKernels(_build_ext.build_ext):
         "-O2", "-fPIC", "-Wno-sign-compare", "-Wno-deprecated-declarations", "-g0"]
     ext.extra_link_args = (list(tf.sysconfig.get_link_flags()) +
                            _tf_cc_link_flags(tf.sysconfig.get_lib()))
-    ext.define_macros = [("INTUNE_TF_BUILT_FOR", '"%s"' % tf.__version__)]
+    major, minor = (int(part) for part in tf.__version__.split(".")[:2])
+    # TF 2.21's headers no longer define TF_MINOR_VERSION (its build does).
+    ext.define_macros = [("INTUNE_TF_BUILT_FOR", '"%s"' % tf.__version__),
+                         ("INTUNE_TF_MAJOR", str(major)),
+                         ("INTUNE_TF_MINOR", str(minor))]
     super().build_extension(ext)
     _write_stamp(os.path.dirname(self.get_ext_fullpath(ext.name)))
 

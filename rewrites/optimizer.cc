@@ -2,9 +2,12 @@
 // data::RewriteDataset.
 #include "rewrites/optimizer.h"
 
+#include <memory>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer_registry.h"
@@ -19,6 +22,12 @@ void OptionsToParameters(const Options& options, ParameterMap* parameters) {
   (*parameters)[kInsertPrefetch].set_b(options.insert_prefetch);
   (*parameters)[kUntrackInner].set_b(options.untrack_inner);
   (*parameters)[kInterleaveBuffer].set_i(options.interleave_buffer);
+  auto* names = (*parameters)[kTfOptimizations].mutable_list();
+  for (const std::string& name : options.tf_optimizations) names->add_s(name);
+  auto* configs = (*parameters)[kTfOptimizationConfigs].mutable_list();
+  for (const std::string& config : options.tf_optimization_configs) {
+    configs->add_s(config);
+  }
 }
 
 Status OptionsFromParameters(const ParameterMap& parameters, Options* options) {
@@ -33,6 +42,14 @@ Status OptionsFromParameters(const ParameterMap& parameters, Options* options) {
     } else if (name == kInterleaveBuffer &&
                value.value_case() == AttrValue::kI) {
       options->interleave_buffer = value.i();
+    } else if (name == kTfOptimizations &&
+               value.value_case() == AttrValue::kList) {
+      options->tf_optimizations.assign(value.list().s().begin(),
+                                       value.list().s().end());
+    } else if (name == kTfOptimizationConfigs &&
+               value.value_case() == AttrValue::kList) {
+      options->tf_optimization_configs.assign(value.list().s().begin(),
+                                              value.list().s().end());
     } else {
       return errors::InvalidArgument(kOptimizerName, ": unknown parameter ",
                                      name, " or wrong type: ",
@@ -43,6 +60,35 @@ Status OptionsFromParameters(const ParameterMap& parameters, Options* options) {
 }
 
 namespace {
+
+// TF's tf_data_meta_optimizer, configured as FinalizeDataset configures it,
+// on `graph` (the item's graph at that point of the passes).
+Status RunTfOptimizations(const Options& options,
+                          const grappler::GrapplerItem& item,
+                          grappler::Cluster* cluster, GraphDef* graph) {
+  absl::flat_hash_set<tstring> names(options.tf_optimizations.begin(),
+                                     options.tf_optimizations.end());
+  absl::flat_hash_set<tstring> configs(options.tf_optimization_configs.begin(),
+                                       options.tf_optimization_configs.end());
+  const RewriterConfig config = data::CreateRewriterConfig(names, configs);
+  if (config.custom_optimizers_size() != 1) {
+    return errors::Internal("unexpected RewriterConfig for TF's optimizers");
+  }
+  std::unique_ptr<grappler::CustomGraphOptimizer> optimizer =
+      grappler::CustomGraphOptimizerRegistry::CreateByNameOrNull(
+          config.custom_optimizers(0).name());
+  if (optimizer == nullptr) {
+    return errors::NotFound("TF's optimizer ",
+                            config.custom_optimizers(0).name(),
+                            " is not registered");
+  }
+  TF_RETURN_IF_ERROR(optimizer->Init(&config.custom_optimizers(0)));
+  grappler::GrapplerItem tf_item = item.WithGraph(GraphDef(*graph));
+  GraphDef optimized;
+  TF_RETURN_IF_ERROR(optimizer->Optimize(cluster, tf_item, &optimized));
+  graph->Swap(&optimized);
+  return OkStatus();
+}
 
 class IntuneRewritesOptimizer : public grappler::CustomGraphOptimizer {
  public:
@@ -62,7 +108,10 @@ class IntuneRewritesOptimizer : public grappler::CustomGraphOptimizer {
                   GraphDef* optimized_graph) override {
     *optimized_graph = item.graph;
     Report report;
-    const Status status = RunPasses(options_, optimized_graph, &report);
+    const Status status = RunPasses(
+        options_, optimized_graph, &report, [&](GraphDef* graph) {
+          return RunTfOptimizations(options_, item, cluster, graph);
+        });
     if (!status.ok()) {
       report.skipped.push_back(absl::StrCat("all passes: ", status.message()));
     }

@@ -20,6 +20,8 @@ inline constexpr char kIncludeFixed[] = "include_fixed";
 inline constexpr char kInsertPrefetch[] = "insert_prefetch";
 inline constexpr char kUntrackInner[] = "untrack_inner";
 inline constexpr char kInterleaveBuffer[] = "interleave_buffer";
+inline constexpr char kTfOptimizations[] = "tf_optimizations";
+inline constexpr char kTfOptimizationConfigs[] = "tf_optimization_configs";
 
 using ParameterMap = google::protobuf::Map<std::string, AttrValue>;
 

@@ -1,15 +1,19 @@
 // RunPasses, MakeRewriterConfig and ScopedReport (rewrite.h).
 #include "rewrites/rewrite.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
 #include <unordered_set>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rewrites/optimizer.h"
 #include "rewrites/passes.h"
+#include "tensorflow/core/data/dataset_utils.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/platform/errors.h"
 
@@ -54,7 +58,8 @@ Status CheckUsable(const GraphDef& graph) {
 
 }  // namespace
 
-Status RunPasses(const Options& options, GraphDef* graph, Report* report) {
+Status RunPasses(const Options& options, GraphDef* graph, Report* report,
+                 const TfOptimizer& tf_optimizer) {
   if (graph == nullptr || report == nullptr) {
     return errors::InvalidArgument("RunPasses needs a graph and a report");
   }
@@ -65,6 +70,13 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report) {
       "strip_roots",
       [](GraphDef* g, bool*, Fixed*) { return StripRoots(g); },
       graph, report);
+  if (!options.tf_optimizations.empty() && tf_optimizer != nullptr) {
+    RunPass(
+        "tf_optimizations",
+        // TF's inject_prefetch adds a prefetch, as it does without InTune.
+        [&tf_optimizer](GraphDef* g, bool*, Fixed*) { return tf_optimizer(g); },
+        graph, report);
+  }
   RunPass(
       "make_tunable",
       [&options](GraphDef* g, bool*, Fixed* fixed) {
@@ -103,6 +115,35 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report) {
       [](GraphDef* g, bool*, Fixed*) { return DisableTfAutotune(g); }, graph,
       report);
   return OkStatus();
+}
+
+void SelectTfOptimizations(const data::Options& input_options,
+                           Options* options) {
+  options->tf_optimizations.clear();
+  options->tf_optimization_configs.clear();
+  if (!data::ShouldUseAutotuning(input_options)) return;
+  absl::flat_hash_set<tstring> enabled, disabled, by_default;
+  data::GetOptimizations(input_options, &enabled, &disabled, &by_default);
+  // As FinalizeDataset: it assumes a ModelDataset, which InTune replaces.
+  disabled.insert("enable_gradient_descent");
+  const absl::flat_hash_set<tstring> configs =
+      data::CreateGraphRewriteConfigs(input_options);
+  for (const tstring& tconfig : configs) {
+    const std::string config(tconfig);
+    const std::string name = config.substr(0, config.find(':'));
+    const bool asked = enabled.contains(name) || by_default.contains(name);
+    if (!asked || disabled.contains(name) ||
+        !absl::EndsWith(config, ":autotune:true")) {
+      continue;
+    }
+    options->tf_optimizations.push_back(name);
+    options->tf_optimization_configs.push_back(config);
+  }
+  // Sets iterate in no fixed order; the meta optimizer runs its list in
+  // order, so sort for one graph per pipeline.
+  std::sort(options->tf_optimizations.begin(), options->tf_optimizations.end());
+  std::sort(options->tf_optimization_configs.begin(),
+            options->tf_optimization_configs.end());
 }
 
 RewriterConfig MakeRewriterConfig(const Options& options) {

@@ -13,10 +13,12 @@
 #define INTUNE_TF_REWRITES_REWRITE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/platform/status.h"
 #include "tensorflow/core/protobuf/rewriter_config.pb.h"
@@ -35,6 +37,12 @@ struct Options {
   bool insert_prefetch = true;
   bool untrack_inner = true;
   int64_t interleave_buffer = 0;  // 0: keep TF's
+  // TF's own static optimizations that apply only with autotune on, and
+  // their configs ("<optimizer>:autotune:true"), as TFOptimizationsFor
+  // selects them; run by TF's tf_data_meta_optimizer right after
+  // strip_roots. Empty: none.
+  std::vector<std::string> tf_optimizations;
+  std::vector<std::string> tf_optimization_configs;
 };
 
 struct Report {
@@ -51,13 +59,29 @@ struct Report {
   std::string fingerprint;
 };
 
-// All passes, in order: strip_roots, make_tunable, insert_prefetch (if
+// Runs TF's data optimizations named in Options::tf_optimizations on a graph.
+using TfOptimizer = std::function<Status(GraphDef* graph)>;
+
+// All passes, in order: strip_roots, TF's optimizations (if any, through
+// `tf_optimizer`), make_tunable, insert_prefetch (if
 // asked), untrack_inner (if asked), raise_interleave_buffers (if > 0),
 // disable_tf_autotune. A pass that fails (bad graph) is skipped and recorded
 // in report->skipped, and the graph is kept as it was before that pass; the
 // others still run. Returns OK unless the graph is unusable (null, or two
 // nodes with one name), in which case nothing is changed.
-Status RunPasses(const Options& options, GraphDef* graph, Report* report);
+Status RunPasses(const Options& options, GraphDef* graph, Report* report,
+                 const TfOptimizer& tf_optimizer = nullptr);
+
+// TF's FinalizeDataset applies its static optimizations with the options of
+// the dataset it finalizes, and IntuneDataset's options turn TF's autotuner
+// off: the optimizations that run only with autotune on (inject_prefetch,
+// map_parallelization and those a user enables, e.g. filter_parallelization)
+// do nothing there. Fills options->tf_optimizations (and their configs) with
+// those that TF would have run on a pipeline with `input_options`, so that
+// under InTune the pipeline has the structure it has on plain TF (same
+// iterator checkpoint keys, same parallel stages).
+void SelectTfOptimizations(const data::Options& input_options,
+                           Options* options);
 
 // A RewriterConfig for data::RewriteDataset that runs RunPasses (as the
 // Grappler custom optimizer kOptimizerName registered by this library,

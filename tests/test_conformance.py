@@ -453,15 +453,23 @@ def _global_shuffle() -> Callable | None:
 @pytest.mark.skipif(_global_shuffle() is None,
                     reason="global_shuffle needs TF >= 2.17 (this is "
                     f"{tf.__version__})")
-def test_global_shuffle_as_plain_tf():
+@pytest.mark.parametrize("option_below", [False, True],
+                         ids=["option_above", "option_below"])
+def test_global_shuffle_as_plain_tf(option_below):
+  """The option set above the shuffle, or below it (the shuffled dataset
+  then reads its input by index through InTune's option dataset)."""
   shuffle = _global_shuffle()
 
-  def make():
-    return shuffle(tf.data.Dataset.range(100).map(lambda x: x * 2), seed=42)
+  def make(on: bool):
+    ds = tf.data.Dataset.range(100).map(lambda x: x * 2)
+    if on and option_below:
+      return shuffle(conf.with_intune(ds), seed=42)
+    ds = shuffle(ds, seed=42)
+    return conf.with_intune(ds) if on else ds
 
-  plain = _epochs(make(), 3)
+  plain = _epochs(make(False), 3)
   with _reported("with InTune"):
-    tuned = _epochs(conf.with_intune(make()), 3)
+    tuned = _epochs(make(True), 3)
   assert sorted(plain[0]) == [2 * i for i in range(100)]
   for n, (p, t) in enumerate(zip(plain, tuned)):
     assert t == p, f"epoch {n}: InTune order {t[:8]}..., plain {p[:8]}..."
@@ -538,6 +546,11 @@ _CKPT_PIPELINES = {
         lambda tmp: tf.data.Dataset.range(100).map(
             lambda x: x * x, num_parallel_calls=AUTOTUNE).batch(4),
         intune_tf.IntuneOptions(insert_prefetch=True), False),
+    "text_interleave": (
+        lambda tmp: tf.data.Dataset.from_tensor_slices(
+            _text_files(tmp)).interleave(tf.data.TextLineDataset,
+                                         cycle_length=2),
+        intune_tf.IntuneOptions(), False),
     "text_parallel_interleave": (
         lambda tmp: tf.data.Dataset.from_tensor_slices(
             _text_files(tmp)).interleave(
@@ -547,19 +560,20 @@ _CKPT_PIPELINES = {
 }
 _DIRECTIONS = {"on_to_on": (True, True), "off_to_on": (False, True),
                "on_to_off": (True, False)}
+# Plain TF (2.16 and 2.21, intune_tf not imported) hangs in the first
+# GetNext after restoring a symbolic checkpoint of a parallel interleave, so
+# there is nothing for InTune to match: those cases are not generated.
+_TF_HANGS_ON_SYMBOLIC_RESTORE = {"text_parallel_interleave"}
+_CKPT_CASES = [
+    pytest.param(name, direction, symbolic,
+                 id=f"{name}-{direction}-{'symbolic' if symbolic else 'saveable'}")
+    for name in _CKPT_PIPELINES for direction in _DIRECTIONS
+    for symbolic in (False, True)
+    if not (symbolic and name in _TF_HANGS_ON_SYMBOLIC_RESTORE)]
 _READ_BEFORE_SAVE = 7
 
 
-# An open defect, not a pass: this case passes alone but hangs in GetNext
-# after the restore when it runs after the other symbolic-checkpoint cases in
-# one process (InTune on, untracked wrappers off under symbolic checkpoints).
-_OPEN_DEFECTS = {("text_parallel_interleave", "on_to_on", True)}
-
-
-@pytest.mark.parametrize("symbolic", [False, True],
-                         ids=["saveable", "symbolic"])
-@pytest.mark.parametrize("direction", list(_DIRECTIONS))
-@pytest.mark.parametrize("name", list(_CKPT_PIPELINES))
+@pytest.mark.parametrize("name,direction,symbolic", _CKPT_CASES)
 def test_checkpoint_mid_epoch(tmp_path, name, direction, symbolic):
   """Save after k elements, restore into a fresh iterator, continue: nothing
   lost or repeated. Across the option (off -> on, on -> off), a pipeline
@@ -567,9 +581,6 @@ def test_checkpoint_mid_epoch(tmp_path, name, direction, symbolic):
   restoring side, with an error that names InTune and says what to do (with
   it off, no InTune code runs: TF's own error says the dataset changed); one
   whose structure they keep must restore."""
-  if (name, direction, symbolic) in _OPEN_DEFECTS:
-    pytest.skip("open defect: hangs after the other symbolic-checkpoint "
-                "cases in one process (passes alone)")
   build, options, structure_kept = _CKPT_PIPELINES[name]
   save_on, restore_on = _DIRECTIONS[direction]
 

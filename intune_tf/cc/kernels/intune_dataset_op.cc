@@ -150,6 +150,10 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
     return rewritten_->Get(ctx, index, out_tensors);
   }
 #if INTUNE_TF_HAS_RANDOM_INDEXING
+  Status Get(data::AnyContext ctx, int64_t index,
+             std::vector<Tensor>* out_tensors) const override {
+    return rewritten_->Get(ctx, index, out_tensors);
+  }
   Status RandomIndexingCompatible() const override {
     return rewritten_->RandomIndexingCompatible();
   }
@@ -335,6 +339,7 @@ void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
   options.untrack_inner =
       settings->untrack_inner && !input->options().symbolic_checkpoint();
   options.interleave_buffer = settings->interleave_buffer;
+  rewrites::SelectTfOptimizations(input->options(), &options);
   rewrites::Report report;
   core::RefCountPtr<data::DatasetBase> rewritten;
   Status status;

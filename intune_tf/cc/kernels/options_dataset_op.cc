@@ -80,6 +80,10 @@ class IntuneOptionsDatasetOp::Dataset : public data::DatasetBase,
     return input_->Get(ctx, index, out_tensors);
   }
 #if INTUNE_TF_HAS_RANDOM_INDEXING
+  Status Get(data::AnyContext ctx, int64_t index,
+             std::vector<Tensor>* out_tensors) const override {
+    return input_->Get(ctx, index, out_tensors);
+  }
   Status RandomIndexingCompatible() const override {
     return input_->RandomIndexingCompatible();
   }

@@ -299,6 +299,7 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
                                    values.size(), " values.");
   }
   using Instance = std::pair<Node*, std::shared_ptr<Parameter>>;
+  Proposal proposal;
   std::vector<WalkNode> walk;
   std::map<std::string, std::vector<Instance>> live;
   {
@@ -349,11 +350,11 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
       auto instances = live.find(names[i]);
       if (instances == live.end()) continue;
       for (const Instance& instance : instances->second) {
-        WriteValue(instance.first, instance.second.get(), targets[i]);
+        proposal[instance.second.get()] = targets[i];
       }
     }
   }
-  EnforceBudget();
+  EnforceBudget(/*thorough=*/true, &proposal);
   applied->clear();
   mutex_lock l(mu_);
   for (const std::string& name : names) {
@@ -365,7 +366,7 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
   return OkStatus();
 }
 
-void TuningSession::EnforceBudget(bool thorough) {
+void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   std::vector<WalkNode> walk;
   {
     mutex_lock l(mu_);
@@ -373,15 +374,42 @@ void TuningSession::EnforceBudget(bool thorough) {
     SyncLocked(&walk);
   }
   if (walk.empty()) return;
+  // The value a parameter is about to have: proposed, else its own.
+  auto value_of = [proposal](const Parameter& p) {
+    if (proposal != nullptr) {
+      auto found = proposal->find(&p);
+      if (found != proposal->end()) return found->second;
+    }
+    return ReadValue(p);
+  };
+  // Values are written once the knob pass below has lowered what it must:
+  // a raised buffer never fills past the budget in between.
+  auto write = [&walk](const Proposal& values) {
+    if (values.empty()) return;
+    for (const WalkNode& w : walk) {
+      for (const auto& p : NodeAccess::TunableParameters(*w.node)) {
+        auto found = values.find(p.get());
+        if (found != values.end()) {
+          WriteValue(w.node.get(), p.get(), found->second);
+        }
+      }
+    }
+  };
+  Proposal to_write;
+  if (proposal != nullptr) to_write = *proposal;
   int64_t total = 0;
   for (const WalkNode& w : walk) total += w.node->buffered_bytes();
   int64_t peak = peak_buffered_bytes_.load();
   while (total > peak && !peak_buffered_bytes_.compare_exchange_weak(peak, total)) {
   }
   const int64_t budget = ram_budget_.load();
-  if (budget <= 0) return;
+  if (budget <= 0 || (!thorough && total <= budget / 2)) {
+    if (total > budget && budget > 0) guard_over_budget_.fetch_add(1);
+    mutex_lock l(mu_);
+    write(to_write);
+    return;
+  }
   if (total > budget) guard_over_budget_.fetch_add(1);
-  if (!thorough && total <= budget / 2) return;
 
   // Bytes held by async nodes without a memory knob cannot be lowered: they
   // are subtracted from what the knobs may commit. Buffer knobs are lowered
@@ -410,24 +438,28 @@ void TuningSession::EnforceBudget(bool thorough) {
                    });
   mutex_lock l(mu_);
   double committed = fixed_bytes;
+  // A stage also holds the element its consumer is taking (out of its
+  // buffer, not yet in the consumer's): one more per knob.
   for (const auto& k : knobs) {
-    committed += std::max<double>(ReadValue(*k.parameter),
-                                  k.node->buffered_elements()) *
+    committed += (std::max<double>(value_of(*k.parameter),
+                                   k.node->buffered_elements()) +
+                  1) *
                  k.bytes_per_element;
   }
   for (auto& k : knobs) {
     if (committed <= budget) break;
-    const double value = ReadValue(*k.parameter);
+    const double value = value_of(*k.parameter);
     const double excess_elements =
         std::ceil((committed - budget) / k.bytes_per_element);
     const double lowered =
         std::max(KnobMin(*k.parameter), value - excess_elements);
     if (lowered < value) {
-      WriteValue(k.node.get(), k.parameter.get(), lowered);
+      to_write[k.parameter.get()] = lowered;
       guard_shrinks_.fetch_add(static_cast<int64_t>(value - lowered));
       committed -= (value - lowered) * k.bytes_per_element;
     }
   }
+  write(to_write);
 }
 
 Status TuningSession::ModelProto(std::string* serialized) {

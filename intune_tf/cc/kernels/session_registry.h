@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "tensorflow/core/framework/model.h"
 #include "tensorflow/core/platform/mutex.h"
 #include "tensorflow/core/platform/status.h"
@@ -137,7 +139,12 @@ class TuningSession {
   // the bytes actually buffered are below half the budget: buffers then only
   // grow by filling, which the next round (5 ms later) sees long before they
   // reach the budget.
-  void EnforceBudget(bool thorough = true) TF_LOCKS_EXCLUDED(mu_);
+  // With `proposal` (values about to be set, by parameter), the pass counts
+  // them instead of the parameters' values and writes them, lowered where the
+  // budget requires, in one step under mu_.
+  using Proposal = absl::flat_hash_map<const model::Parameter*, double>;
+  void EnforceBudget(bool thorough = true, const Proposal* proposal = nullptr)
+      TF_LOCKS_EXCLUDED(mu_);
 
   void set_ram_budget(int64_t bytes);
   void RecordGetNext(int64_t start_us, int64_t end_us);
