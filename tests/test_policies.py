@@ -149,14 +149,16 @@ def test_registered_policy_is_selectable():
 
 _A = tf.data.AUTOTUNE
 # Pipelines whose tuned stages are re-created every epoch (40 elements): the
-# names of their map and prefetch stages.
+# names of their map and prefetch stages. Above the repeat, the prefetch that
+# TF injects over a pipeline ending in a synchronous stage (inject_prefetch),
+# as on plain TF.
 _EPOCHS = {
     "repeat": (lambda: tf.data.Dataset.range(40).map(
         lambda x: x + 1, num_parallel_calls=_A).prefetch(_A).repeat(),
-               "ForeverRepeat.Prefetch"),
+               "Prefetch.ForeverRepeat.Prefetch"),
     "take_of_repeat": (lambda: tf.data.Dataset.range(40).map(
         lambda x: x + 1, num_parallel_calls=_A).prefetch(_A).repeat().take(
-            10**6), "FiniteTake.ForeverRepeat.Prefetch"),
+            10**6), "Prefetch.FiniteTake.ForeverRepeat.Prefetch"),
 }
 
 
@@ -164,7 +166,7 @@ _EPOCHS = {
 def test_fixed_config_holds_in_every_epoch(pipeline):
   make, prefetch = _EPOCHS[pipeline]
   config = {f"{prefetch}.ParallelMapV2/parallelism": 1.0,
-            f"{prefetch}/buffer_size": 3.0}
+            f"{prefetch}/buffer_size": 3.0, "Prefetch/buffer_size": 2.0}
   options = tf.data.Options()
   # One tuning step (the first): a static policy steps again only when the
   # pipeline's knob names change, and they do not.

@@ -441,7 +441,8 @@ def test_inner_map_of_an_interleave_is_one_knob(tmp_path, inner_stats):
 
 def _prefetch_holds(session):
   stats = {s.name: s for s in session.stats()}
-  return stats["ForeverRepeat.Prefetch"].buffered_elements >= 1
+  # Under the prefetch TF injects above the repeat (inject_prefetch).
+  return stats["Prefetch.ForeverRepeat.Prefetch"].buffered_elements >= 1
 
 
 @pytest.mark.parametrize("policy", ["manual", "fixed"])
@@ -450,11 +451,11 @@ def test_prefetch_autotune_holds_an_element_in_every_epoch(policy):
   fields = {"policy": policy, "period_s": 60.0}
   if policy == "fixed":
     fields["config"] = {
-        "ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1}
+        "Prefetch.ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1}
   it = iter(_tuned(make(), **fields))
   next(it)
   session = intune_tf.sessions()[-1]
-  buffer = "ForeverRepeat.Prefetch/buffer_size"
+  buffer = "Prefetch.ForeverRepeat.Prefetch/buffer_size"
   for _ in range(3):
     # The consumer waits: the guard's pass gave the new prefetch its start,
     # so it fills before anything reads the session.

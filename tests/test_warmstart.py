@@ -115,8 +115,10 @@ def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
   probe.experimental_intune = intune_tf.IntuneOptions(policy="manual")
   it = iter(_epochs().with_options(probe))
   next(it)
-  config = {"ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1.0,
-            "ForeverRepeat.Prefetch/buffer_size": 3.0}
+  # The top prefetch is the one TF injects above the repeat.
+  config = {"Prefetch.ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1.0,
+            "Prefetch.ForeverRepeat.Prefetch/buffer_size": 3.0,
+            "Prefetch/buffer_size": 2.0}
   assert set(config) == {k.name for k in intune_tf.sessions()[-1].knobs()}
   warmstart.save(intune_tf.sessions()[-1], config, 100.0)
   del it
