@@ -1,4 +1,5 @@
-"""The one place where intune_tf reaches into TensorFlow's private API.
+"""The hooks into TensorFlow's private tf.data API (with `_root.py`, which
+builds the InTune datasets on TF's dataset classes).
 
 `import intune_tf` adds the `experimental_intune` option to `tf.data.Options`
 and makes every iterator creation of a dataset with the option on go through

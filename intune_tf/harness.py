@@ -669,7 +669,7 @@ def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
       "bench", help="Run policies side by side on benchmark scenarios.")
   p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
-                 help="Comma-separated policies (default: the six baselines)."
+                 help="Comma-separated policies (default: the baselines and intune)."
                  f" Valid: {', '.join(BASELINES)}, and registered ones.")
   p.add_argument("--scenarios", default=scenarios_lib.DEFAULT,
                  help=f"Comma-separated scenarios (default "

@@ -263,13 +263,11 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
       return errors::FailedPrecondition(
           "InTune could not restore this iterator checkpoint: ", s.message(),
           " InTune's graph rewrites changed the pipeline's structure "
-          "(prefetches inserted after parallel stages, or the datasets of "
-          "interleave functions wrapped to run without statistics), so a "
-          "checkpoint written with InTune off or with other "
-          "IntuneOptions does not match it. Restore with the options the "
-          "checkpoint was written with, or turn off the rewrites that change "
-          "the structure: IntuneOptions(insert_prefetch=False, "
-          "inner_stats=True).");
+          "(prefetches inserted after parallel stages), so a checkpoint "
+          "written with InTune off or with other IntuneOptions does not "
+          "match it. Restore with the options the checkpoint was written "
+          "with, or turn off the rewrite that changes the structure: "
+          "IntuneOptions(insert_prefetch=False).");
     }
 
    private:
