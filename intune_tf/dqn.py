@@ -488,15 +488,75 @@ class Agent:
 
 def save_weights(path: str, weights: Sequence[np.ndarray],
                  metadata: dict | None = None) -> None:
-  """Writes weights and JSON metadata to an .npz file atomically."""
+  """Writes weights and JSON metadata to an .npz file atomically (a temp file
+  of its own in the same folder, then a rename: concurrent saves of one path
+  never share a temp file)."""
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
   arrays = {f"w{i}": np.asarray(w, np.float32) for i, w in enumerate(weights)}
   arrays["metadata"] = np.frombuffer(
       json.dumps(metadata or {}).encode(), dtype=np.uint8)
-  tmp = f"{path}.tmp.npz"
-  np.savez_compressed(tmp, **arrays)
-  os.replace(tmp, path)
+  fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".",
+                             suffix=".tmp.npz",
+                             dir=os.path.dirname(os.path.abspath(path)))
+  try:
+    with os.fdopen(fd, "wb") as f:
+      np.savez_compressed(f, **arrays)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+# Limits on a weights file, checked before any array is read: the shipped
+# network is 23 KB on disk and 27 KB of float32 arrays.
+MAX_WEIGHTS_FILE_BYTES = 4 << 20
+MAX_WEIGHTS_ARRAY_BYTES = 16 << 20
+_MAX_METADATA_BYTES = 1 << 20
+
+
+def _check_weights_archive(path: str) -> None:
+  """Checks an .npz's size, member names and .npy headers (dtype, shape)
+  without reading any array.
+
+  Raises:
+    ValueError: what is wrong with the file.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  import re  # pylint: disable=g-import-not-at-top
+  import zipfile  # pylint: disable=g-import-not-at-top
+  size = os.path.getsize(path)
+  if size > MAX_WEIGHTS_FILE_BYTES:
+    raise ValueError(f"{size} bytes, more than an agent weights file may "
+                     f"hold ({MAX_WEIGHTS_FILE_BYTES})")
+  with zipfile.ZipFile(path) as archive:
+    members = archive.infolist()
+    if len(members) > 16:
+      raise ValueError(f"{len(members)} members")
+    for member in members:
+      if not re.fullmatch(r"(w\d+|metadata)\.npy", member.filename):
+        raise ValueError(f"unexpected member {member.filename!r}")
+      is_metadata = member.filename == "metadata.npy"
+      limit = _MAX_METADATA_BYTES if is_metadata else MAX_WEIGHTS_ARRAY_BYTES
+      if member.file_size > limit + 1024:
+        raise ValueError(f"{member.filename} unpacks to {member.file_size} "
+                         f"bytes (limit {limit})")
+      with archive.open(member) as stream:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+          shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+          shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+          raise ValueError(f"{member.filename}: .npy version {version}")
+      wanted = np.uint8 if is_metadata else np.float32
+      if dtype != wanted:
+        raise ValueError(f"{member.filename} holds {dtype}, not "
+                         f"{np.dtype(wanted)}")
+      if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > limit:
+        raise ValueError(f"{member.filename} declares shape {shape}")
 
 
 def _file_key(path: str) -> tuple[int, int]:
@@ -522,6 +582,7 @@ def load_weights(path: str) -> tuple[list[np.ndarray], dict]:
   import json  # pylint: disable=g-import-not-at-top
   import zipfile  # pylint: disable=g-import-not-at-top
   try:
+    _check_weights_archive(path)
     with np.load(path, allow_pickle=False) as data:
       names = sorted((n for n in data.files if n.startswith("w")),
                      key=lambda n: int(n[1:]))
@@ -534,4 +595,18 @@ def load_weights(path: str) -> tuple[list[np.ndarray], dict]:
     raise ValueError(
         f"{path} holds {len(weights)} arrays (first {weights[0].shape if weights else None}); "
         f"an InTune agent has 6, the first of shape ({NUM_FEATURES}, hidden).")
+  # Dense layers: kernel (n, m) then bias (m,), each layer's n the last m.
+  expected_in = NUM_FEATURES
+  for layer in range(3):
+    kernel, bias = weights[2 * layer], weights[2 * layer + 1]
+    if (kernel.ndim != 2 or kernel.shape[0] != expected_in or
+        bias.shape != (kernel.shape[1],)):
+      raise ValueError(
+          f"{path}: layer {layer} has shapes {kernel.shape} and {bias.shape}; "
+          f"expected ({expected_in}, m) and (m,).")
+    expected_in = kernel.shape[1]
+  for i, w in enumerate(weights):
+    if not np.all(np.isfinite(w)):
+      raise ValueError(f"{path}: array w{i} holds NaN or infinite values; "
+                       "delete the file (a warm start then starts cold).")
   return weights, metadata

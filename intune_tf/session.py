@@ -344,14 +344,24 @@ class Session:
     self._last_knobs: tuple[tuple, tuple[Knob, ...]] | None = None
     self._set_tensors: dict[tuple, tuple[tf.Tensor, tf.Tensor]] = {}
     self._tag = tag
+    # A tag this process cannot read (a tf.data service worker of another
+    # intune_tf version) leaves the session untuned: tuning it with default
+    # options would ignore what the user asked for.
+    self._options_error: str | None = None
     try:
       self._options = IntuneOptions.from_json(tag) if tag else IntuneOptions()
-    except (ValueError, TypeError):
-      self._options = IntuneOptions()
+    except (ValueError, TypeError) as e:
+      self._options = IntuneOptions(policy="manual")
+      self._options_error = str(e)
     try:
       self._fingerprint = str(json.loads(tag).get("fingerprint") or "")
     except (ValueError, TypeError, AttributeError):
       self._fingerprint = ""
+
+  @property
+  def options_error(self) -> str | None:
+    """Why this process could not read the session's options (None: read)."""
+    return self._options_error
 
   def __repr__(self) -> str:
     name = f" {self._options.name!r}" if self._options.name else ""

@@ -49,6 +49,7 @@ import numbers
 import os
 import pathlib
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -453,10 +454,32 @@ def remove_stale(directory: str | os.PathLike) -> list[pathlib.Path]:
   return removed
 
 
+def read_json_file(path: str | os.PathLike, max_bytes: int = 4 << 20) -> Any:
+  """The JSON value in a regular file of at most `max_bytes` (default 4 MiB),
+  checked before anything is read: a FIFO, a device or a huge file is
+  refused at once (opened non-blocking, so a FIFO cannot hang the reader).
+
+  Raises:
+    OSError: the file cannot be opened.
+    ValueError: not a regular file, too large, or not JSON.
+  """
+  fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+  with os.fdopen(fd, "rb") as f:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+      raise ValueError(f"{path} is not a regular file")
+    if info.st_size > max_bytes:
+      raise ValueError(f"{path} has {info.st_size} bytes, more than the "
+                       f"{max_bytes} such a file may hold")
+    text = f.read(max_bytes + 1)
+  if len(text) > max_bytes:
+    raise ValueError(f"{path} grew past {max_bytes} bytes while read")
+  return json.loads(text.decode("utf-8"))
+
+
 def _load(path: pathlib.Path) -> dict[str, Any] | None:
   try:
-    with open(path, encoding="utf-8") as f:
-      data = json.load(f)
+    data = read_json_file(path)
   except (OSError, ValueError):
     return None
   return data if isinstance(data, dict) and data.get("format") == FORMAT \

@@ -29,6 +29,8 @@ class _Tuned:
 
   def __init__(self, session: session_lib.Session):
     self.session = session
+    if session.options_error is not None:
+      raise ValueError(f"its options could not be read ({session.options_error})")
     self.policy = policies.create(session.options)
     bind = getattr(self.policy, "bind", None)
     if bind is not None:
@@ -38,7 +40,8 @@ class _Tuned:
         logging.warning("InTune: warm start of %r failed: %r", session, e)
     self.observer = observation_lib.Observer(session)
     self.last_good: dict[str, float] | None = None
-    self.reported_error = False
+    self.reported_error = False  # by the policy's step
+    self.reported_failure = False  # by anything else in a step
     self.next_step = 0.0
     self.static_knobs: tuple[str, ...] | None = None
 
@@ -53,6 +56,7 @@ class Tuner:
     self._stop = threading.Event()
     self._listeners = []
     self._driven: set[int] = set()
+    self._failed_listeners: set[int] = set()
     self._stops_at_exit = False
 
   def drive(self, session_id: int) -> None:
@@ -145,8 +149,15 @@ class Tuner:
         if s.id not in self._tuned:
           try:
             self._tuned[s.id] = _Tuned(s)
-          except ValueError as e:  # unknown policy in a foreign tag
-            logging.error("InTune session %d cannot be tuned: %s", s.id, e)
+          except Exception as e:  # pylint: disable=broad-except
+            # An unknown policy in a foreign tag (ValueError), or a bug or an
+            # unreadable file in a policy's constructor: this session runs
+            # with the knob values it has; the others are still tuned.
+            logging.error(
+                "InTune session %d cannot be tuned: its policy %r could not "
+                "be made: %r. Its pipeline runs with the values it has.",
+                s.id, s.options.policy, e,
+                exc_info=not isinstance(e, ValueError))
             self._tuned[s.id] = None
       tuned = [t for t in self._tuned.values() if t is not None]
     now = time.monotonic()
@@ -157,38 +168,59 @@ class Tuner:
       self._step_one(t)
 
   def _step_one(self, t: _Tuned) -> None:
+    """One step of one session. Never raises: a failure is logged once per
+    session and the session keeps its last configuration, so that neither
+    the other sessions nor a training loop that drives the step stop."""
     try:
-      if t.policy.static and not self._listeners:
-        names = tuple(k.name for k in t.session.knobs())
-        if names == t.static_knobs:
-          return
-        t.static_knobs = names
-      obs = t.observer.observe()
-      if not obs.knobs:
-        return
-      try:
-        wanted = t.policy.step(obs)
-      except Exception as e:  # pylint: disable=broad-except
-        if not t.reported_error:
-          logging.error("InTune policy %r failed on %r: %r. The pipeline "
-                        "keeps its last good configuration.",
-                        t.session.options.policy, t.session, e)
-          t.reported_error = True
-        if t.last_good:
-          names = {k.name for k in obs.knobs}
-          t.session.set({k: v for k, v in t.last_good.items() if k in names})
-        return
-      current = {k.name: k.value for k in obs.knobs}
-      # A knob the policy remembers may have vanished since (a stage rebuilt
-      # its inner datasets): only knobs the session has now are set.
-      changes = {k: v for k, v in wanted.items()
-                 if k in current and current[k] != v}
-      applied = t.session.set(changes) if changes else {}
-      t.last_good = {**current, **applied}
-      for listener in list(self._listeners):
-        listener(t.session, obs, applied)
+      self._step_one_unguarded(t)
     except session_lib.SessionGoneError:
       pass
+    except Exception as e:  # pylint: disable=broad-except
+      if not t.reported_failure:
+        t.reported_failure = True
+        logging.error("InTune tuning step of %r failed: %r. Its pipeline "
+                      "keeps its configuration; reported once.", t.session,
+                      e, exc_info=True)
+
+  def _call_listeners(self, t: _Tuned, obs, applied) -> None:
+    for listener in list(self._listeners):
+      try:
+        listener(t.session, obs, applied)
+      except Exception as e:  # pylint: disable=broad-except
+        if id(listener) not in self._failed_listeners:
+          self._failed_listeners.add(id(listener))
+          logging.error("InTune step listener %r failed: %r (reported once; "
+                        "tuning goes on).", listener, e, exc_info=True)
+
+  def _step_one_unguarded(self, t: _Tuned) -> None:
+    if t.policy.static and not self._listeners:
+      names = tuple(k.name for k in t.session.knobs())
+      if names == t.static_knobs:
+        return
+      t.static_knobs = names
+    obs = t.observer.observe()
+    if not obs.knobs:
+      return
+    try:
+      wanted = t.policy.step(obs)
+    except Exception as e:  # pylint: disable=broad-except
+      if not t.reported_error:
+        logging.error("InTune policy %r failed on %r: %r. The pipeline "
+                      "keeps its last good configuration.",
+                      t.session.options.policy, t.session, e)
+        t.reported_error = True
+      if t.last_good:
+        names = {k.name for k in obs.knobs}
+        t.session.set({k: v for k, v in t.last_good.items() if k in names})
+      return
+    current = {k.name: k.value for k in obs.knobs}
+    # A knob the policy remembers may have vanished since (a stage rebuilt
+    # its inner datasets): only knobs the session has now are set.
+    changes = {k: v for k, v in wanted.items()
+               if k in current and current[k] != v}
+    applied = t.session.set(changes) if changes else {}
+    t.last_good = {**current, **applied}
+    self._call_listeners(t, obs, applied)
 
 
 _TUNER = Tuner()

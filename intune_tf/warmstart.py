@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pathlib
 import time
 from typing import Mapping, Sequence
 
@@ -24,6 +25,7 @@ import numpy as np
 from absl import logging
 
 from intune_tf import host
+from intune_tf import status
 
 FORMAT_VERSION = 1
 
@@ -98,10 +100,7 @@ def save(session, config: Mapping[str, float] | None = None,
           "config": {k: float(v) for k, v in config.items()},
           "rows_per_s": float(rows_per_s), "saved": time.time(),
           "weights": weights is not None}
-  tmp = base + ".json.tmp"
-  with open(tmp, "w") as f:
-    json.dump(data, f, indent=1, sort_keys=True)
-  os.replace(tmp, base + ".json")
+  status.write_json_atomic(pathlib.Path(base + ".json"), data)
   return base + ".json"
 
 
@@ -134,8 +133,7 @@ def load(session) -> State | None:
   if not os.path.exists(path):
     return None
   try:
-    with open(path) as f:
-      data = json.load(f)
+    data = status.read_json_file(path, max_bytes=1 << 20)
     config = _check(data, fp, path)
     rate = float(data.get("rows_per_s") or 0.0)
   except (OSError, ValueError, TypeError) as e:

@@ -1,5 +1,9 @@
 """Tests of intune_tf.dqn: reward, TD targets, masking, network, persistence."""
 
+import io
+import resource
+import zipfile
+
 import numpy as np
 import pytest
 
@@ -197,6 +201,53 @@ def test_weights_round_trip_and_bad_files(tmp_path):
   dqn.save_weights(str(wrong), [np.zeros((3, 3))])
   with pytest.raises(ValueError, match="holds 1 arrays"):
     dqn.load_weights(str(wrong))
+
+
+def _npz_with(tmp_path, name, members: dict[str, bytes]) -> str:
+  path = str(tmp_path / name)
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+    for member, data in members.items():
+      archive.writestr(member, data)
+  return path
+
+
+def _npy_header(shape, dtype="<f4") -> bytes:
+  stream = io.BytesIO()
+  np.lib.format.write_array_header_1_0(
+      stream, {"descr": dtype, "fortran_order": False, "shape": shape})
+  return stream.getvalue()  # the magic string, then the header
+
+
+@pytest.mark.parametrize("members,message", [
+    # A header that declares 4 GB of float32, with no data behind it.
+    ({"w0.npy": _npy_header((10**9,))}, "declares shape"),
+    # 64 MB of zeros: a file of about 64 KB.
+    ({"w0.npy": _npy_header((16 << 20,)) + bytes(64 << 20)}, "unpacks to"),
+    ({"w0.npy": _npy_header((4,), "<f8") + bytes(32)}, "not float32"),
+    ({"evil.pkl": b"x"}, "unexpected member"),
+])
+def test_weights_files_are_checked_before_any_array_is_read(
+    tmp_path, members, message):
+  path = _npz_with(tmp_path, "bad.npz", members)
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  with pytest.raises(ValueError, match=message):
+    dqn.load_weights(path)
+  # ru_maxrss is in KiB: nothing near the declared sizes was allocated.
+  assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 32 << 10
+
+
+def test_weights_that_are_not_finite_or_do_not_chain_are_refused(tmp_path):
+  weights = dqn.Agent(seed=0).get_weights()
+  nan = [w.copy() for w in weights]
+  nan[2][0, 0] = np.nan
+  dqn.save_weights(str(tmp_path / "nan.npz"), nan)
+  with pytest.raises(ValueError, match="NaN or infinite"):
+    dqn.load_weights(str(tmp_path / "nan.npz"))
+  broken = [w.copy() for w in weights]
+  broken[3] = np.zeros(broken[3].shape[0] + 1, np.float32)
+  dqn.save_weights(str(tmp_path / "broken.npz"), broken)
+  with pytest.raises(ValueError, match="layer 1 has shapes"):
+    dqn.load_weights(str(tmp_path / "broken.npz"))
 
 
 def test_learn_moves_q_towards_target():

@@ -216,6 +216,19 @@ def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
   assert sorted(tmp_path.iterdir()) == sorted([fresh, old])
 
 
+def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
+  status.write_json_atomic(tmp_path / status.file_name(1, "elsewhere"), {
+      "format": status.FORMAT, "pid": 1, "host": "elsewhere",
+      "process_start": 1.0, "updated": time.time(), "sessions": []})
+  os.mkfifo(tmp_path / "fifo.json")  # no writer: a plain read blocks forever
+  (tmp_path / "huge.json").write_bytes(b" " * (5 << 20))
+  with pytest.raises(ValueError, match="not a regular file"):
+    status.read_json_file(tmp_path / "fifo.json")
+  with pytest.raises(ValueError, match="more than the"):
+    status.read_json_file(tmp_path / "huge.json")
+  assert [d["pid"] for d in status.read_all(tmp_path)] == [1]
+
+
 def test_decision_log_lines(tmp_path):
   path = tmp_path / "logs" / "decisions.jsonl"
   tuner = intune_tf.global_tuner()

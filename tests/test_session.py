@@ -127,6 +127,18 @@ def test_session_whose_iterator_is_gone(capfd):
   assert "OP_REQUIRES failed" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("tag", ["{not json", '{"policy": 7}'])
+def test_options_this_process_cannot_read_leave_the_session_untuned(
+    live, tag):
+  _, session = live
+  # As a tf.data service worker of another intune_tf version sees them.
+  foreign = intune_tf.Session(session.id, tag)
+  assert foreign.options_error
+  assert foreign.options.policy == "manual"  # no policy moves its knobs
+  readable = intune_tf.Session(session.id, session.options.to_json())
+  assert readable.options_error is None
+
+
 def test_stats_follow_the_pipeline(live):
   it, session = live
   for _ in range(100):

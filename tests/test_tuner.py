@@ -79,6 +79,68 @@ def test_failing_policy_keeps_last_good_configuration_and_reports_once(
     gc.collect()
 
 
+class _BrokenConstructor(policies.Policy):
+
+  def __init__(self, options=None):
+    raise RuntimeError("bug in a user's policy")
+
+  def step(self, obs):
+    return {}
+
+
+def test_a_policy_that_cannot_be_made_stops_only_its_own_session(
+    monkeypatch):
+  policies.register("broken-constructor-test", _BrokenConstructor)
+  errors = []
+  monkeypatch.setattr(logging, "error", lambda *a, **k: errors.append(a))
+  broken = healthy = None
+  try:
+    broken, broken_session = _iterate("broken-constructor-test",
+                                      period_s=0.02)
+    # Learn the healthy pipeline's knob name, then ask for a fixed value.
+    healthy, session = _iterate("even")
+    name = [k.name for k in session.knobs() if k.kind == "parallelism"][0]
+    del healthy
+    gc.collect()
+    healthy, session = _iterate("fixed", config={name: 1}, period_s=0.02)
+    assert wait_for(lambda: {k.name: k.value for k in session.knobs()}
+                    .get(name) == 1)
+    for _ in range(20):  # many tuner rounds
+      intune_tf.global_tuner().step()
+    mine = [e for e in errors if "broken-constructor-test" in str(e)]
+    assert len(mine) == 1 and "bug in a user's policy" in str(mine[0])
+    assert int(next(broken)) > 0 and broken_session.knobs()
+  finally:
+    del policies._REGISTRY["broken-constructor-test"]
+    del broken, healthy
+    gc.collect()
+
+
+def test_a_failing_listener_never_reaches_a_driven_training_loop(
+    monkeypatch):
+  errors = []
+  monkeypatch.setattr(logging, "error", lambda *a, **k: errors.append(a))
+
+  def full_disk(session, obs, applied):
+    raise OSError(28, "No space left on device")
+
+  tuner = intune_tf.global_tuner()
+  it, session = _iterate("even")
+  tuner.drive(session.id)
+  tuner.add_listener(full_disk)
+  try:
+    for _ in range(5):
+      tuner.step_session(session.id)  # raised OSError into model.fit before
+      next(it)
+  finally:
+    tuner.remove_listener(full_disk)
+    tuner.release(session.id)
+  mine = [e for e in errors if "No space left" in str(e)]
+  assert len(mine) == 1
+  del it
+  gc.collect()
+
+
 class _RemembersAVanishedKnob(policies.Policy):
 
   def step(self, obs):

@@ -1,6 +1,8 @@
 """Tests of intune_tf.warmstart: fingerprints, save/load, bad files."""
 
 import json
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -66,6 +68,7 @@ def test_save_defaults_to_the_knobs_in_force(session):
     (lambda d: json.dumps({**d, "config": {"k": "fast"}}),
      "not a mapping of knob names to numbers"),
     (lambda d: json.dumps([d]), "not a JSON object"),
+    (lambda d: " " * (1 << 20) + json.dumps(d), "more than the 1048576"),
 ])
 def test_corrupt_or_foreign_files_are_ignored_with_a_warning(
     session, corrupt, message, caplog):
@@ -87,6 +90,38 @@ def test_corrupt_weights_keep_the_configuration(session, caplog):
     state = warmstart.load(session)
   assert state.config == {"k": 1.0} and state.weights is None
   assert "ignoring warm-start weights" in caplog.text
+
+
+def test_a_fifo_in_place_of_the_file_is_refused_at_once(session, caplog):
+  path = warmstart.save(session, {"k": 1.0}, 1.0)
+  os.unlink(path)
+  os.mkfifo(path)  # nothing ever writes to it: reading would block forever
+  with caplog.at_level("WARNING"):
+    assert warmstart.load(session) is None
+  assert "not a regular file" in caplog.text
+
+
+def test_concurrent_saves_of_one_pipeline_all_land(session):
+  weights = dqn.Agent(seed=0).get_weights()
+  errors = []
+
+  def save(n):
+    try:
+      for _ in range(20):
+        warmstart.save(session, {"k": float(n)}, 1.0, weights)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=save, args=(n,)) for n in range(6)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors
+  state = warmstart.load(session)
+  assert state.config["k"] in range(6) and state.weights is not None
+  folder = os.path.dirname(warmstart.save(session, {"k": 0.0}, 1.0))
+  assert not [f for f in os.listdir(folder) if "tmp" in f]
 
 
 def test_warm_start_off_saves_and_loads_nothing(tmp_path, monkeypatch):
