@@ -20,13 +20,9 @@ from typing import Any, Callable, TypeVar
 
 import psutil
 
-_CGROUP_V2_CPU = "/sys/fs/cgroup/cpu.max"
-_CGROUP_V1_QUOTA = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"
-_CGROUP_V1_PERIOD = "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
-_CGROUP_V2_MEM_MAX = "/sys/fs/cgroup/memory.max"
-_CGROUP_V2_MEM_CUR = "/sys/fs/cgroup/memory.current"
-_CGROUP_V1_MEM_MAX = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
-_CGROUP_V1_MEM_CUR = "/sys/fs/cgroup/memory/memory.usage_in_bytes"
+# The cgroup file system, and where the process's own cgroups are listed.
+_CGROUP_FS = "/sys/fs/cgroup"
+_PROC_SELF_CGROUP = "/proc/self/cgroup"
 _MEMINFO = "/proc/meminfo"
 _MEMINFO_TOTAL = re.compile(rb"^MemTotal:\s+(\d+) kB$", re.M)
 _MEMINFO_AVAILABLE = re.compile(rb"^MemAvailable:\s+(\d+) kB$", re.M)
@@ -68,18 +64,66 @@ def _cached_limit(name: str, read: Callable[[], _T]) -> _T:
   return cached[1]
 
 
-def cgroup_cpu_quota() -> float | None:
-  """CPUs allowed by the cgroup CPU quota (cpu.max / cfs quota), or None."""
-  text = _read(_CGROUP_V2_CPU)
-  if text:
-    quota, _, period = text.partition(" ")
-    if quota != "max" and period:
-      return int(quota) / int(period)
+def cgroup_dirs(controller: str) -> list[str]:
+  """The directories of this process's cgroup for `controller` ("memory",
+  "cpu"), its own first, then each parent up to the hierarchy's root (those
+  that exist: in a container without a cgroup namespace the host's path is
+  not mounted, and only the root is).
+
+  cgroup v2 (a unified hierarchy at `_CGROUP_FS` whose cgroup.controllers
+  lists the controller) is read from the "0::<path>" line of
+  /proc/self/cgroup; v1 from the line that names the controller, under
+  `_CGROUP_FS/<controller>`.
+  """
+  text = _read(_PROC_SELF_CGROUP) or ""
+  unified = (_read(os.path.join(_CGROUP_FS, "cgroup.controllers")) or
+             "").split()
+  for line in text.splitlines():
+    parts = line.split(":", 2)
+    if len(parts) != 3:
+      continue
+    hierarchy, controllers, path = parts
+    if hierarchy == "0" and not controllers:
+      if controller not in unified:
+        continue
+      base = _CGROUP_FS
+    elif controller in controllers.split(","):
+      base = os.path.join(_CGROUP_FS, controller)
+    else:
+      continue
+    steps = [step for step in path.split("/") if step]
+    return [d for d in (os.path.join(base, *steps[:n])
+                        for n in range(len(steps), -1, -1))
+            if os.path.isdir(d)]
+  return []
+
+
+def _read_int(path: str) -> int | None:
+  text = _read(path)
+  if not text or text == "max":
     return None
-  quota, period = _read(_CGROUP_V1_QUOTA), _read(_CGROUP_V1_PERIOD)
-  if quota and period and int(quota) > 0:
-    return int(quota) / int(period)
-  return None
+  try:
+    return int(text)
+  except ValueError:
+    return None
+
+
+def cgroup_cpu_quota() -> float | None:
+  """CPUs allowed by the tightest CPU quota (cpu.max, v1 cfs quota) of this
+  process's cgroup and its parents, or None."""
+  quotas = []
+  for d in cgroup_dirs("cpu"):
+    text = _read(os.path.join(d, "cpu.max"))
+    if text:
+      quota, _, period = text.partition(" ")
+      if quota != "max" and period:
+        quotas.append(int(quota) / int(period))
+      continue
+    quota = _read_int(os.path.join(d, "cpu.cfs_quota_us"))
+    period = _read_int(os.path.join(d, "cpu.cfs_period_us"))
+    if quota and period and quota > 0:
+      quotas.append(quota / period)
+  return min(quotas) if quotas else None
 
 
 def usable_cpus() -> int:
@@ -107,16 +151,20 @@ def machine_cpus() -> int:
 
 
 def _cgroup_memory_limit() -> tuple[int, str] | None:
-  """(limit bytes, path of the usage file) of the memory cgroup, or None if
-  unlimited."""
-  for max_path, cur_path in ((_CGROUP_V2_MEM_MAX, _CGROUP_V2_MEM_CUR),
-                             (_CGROUP_V1_MEM_MAX, _CGROUP_V1_MEM_CUR)):
-    limit = _read(max_path)
-    if limit and limit != "max" and _exists(cur_path):
-      limit_bytes = int(limit)
-      if limit_bytes < (1 << 60):  # v1 reports "no limit" as a huge number
-        return limit_bytes, cur_path
-  return None
+  """(limit bytes, path of the usage file) of the tightest memory limit of
+  this process's cgroup and its parents, or None if none is limited."""
+  best = None
+  for d in cgroup_dirs("memory"):
+    for limit_name, usage_name in (("memory.max", "memory.current"),
+                                   ("memory.limit_in_bytes",
+                                    "memory.usage_in_bytes")):
+      limit = _read_int(os.path.join(d, limit_name))
+      usage_path = os.path.join(d, usage_name)
+      # v1 reports "no limit" as a huge number.
+      if limit is not None and limit < (1 << 60) and _exists(usage_path):
+        if best is None or limit < best[0]:
+          best = (limit, usage_path)
+  return best
 
 
 def cgroup_memory() -> tuple[int, int] | None:

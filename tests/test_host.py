@@ -1,7 +1,11 @@
 """Host readings."""
 
 import os
+import pathlib
+import subprocess
+import sys
 import threading
+import uuid
 
 import psutil
 import pytest
@@ -78,13 +82,80 @@ def test_affinity_change_is_seen_at_the_next_reading(clock, monkeypatch):
   assert result == {"before": all_cpus, "one": 1, "after": all_cpus}
 
 
+def _fake_cgroups(monkeypatch, tmp_path, proc_lines: str,
+                  unified: str = "") -> pathlib.Path:
+  """A cgroup file system in tmp_path and a /proc/self/cgroup listing."""
+  fs = tmp_path / "cgroup"
+  fs.mkdir()
+  if unified:
+    (fs / "cgroup.controllers").write_text(unified + "\n")
+  proc = tmp_path / "proc-self-cgroup"
+  proc.write_text(proc_lines)
+  monkeypatch.setattr(host, "_CGROUP_FS", str(fs))
+  monkeypatch.setattr(host, "_PROC_SELF_CGROUP", str(proc))
+  return fs
+
+
+def _write(path: pathlib.Path, text: str) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(text + "\n")
+
+
+# (listing, controllers of the unified hierarchy, the job's memory dir,
+#  limit file, usage file, the job's CPU dir)
+_LAYOUTS = {
+    "v2": ("0::/slurm/job7\n", "cpu memory", "slurm/job7", "memory.max",
+           "memory.current", "slurm/job7"),
+    "v1": ("5:memory:/slurm/job7\n3:cpu,cpuacct:/slurm/job7\n0::/\n", "",
+           "memory/slurm/job7", "memory.limit_in_bytes",
+           "memory.usage_in_bytes", "cpu/slurm/job7"),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(_LAYOUTS))
+def test_limits_of_the_process_own_nested_cgroup_count(clock, monkeypatch,
+                                                       tmp_path, layout):
+  listing, unified, mem_dir, limit_name, usage_name, cpu_dir = (
+      _LAYOUTS[layout])
+  fs = _fake_cgroups(monkeypatch, tmp_path, listing, unified)
+  job = fs / mem_dir
+  parent = job.parent
+  # Root unlimited, the parent allows 8 MiB, the job 3 MiB: the job's binds.
+  _write(parent / limit_name, str(8 << 20))
+  _write(parent / usage_name, "100")
+  _write(job / limit_name, str(3 << 20))
+  _write(job / usage_name, "1000")
+  assert host.cgroup_dirs("memory") == [str(job), str(parent),
+                                        str(job.parent.parent)]
+  assert host.cgroup_memory() == (3 << 20, 1000)
+  cpu = fs / cpu_dir
+  if layout == "v2":
+    _write(cpu / "cpu.max", "150000 100000")
+    _write(cpu.parent / "cpu.max", "max 100000")
+  else:
+    _write(cpu / "cpu.cfs_quota_us", "150000")
+    _write(cpu / "cpu.cfs_period_us", "100000")
+    _write(cpu.parent / "cpu.cfs_quota_us", "-1")
+    _write(cpu.parent / "cpu.cfs_period_us", "100000")
+  assert host.cgroup_cpu_quota() == 1.5  # 150000 / 100000
+
+
+def test_a_cgroup_path_not_mounted_here_falls_back_to_the_root(
+    clock, monkeypatch, tmp_path):
+  # A container without a cgroup namespace lists the host's path.
+  fs = _fake_cgroups(monkeypatch, tmp_path, "0::/docker/abc\n", "memory")
+  _write(fs / "memory.max", str(5 << 20))
+  _write(fs / "memory.current", "7")
+  assert host.cgroup_dirs("memory") == [str(fs)]
+  assert host.cgroup_memory() == (5 << 20, 7)
+
+
 def test_cgroup_memory_usage_is_read_every_time_the_limit_at_intervals(
     clock, monkeypatch, tmp_path):
-  limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
+  fs = _fake_cgroups(monkeypatch, tmp_path, "0::/\n", "memory")
+  limit, usage = fs / "memory.max", fs / "memory.current"
   limit.write_text(f"{1 << 20}\n")
   usage.write_text("1000\n")
-  monkeypatch.setattr(host, "_CGROUP_V2_MEM_MAX", str(limit))
-  monkeypatch.setattr(host, "_CGROUP_V2_MEM_CUR", str(usage))
   ram_total, ram_available = _meminfo()
   assert host.cgroup_memory() == (1 << 20, 1000)
   assert host.memory() == (1 << 20, min(ram_available, (1 << 20) - 1000))
@@ -140,3 +211,54 @@ def test_meminfo_falls_back_to_psutil(monkeypatch, tmp_path, text):
     _close_meminfo()
   assert total == psutil.virtual_memory().total
   assert 0 < available <= total
+
+
+_CHILD_PROBE = """
+from intune_tf import host
+limit, usage = host.cgroup_memory()
+print(limit, host.total_memory())
+"""
+
+
+def test_a_job_in_a_real_child_cgroup_is_budgeted_from_its_own_limit():
+  """A real memory cgroup under this process's own (as Slurm or
+  `systemd-run -p MemoryMax=` make): a process moved into it reads the
+  child's limit, not the host's RAM."""
+  own = host.cgroup_dirs("memory")
+  if not own:
+    pytest.skip("no memory cgroup controller is mounted here")
+  child = pathlib.Path(own[0]) / f"intune-test-{uuid.uuid4().hex[:8]}"
+  limit = 256 << 20
+  v2 = (pathlib.Path(own[0]) / "memory.max").exists()
+  try:
+    child.mkdir()
+  except OSError as e:
+    pytest.skip(f"cannot make a child cgroup under {own[0]}: {e}")
+  try:
+    try:
+      (child / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(
+          str(limit))
+    except OSError as e:  # v2 without memory in the parent's subtree_control
+      pytest.skip(f"cannot limit the memory of a child cgroup here: {e}")
+    procs = str(child / "cgroup.procs")
+
+    def enter():
+      with open(procs, "w") as f:
+        f.write(str(os.getpid()))
+
+    try:
+      out = subprocess.run([sys.executable, "-c", _CHILD_PROBE],
+                           preexec_fn=enter, capture_output=True, text=True,
+                           timeout=120, check=True).stdout.split()
+    except subprocess.SubprocessError as e:
+      if "preexec_fn" not in str(e):
+        raise
+      pytest.skip(f"cannot move a process into {child}: {e}")
+    assert [int(v) for v in out[-2:]] == [limit, limit]
+  finally:
+    for _ in range(50):  # the child's exit leaves the cgroup empty shortly
+      try:
+        child.rmdir()
+        break
+      except OSError:
+        threading.Event().wait(0.1)
