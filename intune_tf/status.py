@@ -351,20 +351,54 @@ class StatusWriter:
 class DecisionLog:
   """A tuner listener appending one JSON line per tuning step to a file.
 
+  The file is private to the user (mode 0600), never opened through a
+  symlink, and rotated once it passes `max_bytes` (the previous lines move to
+  `<path>.1`, replacing what was there): about two files of `max_bytes` at
+  most. A write that fails (a full disk) drops the line; the failure is
+  logged once, and again only after writing has worked in between.
+
   Args:
     path: the log file (appended to; created with its directory).
     tuner: the tuner whose policies' `last_decision` to record. Default None:
       no policy fields.
+    max_bytes: size at which the file is rotated. Default 64 MiB (about a
+      day of one session stepping every 0.5 s).
+
+  Raises:
+    OSError: the file cannot be opened, or `path` is a symlink.
   """
 
-  def __init__(self, path: str | os.PathLike, tuner=None):
+  def __init__(self, path: str | os.PathLike, tuner=None,
+               max_bytes: int = 64 << 20):
     self.path = pathlib.Path(path).expanduser()
     self.path.parent.mkdir(parents=True, exist_ok=True)
     self._tuner = tuner
+    self._max_bytes = max_bytes
     self._lock = threading.Lock()
     self._steps: dict[int, int] = {}
-    self._file = open(self.path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+    self._failing = False
+    self._file = self._open()
     atexit.register(self.close)
+
+  def _open(self):
+    try:
+      fd = os.open(self.path,
+                   os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                   0o600)
+    except OSError as e:
+      if os.path.islink(self.path):
+        raise OSError(e.errno, f"InTune decision log {self.path} is a "
+                      "symlink; give the path of a regular file") from e
+      raise
+    # Unbuffered: a failed write leaves nothing behind to grow.
+    return os.fdopen(fd, "ab", buffering=0)
+
+  def _rotate_if_full(self) -> None:
+    if self._file.tell() < self._max_bytes or not self.path.is_file():
+      return
+    self._file.close()
+    os.replace(self.path, f"{self.path}.1")
+    self._file = self._open()
 
   def __call__(self, session: session_lib.Session, obs, applied) -> None:
     with self._lock:
@@ -386,9 +420,19 @@ class DecisionLog:
         record.setdefault(str(key), value)
     line = json.dumps(_json_safe(record), sort_keys=True)
     with self._lock:
-      if not self._file.closed:
-        self._file.write(line + "\n")
-        self._file.flush()
+      if self._file.closed:
+        return
+      try:
+        self._file.write((line + "\n").encode("utf-8"))
+        self._rotate_if_full()
+      except OSError as e:
+        if not self._failing:
+          logging.warning("InTune: cannot write the decision log %s (%s); "
+                          "its lines are dropped until writing works again.",
+                          self.path, e)
+        self._failing = True
+        return
+      self._failing = False
 
   def close(self) -> None:
     with self._lock:

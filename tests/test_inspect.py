@@ -262,6 +262,60 @@ def test_decision_log_lines(tmp_path):
   del it
 
 
+class _Obs:
+  """The fields of an observation that the decision log reads."""
+  time, output_rate, buffered_bytes, cpu_budget = 1.0, 2.0, 3, 2
+  knobs = ()
+
+
+def test_decision_log_is_private_rotated_and_never_follows_a_symlink(
+    tmp_path):
+  it = iter(_pipeline(policy="test_deciding", name="rotated"))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  path = tmp_path / "decisions.jsonl"
+  log = status.DecisionLog(path, max_bytes=2000)
+  try:
+    for _ in range(100):
+      log(session, _Obs(), {})
+  finally:
+    log.close()
+  assert path.stat().st_mode & 0o777 == 0o600
+  rotated = pathlib.Path(f"{path}.1")
+  assert rotated.exists()
+  # At most one line past the limit in each file, whole lines only.
+  line = len(rotated.read_text().splitlines()[0]) + 1
+  assert 2000 <= rotated.stat().st_size < 2000 + line
+  assert path.stat().st_size < 2000 + line
+  steps = [json.loads(l)["step"] for f in (rotated, path)
+           for l in f.read_text().splitlines()]
+  assert steps == list(range(steps[0], 101))
+  target = tmp_path / "elsewhere"
+  link = tmp_path / "link.jsonl"
+  link.symlink_to(target)
+  with pytest.raises(OSError, match="is a symlink"):
+    status.DecisionLog(link)
+  assert not target.exists()
+  del it
+
+
+def test_a_full_disk_drops_lines_and_warns_once(monkeypatch):
+  it = iter(_pipeline(policy="test_deciding", name="full"))
+  next(it)
+  session = intune_tf.sessions()[-1]
+  warnings = []
+  monkeypatch.setattr(status.logging, "warning",
+                      lambda *a, **k: warnings.append(a))
+  log = status.DecisionLog("/dev/full")  # every write fails with ENOSPC
+  try:
+    for _ in range(20):
+      log(session, _Obs(), {})  # never raises
+  finally:
+    log.close()
+  assert len(warnings) == 1 and "/dev/full" in str(warnings[0])
+  del it
+
+
 _JOB = textwrap.dedent("""
     import signal, sys, time
     # Ctrl-C must raise KeyboardInterrupt even where the job inherits an
