@@ -18,9 +18,10 @@ tuned on every worker:
   tuner. The client's side of `distribute` is not under the root: set the
   option before `distribute`, not on the distributed dataset.
 - Budgets are per worker: `cpu_budget` is capped by each worker's usable
-  CPUs at every step; a `ram_budget` left at None is resolved by each worker
-  from its own available memory when its session starts (the client's value
-  baked into the graph is replaced at the worker's first tuning step).
+  CPUs at every step; a `ram_budget` left at None is resolved by each
+  worker's tuner from its own available memory (the client's value
+  baked into the graph is replaced within the tuner's first second), shared
+  among the worker's sessions (`tuner.default_budget_shares`).
 - Each worker writes a status file (`intune_tf.status`) with the per-stage
   table of its sessions. `worker_status()` and `intune inspect --service`
   read them (same host, or a status dir shared by all hosts).
@@ -139,31 +140,6 @@ def _start_tuner(role: str, **service: Any) -> None:
   writer = status.writer()
   if writer is not None:
     writer.set_info(role=role, service=service)
-  if role == "worker":
-    tuner.add_listener(WorkerBudgets())
-
-
-class WorkerBudgets:
-  """Tuner listener: resolves each session's RAM budget on this worker.
-
-  A dataset whose `ram_budget` is None gets, in its graph, a budget computed
-  from the client's memory. At a session's first tuning step on a worker
-  this replaces it with the worker's own (a share of its available memory).
-  """
-
-  def __init__(self):
-    self._seen: set[int] = set()
-
-  def __call__(self, session, obs, applied) -> None:
-    del obs, applied
-    if session.id in self._seen:
-      return
-    self._seen.add(session.id)
-    if session.options.ram_budget is None:
-      budget = session.options.resolved_ram_budget()
-      session.set_ram_budget(budget)
-      logging.info("InTune session %d: RAM budget %d MB on this worker.",
-                   session.id, budget >> 20)
 
 
 def _wait_for_signal(tick=None, period_s: float = 1.0) -> str:

@@ -335,6 +335,11 @@ def _clean(message: str) -> str:
   return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)
 
 
+# Sessions whose RAM budget a user set (Session.set_ram_budget): the tuner
+# leaves their budget alone. Ids are never reused within a process.
+_PINNED_RAM_BUDGETS: set[int] = set()
+
+
 class Session:
   """A live tuned pipeline: list, read and set its knobs."""
 
@@ -518,11 +523,23 @@ class Session:
     return dict(zip(_COUNTERS, (int(v) for v in values)))
 
   def set_ram_budget(self, ram_budget: int) -> None:
-    """Changes the RAM budget that the guard enforces, in bytes (> 0)."""
+    """Changes the RAM budget that the guard enforces, in bytes (> 0). From
+    then on the tuner no longer gives this session its share of the default
+    budget."""
     if isinstance(ram_budget, bool) or not isinstance(ram_budget, int) or (
         ram_budget <= 0):
       raise ValueError(f"ram_budget must be a positive int of bytes, got "
                        f"{ram_budget!r}.")
+    _PINNED_RAM_BUDGETS.add(self._id)
+    self._apply_ram_budget(ram_budget)
+
+  @property
+  def ram_budget_pinned(self) -> bool:
+    """Whether `set_ram_budget` was called for this session (in this
+    process)."""
+    return self._id in _PINNED_RAM_BUDGETS
+
+  def _apply_ram_budget(self, ram_budget: int) -> None:
     self._call(_kernels.ops().intune_set_ram_budget,
                tf.constant(ram_budget, tf.int64))
 

@@ -12,7 +12,9 @@ import time
 
 from absl import logging
 
+from intune_tf import host
 from intune_tf import observation as observation_lib
+from intune_tf import options as options_lib
 from intune_tf import policies
 from intune_tf import session as session_lib
 
@@ -22,6 +24,28 @@ _EXIT_JOIN_S = 10.0
 # Longest wait of the tuner thread: a new iterator is seen within this time.
 # Each wake lists the sessions (an op call), so shorter costs CPU.
 _DISCOVERY_S = 0.25
+# How often the default RAM budgets are shared out again.
+_BUDGET_PERIOD_S = 1.0
+# A share is written only when it moves by more than this fraction.
+_BUDGET_TOLERANCE = 0.05
+
+
+def default_budget_shares(available: int, held: list[int],
+                          share: float) -> list[int]:
+  """RAM budgets of the sessions of a process that left `ram_budget` at None:
+  `share` of the memory they could use (available now, plus what they hold,
+  which `available` no longer counts), split evenly among them.
+
+  Example: available 800, held [100, 100], share 0.5:
+  (800 + 200) * 0.5 / 2 = 250 each.
+
+  Returns:
+    One budget (bytes, at least 1) per entry of `held`.
+  """
+  if not held:
+    return []
+  total = share * (max(0, available) + sum(held))
+  return [max(1, int(total / len(held)))] * len(held)
 
 
 class _Tuned:
@@ -57,6 +81,9 @@ class Tuner:
     self._listeners = []
     self._driven: set[int] = set()
     self._failed_listeners: set[int] = set()
+    self._budgets_shared_at = -float("inf")
+    self._budget_failure_reported = False
+    self._budget_logged: set[int] = set()
     self._stops_at_exit = False
 
   def drive(self, session_id: int) -> None:
@@ -161,11 +188,45 @@ class Tuner:
             self._tuned[s.id] = None
       tuned = [t for t in self._tuned.values() if t is not None]
     now = time.monotonic()
+    if now - self._budgets_shared_at >= _BUDGET_PERIOD_S:
+      self._budgets_shared_at = now
+      self._share_default_budgets(tuned)
     for t in tuned:
       if only_due and (now < t.next_step or t.session.id in self._driven):
         continue
       t.next_step = now + t.session.options.period_s
       self._step_one(t)
+
+  def _share_default_budgets(self, tuned: list[_Tuned]) -> None:
+    """Gives the sessions whose `ram_budget` is None (and not set since by
+    `Session.set_ram_budget`) their share of this process's default budget
+    (`default_budget_shares`), re-read from the host's memory: a training
+    and a validation iterator share it instead of taking half each, and a
+    tf.data service worker budgets from its own memory."""
+    sessions = [t.session for t in tuned
+                if t.session.options.ram_budget is None
+                and not t.session.ram_budget_pinned]
+    try:
+      counters = [s.counters() for s in sessions]
+      shares = default_budget_shares(
+          host.available_memory(), [c["buffered_bytes"] for c in counters],
+          options_lib.DEFAULT_RAM_SHARE)
+      for session, c, budget in zip(sessions, counters, shares):
+        if abs(budget - c["ram_budget"]) > _BUDGET_TOLERANCE * budget:
+          session._apply_ram_budget(budget)  # pylint: disable=protected-access
+          if session.id not in self._budget_logged:
+            self._budget_logged.add(session.id)
+            logging.info("InTune session %d: RAM budget %d MB, its share of "
+                         "this process's default budget.", session.id,
+                         budget >> 20)
+    except session_lib.SessionGoneError:
+      pass  # shared again at the next period
+    except Exception as e:  # pylint: disable=broad-except
+      if not self._budget_failure_reported:
+        self._budget_failure_reported = True
+        logging.error("InTune could not share the default RAM budget: %r "
+                      "(reported once; budgets stay as they are).", e,
+                      exc_info=True)
 
   def _step_one(self, t: _Tuned) -> None:
     """One step of one session. Never raises: a failure is logged once per

@@ -10,7 +10,10 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import host
+from intune_tf import options as options_lib
 from intune_tf import policies
+from intune_tf import tuner as tuner_lib
 
 from _waiting import wait_for
 
@@ -138,6 +141,45 @@ def test_a_failing_listener_never_reaches_a_driven_training_loop(
   mine = [e for e in errors if "No space left" in str(e)]
   assert len(mine) == 1
   del it
+  gc.collect()
+
+
+@pytest.mark.parametrize("available,held,share,expected", [
+    (800, [100, 100], 0.5, [250, 250]),  # (800 + 200) * 0.5 / 2
+    (900, [], 0.5, []),                  # no session with a default budget
+    (0, [0], 0.5, [1]),                  # never below one byte
+    (-5, [30, 0, 0], 1.0, [10, 10, 10]),  # (0 + 30) / 3; available clamped
+])
+def test_default_budget_shares(available, held, share, expected):
+  assert tuner_lib.default_budget_shares(available, held, share) == expected
+
+
+def test_iterators_with_the_default_budget_share_it_and_a_set_one_stays():
+  it_a, a = _iterate("even")
+  it_b, b = _iterate("even")
+  it_c, pinned = _iterate("even")
+  pinned.set_ram_budget(123 << 20)
+
+  def budgets():
+    intune_tf.global_tuner().step()
+    return [s.counters()["ram_budget"] for s in (a, b)]
+
+  def shared():
+    first, second = budgets()
+    # Every live session with the default budget (a and b, and any other
+    # iterator still alive in this process) takes an even share.
+    default = [s for s in intune_tf.sessions()
+               if s.options.ram_budget is None and not s.ram_budget_pinned]
+    held = [s.counters()["buffered_bytes"] for s in default]
+    each = tuner_lib.default_budget_shares(host.available_memory(), held,
+                                           options_lib.DEFAULT_RAM_SHARE)[0]
+    # 5% tolerance: the host's memory moves between readings.
+    return len(default) >= 2 and all(abs(v - each) <= 0.05 * each
+                                     for v in (first, second))
+
+  assert wait_for(shared, timeout=10), budgets()
+  assert pinned.counters()["ram_budget"] == 123 << 20
+  del it_a, it_b, it_c
   gc.collect()
 
 
