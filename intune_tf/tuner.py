@@ -206,6 +206,7 @@ class Tuner:
     sessions = [t.session for t in tuned
                 if t.session.options.ram_budget is None
                 and not t.session.ram_budget_pinned]
+    self._budget_logged &= {s.id for s in sessions}
     try:
       counters = [s.counters() for s in sessions]
       shares = default_budget_shares(
@@ -214,11 +215,11 @@ class Tuner:
       for session, c, budget in zip(sessions, counters, shares):
         if abs(budget - c["ram_budget"]) > _BUDGET_TOLERANCE * budget:
           session._apply_ram_budget(budget)  # pylint: disable=protected-access
-          if session.id not in self._budget_logged:
-            self._budget_logged.add(session.id)
-            logging.info("InTune session %d: RAM budget %d MB, its share of "
-                         "this process's default budget.", session.id,
-                         budget >> 20)
+        if session.id not in self._budget_logged:
+          self._budget_logged.add(session.id)
+          logging.info("InTune session %d: RAM budget %d MB, its share of "
+                       "this process's default budget.", session.id,
+                       budget >> 20)
     except session_lib.SessionGoneError:
       pass  # shared again at the next period
     except Exception as e:  # pylint: disable=broad-except
