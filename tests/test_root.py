@@ -11,6 +11,8 @@ import tensorflow as tf
 
 import intune_tf
 
+from _waiting import wait_for
+
 AUTOTUNE = tf.data.AUTOTUNE
 
 
@@ -245,6 +247,28 @@ def _sample_peak(session_of, seconds):
 
 
 @pytest.mark.slow
+def test_guard_lowers_only_what_the_budget_needs_and_raises_back():
+  it = iter(_big_elements(1 << 30))  # 8 MB elements
+  next(it)
+  session = intune_tf.sessions()[-1]
+  buf = [k for k in session.knobs() if k.kind == "buffer_size"][0].name
+  values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
+  session.set({buf: 16})
+  assert wait_for(lambda: session.counters()["buffered_bytes"] >= 12 * 8 << 20)
+  session.set_ram_budget(80 << 20)
+  chosen = values()[buf]
+  # (buffer + 1 + parallelism + 1) x 8 MB within 80 MB: far above the minimum.
+  assert 3 <= chosen < 16, values()
+  for _ in range(8):  # the 16 buffered elements drain
+    next(it)
+    time.sleep(0.05)
+  assert values()[buf] == chosen, values()  # not lowered for draining ones
+  session.set_ram_budget(1 << 30)
+  assert values()[buf] == 16  # what was set comes back
+  del it
+  gc.collect()
+
+
 def test_guard_keeps_buffers_under_the_budget():
   budget = 64 << 20
   it = iter(_big_elements(budget))

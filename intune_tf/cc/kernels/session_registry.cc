@@ -71,6 +71,7 @@ struct MemoryKnob {
   std::shared_ptr<Node> node;
   std::shared_ptr<Parameter> parameter;
   double bytes_per_element;
+  std::string name;
 };
 
 void CollectNodes(const std::shared_ptr<Node>& node,
@@ -242,6 +243,10 @@ void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
         if (value == model::kAutotune || value < start) {
           WriteValue(w.node.get(), p.get(), start);
         }
+      }
+      if (!known.has_start) {
+        known.has_start = true;
+        known.start = ReadValue(*p);
       }
     }
   }
@@ -429,7 +434,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
       fixed_bytes += node->buffered_bytes();
       continue;
     }
-    knobs.push_back({node, knob, bpe});
+    knobs.push_back({node, knob, bpe, absl::StrCat(*w.stage, "/", knob->name)});
   }
   std::stable_sort(knobs.begin(), knobs.end(),
                    [](const MemoryKnob& a, const MemoryKnob& b) {
@@ -437,26 +442,52 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
                             b.parameter->name != kBufferSize;
                    });
   mutex_lock l(mu_);
-  double committed = fixed_bytes;
-  // A stage also holds the element its consumer is taking (out of its
-  // buffer, not yet in the consumer's): one more per knob.
-  for (const auto& k : knobs) {
-    committed += (std::max<double>(value_of(*k.parameter),
-                                   k.node->buffered_elements()) +
-                  1) *
-                 k.bytes_per_element;
+  // Each knob is computed from the value wanted for it (proposed, else last
+  // set, else its start), not from its current one: a knob the guard
+  // lowered comes back up once the budget allows it again.
+  std::vector<double> wanted;
+  wanted.reserve(knobs.size());
+  for (const MemoryKnob& k : knobs) {
+    double value = value_of(*k.parameter);
+    const bool proposed =
+        proposal != nullptr && proposal->contains(k.parameter.get());
+    auto known = known_.find(k.name);
+    if (!proposed && known != known_.end()) {
+      if (known->second.has_value) {
+        value = known->second.value;
+      } else if (known->second.has_start) {
+        value = known->second.start;
+      }
+    }
+    wanted.push_back(value);
   }
-  for (auto& k : knobs) {
-    if (committed <= budget) break;
-    const double value = value_of(*k.parameter);
-    const double excess_elements =
-        std::ceil((committed - budget) / k.bytes_per_element);
-    const double lowered =
-        std::max(KnobMin(*k.parameter), value - excess_elements);
-    if (lowered < value) {
-      to_write[k.parameter.get()] = lowered;
-      guard_shrinks_.fetch_add(static_cast<int64_t>(value - lowered));
-      committed -= (value - lowered) * k.bytes_per_element;
+  // Committed: what the knobs allow, not what is buffered now (elements
+  // above a lowered knob drain; counting them would lower it again). A stage
+  // also holds the element its consumer is taking (out of its buffer, not
+  // yet in the consumer's): one more per knob.
+  double committed = fixed_bytes;
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    committed += (wanted[i] + 1) * knobs[i].bytes_per_element;
+  }
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    const MemoryKnob& k = knobs[i];
+    double value = wanted[i];
+    if (committed > budget) {
+      const double excess_elements =
+          std::ceil((committed - budget) / k.bytes_per_element);
+      const double lowered =
+          std::max(KnobMin(*k.parameter), value - excess_elements);
+      if (lowered < value) {
+        committed -= (value - lowered) * k.bytes_per_element;
+        value = lowered;
+      }
+    }
+    const double current = ReadValue(*k.parameter);
+    if (value < current) {
+      guard_shrinks_.fetch_add(static_cast<int64_t>(current - value));
+    }
+    if (value != current || to_write.contains(k.parameter.get())) {
+      to_write[k.parameter.get()] = value;
     }
   }
   write(to_write);

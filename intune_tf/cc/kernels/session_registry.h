@@ -165,6 +165,10 @@ class TuningSession {
     double max = 0;
     bool has_value = false;  // set by SetKnobs
     double value = 0;
+    // The value of the first instance once synced: what the guard raises a
+    // knob back to when no value was ever set.
+    bool has_start = false;
+    double start = 0;
   };
   // A live node: its stage name, and the last pass that saw it.
   struct NodeEntry {
