@@ -16,6 +16,8 @@ DEFAULT_RAM_SHARE = 0.5
 DEFAULT_PERIOD_S = 0.5
 # Default results each input of a parallel interleave of records buffers.
 DEFAULT_INTERLEAVE_BUFFER = 16
+# Records per interleave input that `interleave_buffer` may ask for.
+MAX_INTERLEAVE_BUFFER = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +74,9 @@ class IntuneOptions:
       Default 16: with TF's 3, each row read is a thread hand-off; on the
       Criteo L4 pipeline the deeper buffer halves the context switches per
       row and gives 3-8% more rows/s. It holds at most (cycle_length +
-      prefetched inputs) * 16 records, counted against `ram_budget`. None
-      keeps TF's default.
+      prefetched inputs) * 16 records; the guard counts them in the
+      pipeline's buffered bytes but cannot lower this buffer, so it is at
+      most MAX_INTERLEAVE_BUFFER. None keeps TF's default.
     name: a label for the pipeline, shown in session listings. Default "".
     warm_start: start from the configuration (and fine-tuned agent) saved by
       earlier runs of the same pipeline on the same kind of machine, and save
@@ -107,6 +110,14 @@ class IntuneOptions:
                 else "Use None to measure it from the machine")
         raise ValueError(f"IntuneOptions.{field} must be positive, got "
                          f"{value}. {hint}.")
+    if (self.interleave_buffer is not None and
+        self.interleave_buffer > MAX_INTERLEAVE_BUFFER):
+      raise ValueError(
+          f"IntuneOptions.interleave_buffer is {self.interleave_buffer}, more "
+          f"than {MAX_INTERLEAVE_BUFFER} records per interleave input: the "
+          "budget guard cannot lower this buffer, so it could hold more "
+          "memory than ram_budget. Use at most "
+          f"{MAX_INTERLEAVE_BUFFER} (default {DEFAULT_INTERLEAVE_BUFFER}).")
     for field in ("include_fixed", "insert_prefetch", "inner_stats",
                   "warm_start"):
       if not isinstance(getattr(self, field), bool):

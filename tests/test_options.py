@@ -25,6 +25,7 @@ from intune_tf import options as options_lib
     ({"warm_start": "no"}, TypeError, "warm_start must be True or False"),
     ({"interleave_buffer": 0}, ValueError, "None keeps TF's default"),
     ({"interleave_buffer": 2.5}, TypeError, "interleave_buffer must be an int"),
+    ({"interleave_buffer": 10**6}, ValueError, "cannot lower this buffer"),
 ])
 def test_bad_options_raise_clear_errors(kwargs, error, match):
   with pytest.raises(error, match=match):
