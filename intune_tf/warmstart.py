@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import pathlib
 import time
@@ -116,8 +117,9 @@ def _check(data, fp: str, path: str) -> dict[str, float]:
   config = data.get("config")
   if not isinstance(config, dict) or not all(
       isinstance(k, str) and isinstance(v, (int, float)) and
-      not isinstance(v, bool) for k, v in config.items()):
-    raise ValueError("`config` is not a mapping of knob names to numbers")
+      not isinstance(v, bool) and math.isfinite(v) for k, v in config.items()):
+    raise ValueError("`config` is not a mapping of knob names to finite "
+                     "numbers")
   del path
   return {k: float(v) for k, v in config.items()}
 

@@ -66,7 +66,9 @@ def test_save_defaults_to_the_knobs_in_force(session):
     (lambda d: json.dumps({**d, "machine": {"cpus": 1024, "memory_gib": 1}}),
      "another pipeline or machine"),
     (lambda d: json.dumps({**d, "config": {"k": "fast"}}),
-     "not a mapping of knob names to numbers"),
+     "not a mapping of knob names to finite numbers"),
+    (lambda d: json.dumps({**d, "config": {"k": float("nan")}}),
+     "not a mapping of knob names to finite numbers"),
     (lambda d: json.dumps([d]), "not a JSON object"),
     (lambda d: " " * (1 << 20) + json.dumps(d), "more than the 1048576"),
 ])
