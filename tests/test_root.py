@@ -212,6 +212,29 @@ def test_interleave_buffers_are_deeper_by_default(interleave_buffer, expected):
   del it
 
 
+# TF's static optimizations that run only with autotune on (the root turns
+# TF's autotuner off): under InTune they run as the user's options ask.
+@pytest.mark.parametrize("tf_options,knobs", [
+    # map_parallelization (default on): the stateless map becomes parallel,
+    # and a pipeline ending in a parallel stage gets no injected prefetch.
+    ({}, ["ParallelMapV2/parallelism"]),
+    # inject_prefetch (default on): a prefetch above the synchronous map.
+    ({"map_parallelization": False}, ["Prefetch/buffer_size"]),
+    ({"map_parallelization": False, "inject_prefetch": False}, []),
+])
+def test_tf_autotune_only_optimizations_run_as_the_options_ask(tf_options,
+                                                               knobs):
+  ds = tf.data.Dataset.range(100).map(lambda x: x * 3)
+  options = tf.data.Options()
+  for name, value in tf_options.items():
+    setattr(options.experimental_optimization, name, value)
+  it = iter(_with_option(ds.with_options(options)))
+  assert [int(next(it)) for _ in range(3)] == [0, 3, 6]
+  session = intune_tf.sessions()[-1]
+  assert sorted(k.name for k in session.knobs()) == knobs
+  del it
+
+
 def test_dataset_survives_graph_serialization():
   ds = _with_option(tf.data.Dataset.range(10).map(
       lambda x: x + 1, num_parallel_calls=AUTOTUNE))
