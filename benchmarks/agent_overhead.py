@@ -36,7 +36,7 @@ def main(seconds: float = 60.0):
       policy="manual", warm_start=False)
   it = iter(scenario.make(None).with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   policy = agent_lib.IntunePolicy(intune_tf.IntuneOptions())
   observer = observation.Observer(session)
   period = intune_tf.IntuneOptions().period_s

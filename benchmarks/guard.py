@@ -66,14 +66,14 @@ def main(seconds: float = 20.0):
   rows.append(("AUTOTUNE", peak, samples, n))
   ds = with_intune(pipeline(), ram_budget=BUDGET)
   peak, samples, n = run(
-      ds, lambda it: intune_tf.sessions()[-1].counters()["buffered_bytes"],
+      ds, lambda it: intune_tf.session_of(it).counters()["buffered_bytes"],
       seconds)
   rows.append((f"InTune (even policy), budget {BUDGET >> 20} MB", peak,
                samples, n))
 
   def greedy_then_read(it):
     # The user asks for 64 buffered elements (512 MB): the guard refuses.
-    session = intune_tf.sessions()[-1]
+    session = intune_tf.session_of(it)
     knob = [k for k in session.knobs() if k.kind == "buffer_size"][0]
     if knob.value != 64 and not greedy_then_read.asked:
       session.set({knob.name: 64})

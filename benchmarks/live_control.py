@@ -25,7 +25,7 @@ def main(repeats: int = 3) -> None:
   for r in range(repeats):
     it = iter(ds)
     next(it)
-    session = intune_tf.sessions()[-1]
+    session = intune_tf.session_of(it)
     knob = [k for k in session.knobs() if k.kind == "parallelism"][0]
     session.set({knob.name: 1})
     rate(it, 1.0)  # settle

@@ -19,6 +19,7 @@ from intune_tf.policies import Policy
 from intune_tf.policies import register as register_policy
 from intune_tf.session import Knob
 from intune_tf.session import Session
+from intune_tf.session import session_of
 from intune_tf.session import SessionGoneError
 from intune_tf.session import sessions
 from intune_tf.session import StageStats
@@ -40,5 +41,6 @@ __all__ = [
     "global_tuner",
     "register_policy",
     "report_step_time",
+    "session_of",
     "sessions",
 ]

@@ -15,15 +15,20 @@ and makes every iterator creation of a dataset with the option on go through
 - `DatasetV2._apply_debug_options`: called by every iterator creation (`for`,
   `iter`, tf.function loops, Keras `fit`, tf.data service registration);
   returns the dataset under the InTune root.
+- `OwnedIterator._create_iterator` (eager `iter()`): remembers on the
+  iterator the sessions its creation made, for `intune_tf.session_of`.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import tensorflow as tf
+
 from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.data.ops import options as options_lib
 from tensorflow.python.data.util import options as options_base
 
@@ -32,6 +37,10 @@ from intune_tf import options as intune_options
 TESTED_TF = ("2.16", "2.21")
 _OPTION = "experimental_intune"
 _installed = False
+# Per thread, while an eager iterator is made: the newest session id before
+# its root was put on (set by `_apply_debug_options`, read by
+# `_create_iterator`).
+_creating = threading.local()
 
 
 class HookError(ImportError):
@@ -40,7 +49,8 @@ class HookError(ImportError):
 
 def check() -> None:
   """Raises HookError if a hook point is missing from the installed TF."""
-  for owner, name in ((dataset_ops.DatasetV2, "_apply_debug_options"),
+  for owner, name in ((iterator_ops.OwnedIterator, "_create_iterator"),
+                      (dataset_ops.DatasetV2, "_apply_debug_options"),
                       (dataset_ops.DatasetV2, "with_options"),
                       (dataset_ops.DatasetV2, "options"),
                       (dataset_ops.DatasetV2, "_inputs"),
@@ -161,9 +171,24 @@ def install() -> None:
     value, hidden = find(dataset)
     if value is None and not hidden:
       return dataset
+    if tf.executing_eagerly():
+      from intune_tf import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
+      _creating.after = session_lib.newest_session_id()
     return _root.tune(dataset)
+
+  original_create = iterator_ops.OwnedIterator._create_iterator  # pylint: disable=protected-access
+
+  @functools.wraps(original_create)
+  def _create_iterator(self, dataset):
+    _creating.after = None
+    original_create(self, dataset)
+    after, _creating.after = getattr(_creating, "after", None), None
+    if after is not None:
+      from intune_tf import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
+      session_lib.record_sessions(self, after)
 
   dataset_ops.DatasetV2.with_options = with_options
   dataset_ops.DatasetV2.options = options
   dataset_ops.DatasetV2._apply_debug_options = _apply_debug_options  # pylint: disable=protected-access
+  iterator_ops.OwnedIterator._create_iterator = _create_iterator  # pylint: disable=protected-access
   _installed = True

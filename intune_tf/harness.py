@@ -304,7 +304,7 @@ class Harness:
     table, tried = {}, 0
     it = iter(self._tuned(scenario, "manual"))
     next(it)
-    session = intune_tf.sessions()[-1]
+    session = intune_tf.session_of(it)
     knobs = session.knobs()
     par = [k for k in knobs if k.kind == "parallelism"]
     buf = [k for k in knobs if k.kind == "buffer_size"]
@@ -390,12 +390,13 @@ class Harness:
       if policy in AUTOTUNE_POLICIES:
         proto = _autotune_model(state["it"])
         return sum(n.buffered_bytes for n in proto.nodes.values()) if proto else 0
-      return intune_tf.sessions()[-1].counters()["buffered_bytes"]
+      return intune_tf.session_of(state["it"]).counters()["buffered_bytes"]
 
     def knob_values():
       if policy in AUTOTUNE_POLICIES:
         return _autotune_knobs(_autotune_model(state["it"]))
-      return {k.name: k.value for k in intune_tf.sessions()[-1].knobs()}
+      return {k.name: k.value
+              for k in intune_tf.session_of(state["it"]).knobs()}
 
     try:
       state["it"] = iter(ds)

@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import re
+import threading
 from typing import Any, Mapping
 
 import numpy as np
@@ -574,8 +575,64 @@ class Session:
 
 
 def _live_ids() -> set[int]:
-  ids, _ = _kernels.ops().intune_list_sessions()
+  ids, _, _ = _kernels.ops().intune_list_sessions()
   return {int(i) for i in ids.numpy()}
+
+
+def sessions_made_by_this_thread(after: int) -> list[int]:
+  """Ids above `after` of the live sessions that this OS thread made."""
+  with tf.device("/cpu:0"):
+    ids, _, threads = _kernels.ops().intune_list_sessions()
+  me = threading.get_native_id()
+  return [int(i) for i, t in zip(ids.numpy(), threads.numpy())
+          if int(i) > after and int(t) == me]
+
+
+def newest_session_id() -> int:
+  """The id of the newest live session, or 0 (ids start at 1 and only
+  grow)."""
+  ids = _live_ids()
+  return max(ids) if ids else 0
+
+
+_SESSION_IDS_ATTR = "_intune_session_ids"
+
+
+def session_of(iterator: Any) -> Session:
+  """The tuning session of an iterator made by `iter(dataset)`.
+
+  Args:
+    iterator: what `iter()` returned for a dataset with
+      `experimental_intune` on (eager mode).
+
+  Returns:
+    Its live session.
+
+  Raises:
+    ValueError: the iterator has no session (InTune is off for its dataset,
+      or it was not made by `iter()` in eager mode: inside a `tf.function`,
+      or by tf.data service, use `sessions()`).
+    SessionGoneError: its session ended (the iterator was exhausted).
+  """
+  ids = getattr(iterator, _SESSION_IDS_ATTR, None)
+  if not ids:
+    raise ValueError(
+        f"{type(iterator).__name__} has no InTune session: make it with "
+        "iter() in eager mode from a dataset with experimental_intune on "
+        "(intune_tf.sessions() lists every session of the process).")
+  live = {s.id: s for s in sessions()}
+  for i in ids:
+    if i in live:
+      return live[i]
+  raise SessionGoneError(f"InTune session {ids[0]} of this iterator is gone: "
+                         "the iterator was exhausted or released.")
+
+
+def record_sessions(iterator: Any, after: int) -> None:
+  """Remembers on `iterator` the sessions this thread made since `after`
+  (called right after the iterator was made)."""
+  object.__setattr__(iterator, _SESSION_IDS_ATTR,
+                     sessions_made_by_this_thread(after))
 
 
 # Live sessions by id: a session's tag never changes, so the tuner's frequent
@@ -586,7 +643,7 @@ _known: dict[int, Session] = {}
 def sessions() -> list[Session]:
   """The live tuning sessions of this process, oldest first."""
   with tf.device("/cpu:0"):
-    ids, tags = _kernels.ops().intune_list_sessions()
+    ids, tags, _ = _kernels.ops().intune_list_sessions()
   ids = [int(i) for i in ids.numpy()]
   result = []
   for i, tag in zip(ids, tags.numpy()):

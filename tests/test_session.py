@@ -5,12 +5,15 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import tensorflow as tf
 
 import intune_tf
+
+from _waiting import wait_for
 
 _PAR = "ParallelMapV2"
 
@@ -137,6 +140,39 @@ def test_options_this_process_cannot_read_leave_the_session_untuned(
   assert foreign.options.policy == "manual"  # no policy moves its knobs
   readable = intune_tf.Session(session.id, session.options.to_json())
   assert readable.options_error is None
+
+
+def test_session_of_an_iterator_is_its_own_whatever_else_runs():
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(policy="manual")
+  ds = tf.data.Dataset.range(10).map(
+      lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).with_options(
+          options)
+  first, second = iter(ds), iter(ds)  # one dataset, one session each
+  made = {}
+
+  def make(k):  # iterators made at the same time in other threads
+    it = iter(ds)
+    made[k] = (it, intune_tf.session_of(it).id)
+
+  threads = [threading.Thread(target=make, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  ids = [intune_tf.session_of(first).id, intune_tf.session_of(second).id]
+  ids += [made[k][1] for k in range(4)]
+  assert len(set(ids)) == 6 and set(ids) <= {s.id for s in
+                                             intune_tf.sessions()}
+  with pytest.raises(ValueError, match="has no InTune session"):
+    intune_tf.session_of(iter(tf.data.Dataset.range(3)))  # option off
+  session = intune_tf.session_of(second)
+  assert [int(x) for x in second] == list(range(1, 11))
+  session_id = session.id
+  del second, made
+  gc.collect()
+  assert wait_for(lambda: session_id not in
+                  {s.id for s in intune_tf.sessions()})
 
 
 def test_stats_follow_the_pipeline(live):

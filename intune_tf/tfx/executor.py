@@ -261,9 +261,11 @@ def _rows(element: Any) -> int:
   return int(first.shape[0]) if first.shape.rank else 1
 
 
-def _new_session(known: set[int]) -> "intune_tf.Session | None":
-  new = [s for s in intune_tf.sessions() if s.id not in known]
-  return new[-1] if new else None
+def _session_of(it: Any) -> "intune_tf.Session | None":
+  try:
+    return intune_tf.session_of(it)
+  except ValueError:  # InTune is off for this run (an AUTOTUNE baseline)
+    return None
 
 
 def _run(ds: tf.data.Dataset, seconds: float, warmup: float,
@@ -271,9 +273,8 @@ def _run(ds: tf.data.Dataset, seconds: float, warmup: float,
          ) -> tuple[float, int, Any]:
   """Iterates `ds` for `warmup` then `seconds`; returns (rows/s over the
   measured window, rows measured, on_end(session) while it is alive)."""
-  known = {s.id for s in intune_tf.sessions()}
   it = iter(ds)
-  session = _new_session(known)
+  session = _session_of(it)
   rows, start, end_warmup = 0, time.perf_counter(), None
   t0 = start
   try:

@@ -45,12 +45,14 @@ class IntuneListSessionsOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     auto sessions = SessionRegistry::Global()->List();
     const int64_t n = sessions.size();
-    Tensor *ids, *tags;
+    Tensor *ids, *tags, *threads;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &ids));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &tags));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &threads));
     for (int64_t i = 0; i < n; ++i) {
       ids->vec<int64_t>()(i) = sessions[i]->id();
       tags->vec<tstring>()(i) = sessions[i]->tag();
+      threads->vec<int64_t>()(i) = sessions[i]->creator_thread();
     }
   }
 };

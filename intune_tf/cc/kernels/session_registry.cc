@@ -1,5 +1,8 @@
 #include "intune_tf/cc/kernels/session_registry.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -172,6 +175,7 @@ TuningSession::TuningSession(int64_t id, std::string tag, int64_t ram_budget,
                              ModelPtr tf_model)
     : id_(id),
       tag_(std::move(tag)),
+      creator_thread_(static_cast<int64_t>(syscall(SYS_gettid))),
       model_(std::move(tf_model)),
       created_us_(static_cast<int64_t>(Env::Default()->NowMicros())),
       ram_budget_(ram_budget) {}

@@ -97,6 +97,9 @@ class TuningSession {
 
   int64_t id() const { return id_; }
   const std::string& tag() const { return tag_; }
+  // The OS thread (Linux tid) that made the session: the thread that created
+  // its iterator (eager iterators are made on the caller's thread).
+  int64_t creator_thread() const { return creator_thread_; }
   const ModelPtr& tf_model() const { return model_; }
 
   // The live knobs, sorted by name.
@@ -186,6 +189,7 @@ class TuningSession {
 
   const int64_t id_;
   const std::string tag_;
+  const int64_t creator_thread_;
   const ModelPtr model_;
   const int64_t created_us_;
 

@@ -103,10 +103,12 @@ statistics (the rewrite puts it around an interleave's per-element datasets).
 REGISTER_OP("IntuneListSessions")
     .Output("session_ids: int64")
     .Output("tags: string")
+    .Output("creator_threads: int64")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
-      c->set_output(1, c->Vector(InferenceContext::kUnknownDim));
+      for (int i = 0; i < 3; ++i) {
+        c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+      }
       return OkStatus();
     });
 
