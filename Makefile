@@ -9,12 +9,16 @@ MAIN := .venv
 COMPAT := .venv-compat
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-.PHONY: demo test test-main test-compat setup setup-main setup-compat build bench clean tfx-example
+.PHONY: demo test lint test-main test-compat setup setup-main setup-compat build bench clean tfx-example
 
 demo: setup-main
 	$(MAIN)/bin/intune demo
 
-test: test-main test-compat
+test: lint test-main test-compat
+
+# ruff, configured in pyproject.toml (Google style).
+lint: setup-main
+	$(MAIN)/bin/ruff check --no-cache .
 
 test-main: setup-main
 	$(MAIN)/bin/pytest $(PYTEST_FLAGS) tests
@@ -60,4 +64,4 @@ tfx-example: setup-compat
 	$(COMPAT)/bin/python examples/tfx_pipeline/pipeline.py --out $(TFX_EXAMPLE_OUT)
 
 clean:
-	rm -rf build intune_tf/_intune_ops.so intune_tf/_intune_ops.tfversion *.egg-info
+	rm -rf build intune_tf/ops/_intune_ops.so intune_tf/ops/_intune_ops.tfversion *.egg-info

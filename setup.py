@@ -89,7 +89,7 @@ class BuildTfKernels(_build_ext.build_ext):
   def copy_extensions_to_source(self):
     super().copy_extensions_to_source()
     _write_stamp(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                              "intune_tf"))
+                              "intune_tf", "ops"))
 
   def get_ext_filename(self, ext_name):
     # A TensorFlow op library, not a Python extension module: plain name.
@@ -104,20 +104,23 @@ setuptools.setup(
     version="0.1.0",
     description="InTune: reinforcement-learning tuning of tf.data pipelines",
     python_requires=">=3.10",
-    packages=["intune_tf", "intune_tf.rewrites", "intune_tf.criteo",
-              "intune_tf.tfx"],
+    packages=["intune_tf", "intune_tf.ops", "intune_tf.tuning",
+              "intune_tf.agent", "intune_tf.sim", "intune_tf.observe",
+              "intune_tf.bench", "intune_tf.tfx", "intune_tf.rewrites",
+              "intune_tf.criteo"],
     package_dir={
         "intune_tf": "intune_tf",
         "intune_tf.rewrites": "rewrites",
         "intune_tf.criteo": "criteo",
     },
     package_data={
-        "intune_tf": ["_intune_ops.tfversion", "data/*", "agent_weights.npz"],
+        "intune_tf.ops": ["_intune_ops.tfversion"],
+        "intune_tf.agent": ["weights.npz"],
         "intune_tf.criteo": ["data/*"],
     },
     ext_modules=[
         setuptools.Extension(
-            "intune_tf._intune_ops",
+            "intune_tf.ops._intune_ops",
             sources=KERNEL_SOURCES,
             depends=KERNEL_HEADERS,
             include_dirs=[os.path.dirname(os.path.abspath(__file__))],
@@ -129,8 +132,8 @@ setuptools.setup(
         "numpy>=1.23,<3",
         "psutil>=5.9,<8",
         "absl-py>=1.0,<3",
-        "matplotlib>=3.7,<4",
-        "tqdm>=4.60,<5",
     ],
+    # Plots and progress bars: the demo, `intune bench` and pretraining.
+    extras_require={"bench": ["matplotlib>=3.7,<4", "tqdm>=4.60,<5"]},
     entry_points={"console_scripts": ["intune=intune_tf.cli:run"]},
 )

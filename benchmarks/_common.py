@@ -8,7 +8,7 @@ import time
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import demo
+from intune_tf.bench import demo
 
 AUTOTUNE = tf.data.AUTOTUNE
 

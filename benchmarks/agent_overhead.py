@@ -23,10 +23,10 @@ import psutil
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import agent as agent_lib
-from intune_tf import dqn
-from intune_tf import observation
-from intune_tf import scenarios
+from intune_tf.agent import dqn
+from intune_tf.agent import policy as agent_lib
+from intune_tf.bench import scenarios
+from intune_tf.tuning import observer as observation
 
 
 def main(seconds: float = 60.0):

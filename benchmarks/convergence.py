@@ -17,8 +17,8 @@ import tempfile
 
 import numpy as np
 
-from intune_tf import harness as harness_lib
-from intune_tf import scenarios
+from intune_tf.bench import harness as harness_lib
+from intune_tf.bench import scenarios
 
 
 def convergence_s(windows, fraction=0.95):

@@ -11,11 +11,11 @@ import sys
 import threading
 import time
 
+from _common import with_intune
 import tensorflow as tf
 from tensorflow.core.framework import model_pb2
 
 import intune_tf
-from _common import with_intune
 
 BUDGET = 64 << 20
 ELEMENT = 8 << 20

@@ -7,8 +7,8 @@ import statistics
 import sys
 import time
 
-from intune_tf import harness
-from intune_tf import scenarios
+from intune_tf.bench import harness
+from intune_tf.bench import scenarios
 
 
 def plain_loop(scenario, warmup, seconds):

@@ -12,11 +12,10 @@ Run: `python benchmarks/iterator_creation.py [repeats] [megabytes]`.
 import sys
 import time
 
-import numpy as np
-import tensorflow as tf
-
 from _common import median
 from _common import with_intune
+import numpy as np
+import tensorflow as tf
 
 
 def pipeline(data: np.ndarray, on: bool) -> tf.data.Dataset:

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import scenarios
+from intune_tf.bench import scenarios
 
 _FEATURES = "Prefetch.ParallelMapV2"
 _PARSE = f"{_FEATURES}.ParallelMapV2"

@@ -6,10 +6,14 @@ ratio over the first second. Run: `python benchmarks/live_control.py`.
 
 import time
 
+from _common import busy_udf
+from _common import calibrate
+from _common import rate
+from _common import single_threaded_ops
+from _common import with_intune
 import tensorflow as tf
 
 import intune_tf
-from _common import busy_udf, calibrate, rate, single_threaded_ops, with_intune
 
 
 def main(repeats: int = 3) -> None:

@@ -14,11 +14,14 @@ import sys
 import threading
 import time
 
+from _common import busy_udf
+from _common import calibrate
+from _common import median
+from _common import rate
+from _common import single_threaded_ops
+from _common import with_intune
 import psutil
 import tensorflow as tf
-
-from _common import busy_udf, calibrate, median, rate, single_threaded_ops
-from _common import with_intune
 
 
 def pipeline(size):

@@ -27,10 +27,13 @@ import sys
 import tempfile
 import time
 
-import tensorflow as tf
-
-from _common import busy_udf, calibrate, median, rate, single_threaded_ops
+from _common import busy_udf
+from _common import calibrate
+from _common import median
+from _common import rate
+from _common import single_threaded_ops
 from _common import with_intune
+import tensorflow as tf
 
 _INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
 _BATCH = 32

@@ -22,22 +22,22 @@ Importing this package imports TensorFlow but never tensorflow_io (loaded
 on first Parquet use); `plots` imports matplotlib only when drawing.
 """
 
-from intune_tf.criteo.plots import compare
-from intune_tf.criteo.convert import convert_files
 from intune_tf.criteo.convert import ParquetUnavailableError
+from intune_tf.criteo.convert import convert_files
 from intune_tf.criteo.convert import read_parquet
 from intune_tf.criteo.convert import read_tfrecord
+from intune_tf.criteo.files import default_files
+from intune_tf.criteo.files import real_sample_files
+from intune_tf.criteo.models import DLRMConfig
 from intune_tf.criteo.models import auc
 from intune_tf.criteo.models import compile_model
 from intune_tf.criteo.models import dlrm
-from intune_tf.criteo.models import DLRMConfig
 from intune_tf.criteo.models import logistic_regression
-from intune_tf.criteo.files import default_files
-from intune_tf.criteo.files import real_sample_files
 from intune_tf.criteo.pipelines import LEVELS
-from intune_tf.criteo.pipelines import pipeline
 from intune_tf.criteo.pipelines import STAGES
 from intune_tf.criteo.pipelines import TUNABLE_STAGES
+from intune_tf.criteo.pipelines import pipeline
+from intune_tf.criteo.plots import compare
 from intune_tf.criteo.reader import CriteoFormatError
 from intune_tf.criteo.reader import read
 from intune_tf.criteo.synthetic import fit_stats

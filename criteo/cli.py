@@ -35,8 +35,11 @@ def _parse_parallelism(text: str | None) -> dict[str, int] | None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-  import tqdm  # pylint: disable=g-import-not-at-top
-  from intune_tf.criteo import synthetic  # pylint: disable=g-import-not-at-top
+  # Deferred: optional, from the [bench] extra.
+  import tqdm
+
+  # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
+  from intune_tf.criteo import synthetic
   start = time.perf_counter()
   with tqdm.tqdm(total=args.rows, unit="row", unit_scale=True,
                  disable=args.quiet) as bar:
@@ -55,7 +58,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
-  from intune_tf.criteo import synthetic  # pylint: disable=g-import-not-at-top
+  # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
+  from intune_tf.criteo import synthetic
   stats = synthetic.fit_stats(args.real)
   text = json.dumps(stats, indent=1) + "\n"
   if args.out == "-":
@@ -69,7 +73,8 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-  from intune_tf.criteo import plots  # pylint: disable=g-import-not-at-top
+  # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
+  from intune_tf.criteo import plots
   summary = plots.compare(args.real, args.out, args.synthetic, seed=args.seed)
   logging.info("wrote %s: %s", args.out, summary)
   print(json.dumps(summary))
@@ -77,8 +82,11 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-  import tqdm  # pylint: disable=g-import-not-at-top
-  from intune_tf.criteo import convert  # pylint: disable=g-import-not-at-top
+  # Deferred: optional, from the [bench] extra.
+  import tqdm
+
+  # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
+  from intune_tf.criteo import convert
   try:
     with tqdm.tqdm(unit="row", unit_scale=True, disable=args.quiet) as bar:
       paths = convert.convert_files(args.inputs, args.out, args.format,
@@ -94,7 +102,8 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _count(args: argparse.Namespace) -> int:
-  from intune_tf.criteo import reader  # pylint: disable=g-import-not-at-top
+  # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
+  from intune_tf.criteo import reader
   ds = reader.read(args.inputs, batch_size=65536, on_bad_row=args.on_bad_row)
   rows = sum(int(label.shape[0]) for _, label in ds)
   print(f"rows: {rows}")
@@ -103,8 +112,11 @@ def _count(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-  from intune_tf.criteo import bench  # pylint: disable=g-import-not-at-top
-  from intune_tf.criteo import files  # pylint: disable=g-import-not-at-top
+  # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
+  from intune_tf.criteo import bench
+
+  # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
+  from intune_tf.criteo import files
   paths = args.files or files.default_files(rows=args.rows,
                                             cache_dir=args.cache_dir)
   levels = [int(x) for x in args.levels.split(",")]

@@ -41,7 +41,8 @@ class ParquetUnavailableError(RuntimeError):
 def _tfio():
   """Imports tensorflow_io, or explains why Parquet is unavailable."""
   try:
-    import tensorflow_io  # pylint: disable=g-import-not-at-top
+    # Deferred: compat stack only (tensorflow-io); the error says so.
+    import tensorflow_io
     return tensorflow_io
   except Exception as e:  # ImportError, or its op library failing to load.
     raise ParquetUnavailableError(
@@ -53,8 +54,11 @@ def _tfio():
 
 def _pyarrow():
   try:
-    import pyarrow  # pylint: disable=g-import-not-at-top
-    import pyarrow.parquet  # pylint: disable=g-import-not-at-top,unused-import
+    # Deferred: only for Parquet input.
+    import pyarrow
+
+    # Deferred: only for Parquet input.
+    import pyarrow.parquet  # pylint: disable=unused-import
     return pyarrow
   except Exception as e:
     raise ParquetUnavailableError(

@@ -44,9 +44,11 @@ def compare(real: str,
     `{"max_missing_rate_gap": ..., "real_label_rate": ...,
     "synthetic_label_rate": ...}`.
   """
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  # Deferred: optional, from the [bench] extra.
+  import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  # Deferred: optional, from the [bench] extra.
+  import matplotlib.pyplot as plt
 
   r_label, r_dense, r_sparse = synthetic.load_columns(real)
   if synthetic_file is None:

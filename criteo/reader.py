@@ -35,8 +35,8 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import re
-import zlib
 from typing import Iterable, Sequence
+import zlib
 
 import tensorflow as tf
 

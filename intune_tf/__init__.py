@@ -9,21 +9,21 @@ Importing the package adds the option. The kernel library is loaded on first
 use.
 """
 
-from intune_tf import _tf_hooks
-from intune_tf import agent as _agent  # registers policy="intune"
-from intune_tf._kernels import KernelLibraryError
-from intune_tf.observation import Observation
-from intune_tf.observation import report_step_time
+from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune"
+from intune_tf.ops import hooks as _tf_hooks
+from intune_tf.ops.loader import KernelLibraryError
+from intune_tf.ops.session import Session
+from intune_tf.ops.session import SessionGoneError
+from intune_tf.ops.session import session_of
+from intune_tf.ops.session import sessions
 from intune_tf.options import IntuneOptions
-from intune_tf.policies import Policy
-from intune_tf.policies import register as register_policy
-from intune_tf.session import Knob
-from intune_tf.session import Session
-from intune_tf.session import session_of
-from intune_tf.session import SessionGoneError
-from intune_tf.session import sessions
-from intune_tf.session import StageStats
-from intune_tf.tuner import global_tuner
+from intune_tf.records import Knob
+from intune_tf.records import Observation
+from intune_tf.records import StageStats
+from intune_tf.tuning.observer import report_step_time
+from intune_tf.tuning.policies import Policy
+from intune_tf.tuning.policies import register as register_policy
+from intune_tf.tuning.tuner import global_tuner
 
 __version__ = "0.1.0"
 

@@ -15,9 +15,14 @@ from absl import app
 from absl import logging
 from absl.flags import argparse_flags
 
-# Top-level commands: modules providing `add_parser(subparsers)`.
-_COMMANDS = ("intune_tf.demo", "intune_tf.harness", "intune_tf.inspect",
-             "intune_tf.pretrain", "intune_tf.calibration")
+# Top-level commands: (name, module providing `add_parser(subparsers)`).
+_COMMANDS = (("demo", "intune_tf.bench.demo"),
+             ("bench", "intune_tf.bench.harness"),
+             ("inspect", "intune_tf.observe.inspect"),
+             ("pretrain", "intune_tf.sim.pretrain"),
+             ("calibrate", "intune_tf.sim.calibration"))
+# What the [bench] extra installs.
+_EXTRA = ("matplotlib", "tqdm")
 # (group name, module providing `add_commands`, help).
 _GROUPS = (
     ("criteo", "intune_tf.criteo.cli",
@@ -33,14 +38,28 @@ def _parser() -> argparse_flags.ArgumentParser:
       description="InTune: reinforcement-learning tuning of tf.data pipelines.")
   groups = parser.add_subparsers(dest="group", metavar="COMMAND")
   groups.required = True
-  for module in _COMMANDS:
-    importlib.import_module(module).add_parser(groups)
+  for name, module in _COMMANDS:
+    try:
+      importlib.import_module(module).add_parser(groups)
+    except ModuleNotFoundError as e:
+      if e.name not in _EXTRA:
+        raise
+      _add_missing_extra(groups, name, e.name)
   for name, module, help_text in _GROUPS:
     sub = groups.add_parser(name, help=help_text)
     commands = sub.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     importlib.import_module(module).add_commands(commands)
   return parser
+
+
+def _add_missing_extra(groups, name: str, missing: str) -> None:
+  """A command whose module needs the [bench] extra: it says so when run."""
+  def fail(_):
+    sys.exit(f"intune {name} needs {missing}, from the [bench] extra: "
+             "pip install 'intune_tf[bench]'")
+  sub = groups.add_parser(name, help=f"(needs the [bench] extra: {missing})")
+  sub.set_defaults(func=fail)
 
 
 def _main(args) -> None:

@@ -25,10 +25,11 @@ import keras
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import observation as observation_lib
-from intune_tf import session as session_lib
-from intune_tf import tuner as tuner_lib
+from intune_tf import records
 from intune_tf.options import IntuneOptions
+from intune_tf.tuning import observer as observation_lib
+from intune_tf.tuning import tuner as tuner_lib
+from intune_tf.tuning import warmstart
 
 # Seconds between two readings of the session (counters and knobs): each
 # reading costs a few TF op calls (~0.5-1.5 ms each on this machine), so
@@ -61,7 +62,7 @@ def tune(dataset: tf.data.Dataset, **fields: Any) -> tf.data.Dataset:
 
 
 def short_name(name: str) -> str:
-  """A knob name as a log key part (`intune_tf.session.log_key`): the same
+  """A knob name as a log key part (`intune_tf.records.log_key`): the same
   in every epoch, since knob names are.
 
   Example: 'Prefetch.ParallelMapV2/parallelism' ->
@@ -69,7 +70,7 @@ def short_name(name: str) -> str:
   'ParallelInterleaveV4[*].ParallelMapV2/parallelism' ->
   'ParallelInterleaveV4-each.ParallelMapV2/parallelism'.
   """
-  return session_lib.log_key(name)
+  return records.log_key(name)
 
 
 _short = short_name  # The name used before; kept for callers.
@@ -82,7 +83,7 @@ def rows_per_element(stats) -> float | None:
   by_name = {s.name: s for s in stats}
   for s in stats:
     if re.match(r"(Parallel)?Batch|MapAndBatch|PaddedBatch",
-                session_lib.parse_stage(s.name).op) and (
+                records.parse_stage(s.name).op) and (
                     s.elements and s.inputs and s.inputs[0] in by_name):
       return by_name[s.inputs[0]].elements / s.elements
   return None
@@ -189,7 +190,8 @@ class IntuneCallback(keras.callbacks.Callback):
     self._known = {s.id for s in intune_tf.sessions()}
     if self.log_dir:
       try:
-        import tensorboard  # pylint: disable=g-import-not-at-top,unused-import
+        # Deferred: only checks that it is installed, when log_dir is given.
+        import tensorboard  # noqa: F401
       except ImportError:
         raise ImportError("IntuneCallback(log_dir=...) writes TensorBoard "
                           "scalars and needs the tensorboard package: pip "
@@ -346,16 +348,10 @@ class IntuneCallback(keras.callbacks.Callback):
   def _save_warm_start(self) -> str | None:
     """Saves the best configuration seen for the next run of this pipeline.
 
-    Warm start lives in `intune_tf.warmstart`; the call is guarded so that
-    the callback works with a build that lacks it. The agent policy's
-    fine-tuned weights are saved with it (otherwise a save without weights
-    would hide the ones the agent saved itself).
+    The agent policy's fine-tuned weights are saved with it (otherwise a
+    save without weights would hide the ones the agent saved itself).
     """
-    try:
-      from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
-    except ImportError:
-      return None
-    if not hasattr(warmstart, "save") or self._best is None:
+    if self._best is None:
       return None
     rate, config = self._best
     weights = None

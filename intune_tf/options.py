@@ -7,7 +7,8 @@ import json
 import numbers
 from typing import Any, Mapping
 
-from intune_tf import host
+from intune_tf.tuning import host
+from intune_tf.tuning import policies
 
 # Share of the memory available when the iterator starts that the pipeline's
 # buffers may hold when `ram_budget` is None (TF's own autotuner uses 0.5).
@@ -80,7 +81,7 @@ class IntuneOptions:
     name: a label for the pipeline, shown in session listings. Default "".
     warm_start: start from the configuration (and fine-tuned agent) saved by
       earlier runs of the same pipeline on the same kind of machine, and save
-      them for the next run (`intune_tf.warmstart`). Default True.
+      them for the next run (`intune_tf.tuning.warmstart`). Default True.
   """
 
   cpu_budget: int | None = None
@@ -143,7 +144,6 @@ class IntuneOptions:
     if self.policy == "fixed" and not self.config:
       raise ValueError('IntuneOptions(policy="fixed") needs a `config` of '
                        "knob values.")
-    from intune_tf import policies  # pylint: disable=g-import-not-at-top
     policies.check_name(self.policy)
 
   def resolved_ram_budget(self) -> int:

@@ -22,7 +22,7 @@ tuned on every worker:
   worker's tuner from its own available memory (the client's value
   baked into the graph is replaced within the tuner's first second), shared
   among the worker's sessions (`tuner.default_budget_shares`).
-- Each worker writes a status file (`intune_tf.status`) with the per-stage
+- Each worker writes a status file (`intune_tf.observe.status`) with the per-stage
   table of its sessions. `worker_status()` and `intune inspect --service`
   read them (same host, or a status dir shared by all hosts).
 
@@ -130,9 +130,10 @@ def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
 
 def _start_tuner(role: str, **service: Any) -> None:
   """Loads the kernel library, starts the tuner, labels the status file."""
-  import intune_tf  # pylint: disable=g-import-not-at-top
-  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
-  from intune_tf import status  # pylint: disable=g-import-not-at-top
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  import intune_tf
+  from intune_tf.observe import status  # pylint: disable=g-import-not-at-top
+  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
 
   _kernels.ops()
   tuner = intune_tf.global_tuner()
@@ -186,7 +187,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   Raises:
     ServiceError: the port is in use.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  import tensorflow as tf
 
   check_port_free(port)
   _start_tuner("dispatcher", port=port, address=f"{host}:{port}",
@@ -200,7 +202,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   logging.warning(SECURITY_NOTE.format(port=port))
 
   def tick():
-    from intune_tf import status  # pylint: disable=g-import-not-at-top
+    # Deferred: `intune --help` lists this command without loading TensorFlow.
+    from intune_tf.observe import status
     writer = status.writer()
     if writer is not None:
       writer.set_info(workers=server._num_workers())  # pylint: disable=protected-access
@@ -233,7 +236,8 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   Raises:
     ServiceError: bad dispatcher address, port in use, no dispatcher.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  import tensorflow as tf
 
   d_host, d_port = parse_address(dispatcher, "--dispatcher")
   dispatcher = f"{d_host}:{d_port}"
@@ -261,19 +265,20 @@ def worker_status(status_dir: str | os.PathLike | None = None,
 
   Args:
     status_dir: where the workers write their status files. Default None:
-      `intune_tf.status.default_dir()` (`$INTUNE_STATUS_DIR` or
+      `intune_tf.observe.status.default_dir()` (`$INTUNE_STATUS_DIR` or
       ~/.cache/intune_tf/status); workers on other hosts are seen when all
       use one shared directory.
     dispatcher: only workers of this dispatcher (HOST:PORT). Default None:
       every worker.
 
   Returns:
-    One status dict per worker process (see `intune_tf.status`): "pid",
+    One status dict per worker process (see `intune_tf.observe.status`): "pid",
     "host", "service" ({"dispatcher", "worker_address", "port"}),
     "sessions" (each with "knobs", "initial_knobs", "steps", "changes",
     "output_rate", "stages", ...) and "ended_sessions".
   """
-  from intune_tf import status  # pylint: disable=g-import-not-at-top
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status
 
   wanted = None
   if dispatcher is not None:

@@ -15,7 +15,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import rewriter_config_pb2
 
-from intune_tf import _kernels
+from intune_tf.ops import loader as _kernels
 
 # rewrites/rewrite.h: kOptimizerName, kRootOp.
 OPTIMIZER_NAME = "intune_rewrites"

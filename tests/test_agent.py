@@ -1,20 +1,19 @@
-"""Tests of intune_tf.agent: budget projection, the guard, the live policy."""
+"""Tests of intune_tf.agent.policy: budget projection, the guard, the live policy."""
 
 import time
 
+from _observations import knob as _knob
+from _observations import obs as _obs
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import agent as agent_lib
-from intune_tf import dqn
-from intune_tf import pretrain
-from intune_tf import simulator as sim
+from intune_tf.agent import dqn
+from intune_tf.agent import policy as agent_lib
 from intune_tf.options import IntuneOptions
-
-from _observations import knob as _knob
-from _observations import obs as _obs
+from intune_tf.sim import pretrain
+from intune_tf.sim import simulator as sim
 
 
 def test_project_to_budget_takes_threads_from_the_largest():
@@ -184,7 +183,7 @@ def test_shipped_agent_beats_even_in_simulation():
   pipes = pretrain.evaluation_pipelines(count=20, seed=99)
   opts = IntuneOptions()
   intune = pretrain.score(lambda: agent_lib.IntunePolicy(opts), pipes)
-  even = pretrain.score(lambda: intune_tf.policies.EvenPolicy(opts), pipes)
+  even = pretrain.score(lambda: intune_tf.tuning.policies.EvenPolicy(opts), pipes)
   assert np.median(intune) > np.median(even)
   assert np.median(intune) >= 0.9
 
@@ -198,7 +197,7 @@ def test_bad_weights_file_is_a_clear_error(tmp_path):
 
 def _pipeline(n=10**9):
   return tf.data.Dataset.range(n).map(
-      lambda x: tf.reduce_sum(tf.sin(tf.cast(tf.range(3000), tf.float32)) + 
+      lambda x: tf.reduce_sum(tf.sin(tf.cast(tf.range(3000), tf.float32)) +
                               tf.cast(x, tf.float32)),
       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
@@ -226,7 +225,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   del it
 
   # The next run of the same pipeline starts at the saved configuration.
-  from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
+  from intune_tf.tuning import warmstart  # pylint: disable=g-import-not-at-top
   it = iter(_pipeline().with_options(options))
   next(it)
   session = intune_tf.sessions()[-1]

@@ -1,12 +1,12 @@
-"""Tests of intune_tf.calibration: traces in, fitted simulator out."""
+"""Tests of intune_tf.sim.calibration: traces in, fitted simulator out."""
 
 import itertools
 import json
 
 import pytest
 
-from intune_tf import calibration
-from intune_tf import simulator as sim
+from intune_tf.sim import calibration
+from intune_tf.sim import simulator as sim
 
 
 def _write_trace(path, pipeline, params, cpus=4):
@@ -113,6 +113,7 @@ def test_recorded_criteo_trace_is_predicted_within_15_percent():
   criteo-l5-b4096 --policies oracle --oracle_seconds 4 --trace` recorded on
   this machine (65 configurations): median |error| <= 15%."""
   import os  # pylint: disable=g-import-not-at-top
+
   import numpy as np  # pylint: disable=g-import-not-at-top
   path = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks",
                       "calibration-trace.jsonl.gz")

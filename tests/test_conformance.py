@@ -29,15 +29,14 @@ import re
 import traceback
 from typing import Callable, Iterator
 
+import _conformance as conf
+from _conformance import AUTOTUNE
+from _conformance import PIPELINES
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import intune_tf
-
-import _conformance as conf
-from _conformance import AUTOTUNE
-from _conformance import PIPELINES
 
 EPOCHS = 2
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from intune_tf import demo
+from intune_tf.bench import demo
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -1,17 +1,16 @@
-"""Tests of intune_tf.dqn: reward, TD targets, masking, network, persistence."""
+"""Tests of intune_tf.agent.dqn: reward, TD targets, masking, network, persistence."""
 
 import io
 import resource
 import zipfile
 
+from _observations import knob as _knob
+from _observations import obs as _obs
 import numpy as np
 import pytest
 
-from intune_tf import dqn
+from intune_tf.agent import dqn
 
-from _observations import knob as _knob
-from _observations import obs as _obs
-from _observations import MB
 
 @pytest.mark.parametrize("rate,reference,memory,expected", [
     (50, 100, 0.5, 0.5),        # 50/100 * 1

@@ -6,8 +6,8 @@ import types
 import pytest
 import tensorflow as tf
 
-from intune_tf import harness
-from intune_tf import scenarios
+from intune_tf.bench import harness
+from intune_tf.bench import scenarios
 
 
 def test_ceiling_arithmetic():
@@ -132,7 +132,7 @@ def test_cli_rejects_unknown_names(tmp_path, capsys):
 
 
 def test_budget_larger_than_the_machine_warns(caplog):
-  from intune_tf import host
+  from intune_tf.tuning import host
   with caplog.at_level("WARNING"):
     harness.Harness(cpu_budget=host.usable_cpus() + 64,
                     ram_budget=host.total_memory() * 4)

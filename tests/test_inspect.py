@@ -16,11 +16,11 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import demo
-from intune_tf import inspect as inspect_lib
-from intune_tf import observation as observation_lib
-from intune_tf import policies
-from intune_tf import status
+from intune_tf import records
+from intune_tf.bench import demo
+from intune_tf.observe import inspect as inspect_lib
+from intune_tf.observe import status
+from intune_tf.tuning import policies
 
 _TIMEOUT_S = 240.0
 _INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
@@ -68,7 +68,7 @@ def _pipeline(policy="even", name="inspected"):
 
 def _stage(name, rate, cpu_per_element_s, parallelism=None, buffer_size=None,
            time_share=0.0):
-  return observation_lib.StageObservation(
+  return records.StageObservation(
       name=name, rate=rate, cpu_per_element_s=cpu_per_element_s,
       parallelism=parallelism, buffer_size=buffer_size, buffer_fill=0.5,
       bytes_per_element=8.0, bytes_produced_per_s=8.0 * rate,
@@ -76,7 +76,7 @@ def _stage(name, rate, cpu_per_element_s, parallelism=None, buffer_size=None,
 
 
 def _observation(stages):
-  return observation_lib.Observation(
+  return records.Observation(
       time=0.0, interval_s=1.0, knobs=(), stages=tuple(stages),
       output_rate=100.0, output_latency_s=0.002, consumer_wait_s=0.001,
       usable_cpus=2, cpu_budget=2, free_memory=1 << 30, total_memory=2 << 30,
@@ -123,7 +123,7 @@ def test_status_file_after_steps(tmp_path):
 
     def stepped():
       for _ in range(20):
-        next(it)
+        next(it)  # noqa: F821
       data = status.read_all(tmp_path)
       mine = [s for d in data for s in d["sessions"] if s["id"] == session.id]
       # A step that fell in the sleep between polls saw no output: wait for
@@ -241,7 +241,7 @@ def test_decision_log_lines(tmp_path):
 
     def lines():
       for _ in range(20):
-        next(it)
+        next(it)  # noqa: F821
       found = [json.loads(l) for l in path.read_text().splitlines()]
       found = [r for r in found if r["session"] == session.id]
       return len(found) >= 4 and found

@@ -1,22 +1,20 @@
 """The Keras callback in real model.fit runs (no mocks)."""
 
 import json
-import os
 import pathlib
 
 from absl import logging
+from conftest import CRITEO_REAL_DIR
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import intune_tf
-import intune_tf.keras as intune_keras
 from intune_tf.criteo import models
 from intune_tf.criteo import pipelines
 from intune_tf.criteo import synthetic
-
-from conftest import CRITEO_REAL_DIR
+import intune_tf.keras as intune_keras
 
 _KNOB = "/parallelism"
 

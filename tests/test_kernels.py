@@ -6,7 +6,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from intune_tf import _kernels
+from intune_tf.ops import loader as _kernels
 
 
 def test_library_loads_and_was_built_for_the_installed_tf():

@@ -11,9 +11,10 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import host
-from intune_tf import observation
-from intune_tf import session as session_lib
+from intune_tf import records
+from intune_tf.ops import session as session_lib
+from intune_tf.tuning import host
+from intune_tf.tuning import observer as observation
 
 
 def test_observation_of_a_running_pipeline():
@@ -93,9 +94,9 @@ def clock(monkeypatch):
   return clock
 
 
-_BUFFER = session_lib.Knob("Prefetch/buffer_size", "buffer_size", 4.0, 0.0,
+_BUFFER = records.Knob("Prefetch/buffer_size", "buffer_size", 4.0, 0.0,
                            64.0)
-_THREADS = session_lib.Knob("Prefetch.ParallelMapV2/parallelism",
+_THREADS = records.Knob("Prefetch.ParallelMapV2/parallelism",
                             "parallelism", 2.0, 1.0, 8.0)
 
 
@@ -147,7 +148,7 @@ def test_instances_of_one_stage_are_one_stage(clock):
   # Two, then three, live instances of the interleave's inner map (one knob):
   # each instance's own delta (the new one from 0), added up.
   inner = "ParallelInterleaveV4[*].ParallelMapV2"
-  threads = session_lib.Knob(f"{inner}/parallelism", "parallelism", 3.0, 1.0,
+  threads = records.Knob(f"{inner}/parallelism", "parallelism", 3.0, 1.0,
                              8.0)
   observer = observation.Observer(_FakeSession([
       _snapshot([("ParallelInterleaveV4", 1, [10, 10**9, 0, 0, 80, 80]),
@@ -175,12 +176,12 @@ def test_instances_of_one_stage_are_one_stage(clock):
 
 def test_stage_lookup_and_bytes_per_element_of_a_built_observation():
   stage = functools.partial(
-      observation.StageObservation, rate=1.0, cpu_per_element_s=0.0,
+      records.StageObservation, rate=1.0, cpu_per_element_s=0.0,
       parallelism=None, buffer_size=None, buffer_fill=0.0,
       bytes_produced_per_s=0.0, buffered_bytes=0, time_share=0.0)
   first, second = stage(name="A", bytes_per_element=1.0), stage(
       name="A", bytes_per_element=2.0)
-  obs = observation.Observation(
+  obs = records.Observation(
       time=0.0, interval_s=0.5, knobs=(), stages=(first, second,
                                                   stage(name="B",
                                                         bytes_per_element=3.0)),

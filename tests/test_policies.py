@@ -1,16 +1,15 @@
 """Policies: the pure allocation maths and the baseline policies."""
 
+from _waiting import wait_for
 import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import policies
-from intune_tf.observation import Observation
-from intune_tf.observation import StageObservation
 from intune_tf.options import IntuneOptions
-from intune_tf.session import Knob
-
-from _waiting import wait_for
+from intune_tf.records import Knob
+from intune_tf.records import Observation
+from intune_tf.records import StageObservation
+from intune_tf.tuning import policies
 
 
 @pytest.mark.parametrize("total,parts,expected", [

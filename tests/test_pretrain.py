@@ -1,19 +1,17 @@
-"""Tests of intune_tf.pretrain: schedule, guided moves, CLI."""
+"""Tests of intune_tf.sim.pretrain: schedule, guided moves, CLI."""
 
 import json
 import pathlib
 import subprocess
 import sys
 
+from _observations import knob
+from _observations import obs
 import numpy as np
 import pytest
 
-from intune_tf import dqn
-from intune_tf import pretrain
-from intune_tf import simulator as sim
-
-from _observations import knob
-from _observations import obs
+from intune_tf.agent import dqn
+from intune_tf.sim import pretrain
 
 _INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
 

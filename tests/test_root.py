@@ -5,13 +5,12 @@ import gc
 import threading
 import time
 
+from _waiting import wait_for
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import intune_tf
-
-from _waiting import wait_for
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -172,7 +171,7 @@ def test_per_element_datasets_run_without_the_model_by_default(inner_stats):
   for _ in range(50):
     next(it)
   session = intune_tf.sessions()[-1]
-  kinds = {intune_tf.session.parse_stage(s.name).op for s in session.stats()}
+  kinds = {intune_tf.records.parse_stage(s.name).op for s in session.stats()}
   inner = {"Zip", "FiniteSkip"}  # the outer Range(4) is recorded either way
   if inner_stats:
     assert inner <= kinds and "IntuneUntracked" not in kinds
@@ -184,7 +183,7 @@ def test_per_element_datasets_run_without_the_model_by_default(inner_stats):
     assert sum(s.elements for s in untracked) > 0
     assert all(s.processing_time_ns > 0 for s in untracked if s.elements)
   # The interleave's own knob is there either way.
-  assert any(intune_tf.session.parse_knob(k.name)[0].op ==
+  assert any(intune_tf.records.parse_knob(k.name)[0].op ==
              "ParallelInterleaveV4" for k in session.knobs())
   del it
 

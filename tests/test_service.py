@@ -18,9 +18,9 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import demo
-from intune_tf import policies
 from intune_tf import service
+from intune_tf.bench import demo
+from intune_tf.tuning import policies
 
 # Starting a process that imports TensorFlow takes a minute on this 2-core
 # machine when other jobs run; everything waits at most this long.
@@ -212,7 +212,7 @@ def test_killed_worker_job_continues_survivor_tuned_restart_tuned(cluster):
   def pull_until(predicate, what):
     def step():
       for _ in range(50):
-        seen.append(int(next(it)))
+        seen.append(int(next(it)))  # noqa: F821
       return predicate()
     return _wait(step, what=what)
 

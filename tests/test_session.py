@@ -8,12 +8,11 @@ import sys
 import threading
 import time
 
+from _waiting import wait_for
 import pytest
 import tensorflow as tf
 
 import intune_tf
-
-from _waiting import wait_for
 
 _PAR = "ParallelMapV2"
 
@@ -102,7 +101,7 @@ def test_value_outside_range_is_rejected(live, delta):
 
 def test_kernel_rejects_out_of_range_too(live):
   # The kernel validates on its own (for callers that bypass Python checks).
-  from intune_tf import _kernels
+  from intune_tf.ops import loader as _kernels
   _, session = live
   par = _by_kind(session, "parallelism")[0]
   with pytest.raises(tf.errors.OutOfRangeError, match="outside its range"):
@@ -110,7 +109,7 @@ def test_kernel_rejects_out_of_range_too(live):
 
 
 def test_kernel_rejects_a_session_id_that_is_not_a_scalar():
-  from intune_tf import _kernels
+  from intune_tf.ops import loader as _kernels
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="session_id must be a scalar"):
     _kernels.ops().intune_list_knobs(tf.constant([1, 2], tf.int64))
@@ -153,7 +152,7 @@ def test_session_of_an_iterator_is_its_own_whatever_else_runs():
 
   def make(k):  # iterators made at the same time in other threads
     it = iter(ds)
-    made[k] = (it, intune_tf.session_of(it).id)
+    made[k] = (it, intune_tf.session_of(it).id)  # noqa: F821
 
   threads = [threading.Thread(target=make, args=(k,)) for k in range(4)]
   for t in threads:
@@ -262,7 +261,7 @@ def test_snapshot_knobs_follow_every_change(live):
 def test_set_applies_the_values_of_each_call(live, monkeypatch):
   # Repeated and new (name, value) tuples, more than the session keeps as
   # tensors for set().
-  monkeypatch.setattr(intune_tf.session, "_SET_TENSORS", 3)
+  monkeypatch.setattr(intune_tf.ops.session, "_SET_TENSORS", 3)
   _, session = live
   buf = _by_kind(session, "buffer_size")[0]
   par = _by_kind(session, "parallelism")[0]
@@ -291,10 +290,10 @@ def test_set_applies_the_values_of_each_call(live, monkeypatch):
     ("ParallelMapV2(id:7)", (("ParallelMapV2", ""),), "ParallelMapV2", 7),
 ])
 def test_parse_stage(name, steps, op, depth):
-  stage = intune_tf.session.parse_stage(name)
+  stage = intune_tf.records.parse_stage(name)
   assert (stage.steps, stage.op, stage.depth) == (steps, op, depth)
   assert stage.per_element == ("[*]" in name)
-  knob, kind = intune_tf.session.parse_knob(f"{name}/parallelism")
+  knob, kind = intune_tf.records.parse_knob(f"{name}/parallelism")
   assert knob == stage and kind == "parallelism"
 
 
@@ -302,11 +301,11 @@ def test_parse_stage(name, steps, op, depth):
                                  "Prefetch/", "/parallelism", "Map(id:x)"])
 def test_parse_rejects_what_is_not_a_name(bad):
   with pytest.raises(ValueError, match="Not a"):
-    intune_tf.session.parse_knob(bad if "/" in bad else f"{bad}/parallelism")
+    intune_tf.records.parse_knob(bad if "/" in bad else f"{bad}/parallelism")
 
 
 def test_encloses_follows_the_path():
-  parse = intune_tf.session.parse_stage
+  parse = intune_tf.records.parse_stage
   zip_ = parse("Prefetch.Zip")
   assert zip_.encloses(parse("Prefetch.Zip[0].Map"))
   assert zip_.encloses(parse("Prefetch.Zip[1].Map.Range"))
@@ -370,7 +369,7 @@ def test_names_and_set_values_survive_every_epoch(pipeline):
   first = _knob_table(session)
   assert first and not any("(id:" in n for n in first)
   wanted = {}
-  for name, (value, _) in first.items():
+  for name in first:
     kind = name.rpartition("/")[2]
     wanted[name] = 1.0 if kind == "parallelism" else 3.0
   assert session.set(wanted) == wanted
@@ -435,7 +434,7 @@ def test_kernel_names_agree_with_proto_stage_names():
   for _ in range(20):
     next(it)
   session = intune_tf.sessions()[-1]
-  by_id = intune_tf.session.proto_stage_names(session.model_proto())
+  by_id = intune_tf.ops.session.proto_stage_names(session.model_proto())
   snap = session._snapshot()  # pylint: disable=protected-access
   ids = snap.stage_stats[:, -1].tolist()
   assert {i: by_id.get(i) for i in ids} == dict(zip(ids, snap.stage_names))
@@ -536,7 +535,7 @@ _BAD_INPUTS = {
 _PROGRAM = """
 import sys
 import tensorflow as tf, intune_tf
-from intune_tf import _kernels
+from intune_tf.ops import loader as _kernels
 options = tf.data.Options()
 options.experimental_intune = intune_tf.IntuneOptions(policy="manual",
                                                       warm_start=False)
@@ -598,7 +597,7 @@ def _int64(value):
     ("intune_set_ram_budget", lambda: (_int64(1), _int64([5]))),
 ])
 def test_shape_functions_check_ranks(op, args):
-  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
+  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
   fn = getattr(_kernels.ops(), op)
   with pytest.raises(ValueError, match="rank|must be equal"):
     tf.function(lambda: fn(*args())).get_concrete_function()
@@ -622,7 +621,7 @@ def test_knob_set_to_its_max_is_clamped_to_what_int64_holds(live):
 @pytest.mark.parametrize("value", [float("nan"), float("-inf"),
                                    float("inf")])
 def test_kernel_rejects_values_that_are_not_finite(live, value):
-  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
+  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
   _, session = live
   par = _by_kind(session, "parallelism")[0]
   with pytest.raises(tf.errors.InvalidArgumentError,
@@ -631,7 +630,7 @@ def test_kernel_rejects_values_that_are_not_finite(live, value):
 
 
 def test_kernel_rejects_a_value_above_the_max(live):
-  from intune_tf import _kernels  # pylint: disable=g-import-not-at-top
+  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
   _, session = live
   buf = _by_kind(session, "buffer_size")[0]
   with pytest.raises(tf.errors.OutOfRangeError, match="outside its range"):

@@ -1,4 +1,4 @@
-"""Tests of intune_tf.simulator: the throughput model, optimum, dynamics."""
+"""Tests of intune_tf.sim.simulator: the throughput model, optimum, dynamics."""
 
 import itertools
 import math
@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from intune_tf import observation as observation_lib
-from intune_tf import policies
-from intune_tf import simulator as sim
+from intune_tf import records
 from intune_tf.options import IntuneOptions
+from intune_tf.sim import simulator as sim
+from intune_tf.tuning import policies
 
 MB = 1 << 20
 TWO = (sim.SimStage("A", 0.01), sim.SimStage("B", 0.02))
@@ -69,7 +69,7 @@ def test_imperfect_pipelining_rewards_threads_beyond_the_bottleneck():
       pytest.approx(1.0625e-4 ** -0.5))
 
 
-def _grid_best(pipeline, cpus, params=sim.SimParams()):
+def _grid_best(pipeline, cpus, params=sim.SimParams()):  # noqa: B008
   n = len(pipeline.stages)
   limit = sim.cpu_limit(n, cpus)
   best = 0.0
@@ -133,7 +133,7 @@ def test_simulator_oom_resize_and_determinism():
   a = sim.Simulator(pipeline, seed=7).observe()
   b = sim.Simulator(pipeline, seed=7).observe()
   assert a.output_rate == b.output_rate
-  assert isinstance(a, observation_lib.Observation)
+  assert isinstance(a, records.Observation)
   assert [k.name for k in a.knobs] == [
       "A/parallelism", "B/parallelism", "B/buffer_size"]
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import _tf_hooks
+from intune_tf.ops import hooks as _tf_hooks
 
 
 def _live():

@@ -221,8 +221,8 @@ def test_apply_tuned_config_then_another_policy_and_bad_fields():
 
 
 def test_tuned_policy_starts_at_the_config_then_hands_over():
-  from intune_tf import policies
   from intune_tf.tfx import tuned_config
+  from intune_tf.tuning import policies
   knobs = (_knob("Prefetch.ParallelMapV2/parallelism", hi=4),
            _knob("Prefetch/buffer_size", lo=0, hi=8))
   obs = types.SimpleNamespace(knobs=knobs)
@@ -256,7 +256,7 @@ def test_executor_tunes_and_writes_the_artifact(tmp_path):
                       .read_text())
   assert intune_tfx.load_tuned_config(config) == config
   names = set(config["knobs"])
-  assert sum(intune_tf.session.parse_knob(n)[0].op == "ParallelMapV2"
+  assert sum(intune_tf.records.parse_knob(n)[0].op == "ParallelMapV2"
              for n in names) == 2
   bench = json.loads((tmp_path / "tuned_input_config" / "benchmark.json")
                      .read_text())
@@ -379,7 +379,7 @@ def test_example_pipeline_end_to_end_and_artifact_in_mlmd(tmp_path):
   # config.json: Session.config() format, valid knob names and values.
   assert config["format"] == "intune_tf.config/1" and config["knobs"]
   for name, value in config["knobs"].items():
-    _, kind = intune_tf.session.parse_knob(name)
+    _, kind = intune_tf.records.parse_knob(name)
     assert kind in ("parallelism", "buffer_size"), name
     assert math.isfinite(value) and value == int(value)
     assert value >= (1 if kind == "parallelism" else 0), (name, value)
@@ -419,7 +419,7 @@ def test_example_pipeline_end_to_end_and_artifact_in_mlmd(tmp_path):
   def by_stage(entries):  # (stage op, parameter) -> sorted values
     result = {}
     for name, value in entries:
-      stage, kind = intune_tf.session.parse_knob(name)
+      stage, kind = intune_tf.records.parse_knob(name)
       result.setdefault((stage.op, kind), []).append(value)
     return {k: sorted(v) for k, v in result.items()}
 

@@ -5,17 +5,16 @@ import os
 import subprocess
 import sys
 
+from _waiting import wait_for
 from absl import logging
 import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import host
 from intune_tf import options as options_lib
-from intune_tf import policies
-from intune_tf import tuner as tuner_lib
-
-from _waiting import wait_for
+from intune_tf.tuning import host
+from intune_tf.tuning import policies
+from intune_tf.tuning import tuner as tuner_lib
 
 
 def _iterate(policy, **fields):

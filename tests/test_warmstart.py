@@ -1,18 +1,17 @@
-"""Tests of intune_tf.warmstart: fingerprints, save/load, bad files."""
+"""Tests of intune_tf.tuning.warmstart: fingerprints, save/load, bad files."""
 
 import json
 import os
 import threading
 
+from _waiting import wait_for
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf import dqn
-from intune_tf import warmstart
-
-from _waiting import wait_for
+from intune_tf.agent import dqn
+from intune_tf.tuning import warmstart
 
 
 def _pipeline(path):

@@ -17,7 +17,7 @@ See docs/tfx.md. `import intune_tf` never imports this package (nor tfx).
 """
 
 try:
-  import tfx as _tfx  # pylint: disable=unused-import
+  import tfx as _tfx  # noqa: F401
 except ImportError as e:
   raise ImportError(
       "intune_tf.tfx needs the tfx package (tfx 1.16 with TensorFlow 2.16 on "
@@ -28,11 +28,11 @@ except ImportError as e:
 from intune_tf.tfx.artifacts import TunedInputConfig
 from intune_tf.tfx.component import IntuneTuner
 from intune_tf.tfx.component import Trainer
+from intune_tf.tfx.tuned_config import TUNED_INPUT_CONFIG_KEY
 from intune_tf.tfx.tuned_config import apply_tuned_config
 from intune_tf.tfx.tuned_config import load_tuned_config
 from intune_tf.tfx.tuned_config import map_config
 from intune_tf.tfx.tuned_config import read_records
-from intune_tf.tfx.tuned_config import TUNED_INPUT_CONFIG_KEY
 
 __all__ = [
     "IntuneTuner",

@@ -40,11 +40,12 @@ from tfx.types import artifact_utils
 from tfx.types import standard_artifact_utils
 
 import intune_tf
-from intune_tf import host
-from intune_tf import policies
-from intune_tf import tuner as tuner_lib
 from intune_tf.tfx import artifacts
 from intune_tf.tfx import tuned_config
+from intune_tf.tuning import host
+from intune_tf.tuning import policies
+from intune_tf.tuning import tuner as tuner_lib
+from intune_tf.tuning import warmstart
 
 # Keys of the component spec.
 EXAMPLES_KEY = "examples"
@@ -213,14 +214,14 @@ def export_agent(session: "intune_tf.Session", config: dict[str, Any],
                  rows_per_s: float, directory: str) -> list[str]:
   """Saves the warm-start state of the tuning run into the artifact.
 
-  The hook: with `intune_tf.warmstart` present, the tuned configuration and,
+  The hook: with `intune_tf.tuning.warmstart` present, the tuned configuration and,
   when the policy has a fine-tuned agent (`policy.agent.get_weights()`
   after gradient steps), its weights are saved with `warmstart.save` (into
   the machine's warm-start folder, so the next run of this pipeline here
   starts from them) and the files it wrote (`<key>.json`, `<key>.npz`) are
   copied into `directory`. Copy them into `$INTUNE_WARMSTART_DIR` of
   another machine of the same kind to warm-start there. Without
-  `intune_tf.warmstart`, or for a session with no graph fingerprint,
+  `intune_tf.tuning.warmstart`, or for a session with no graph fingerprint,
   nothing is written.
 
   Args:
@@ -232,10 +233,6 @@ def export_agent(session: "intune_tf.Session", config: dict[str, Any],
   Returns:
     The files written, relative to the artifact's uri.
   """
-  try:
-    from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return []
   agent = getattr(_policy_of(session), "agent", None)
   weights = None
   if agent is not None and getattr(agent, "gradient_steps", 0):

@@ -7,7 +7,7 @@
       model.fit(ds, steps_per_epoch=fn_args.train_steps)
 
 Knob names are places in the pipeline (for example
-"Prefetch.ParallelMapV2/parallelism", see `intune_tf.session.parse_knob`).
+"Prefetch.ParallelMapV2/parallelism", see `intune_tf.records.parse_knob`).
 The same pipeline built the same way gets the same names, but a training
 loop may add or drop stages around it (a `repeat`, Keras' own wrapping),
 which changes the path above the tuned stages; configurations saved by
@@ -31,10 +31,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import tensorflow as tf
 
-from intune_tf import policies
-from intune_tf import session as session_lib
+from intune_tf import records
 from intune_tf.options import IntuneOptions
-from intune_tf.session import Knob
+from intune_tf.records import Knob
+from intune_tf.tuning import policies
 
 CONFIG_FILE = "config.json"
 CONFIG_FORMAT = "intune_tf.config/1"
@@ -76,7 +76,7 @@ def load_tuned_config(source: Any) -> dict[str, Any]:
     config = source
   else:
     if hasattr(source, "custom_config") and not hasattr(source, "uri"):
-      custom = getattr(source, "custom_config") or {}
+      custom = source.custom_config or {}
       if TUNED_INPUT_CONFIG_KEY not in custom:
         raise ValueError(
             "These Trainer FnArgs carry no tuned input configuration: "
@@ -110,7 +110,7 @@ def load_tuned_config(source: Any) -> dict[str, Any]:
                      "as Session.config() returns it.")
   knobs = {}
   for name, value in config["knobs"].items():
-    if not session_lib.is_knob_name(str(name)) or isinstance(value, bool) or (
+    if not records.is_knob_name(str(name)) or isinstance(value, bool) or (
         not isinstance(value, (int, float))):
       raise ValueError(f"{where}: bad knob entry {name!r}: {value!r} "
                        "(expected '<stage>/<parameter>': number, e.g. "
@@ -124,13 +124,13 @@ def _positions(names: Iterable[str]) -> dict[str, tuple[str, str, int]]:
   groups = collections.defaultdict(list)
   for name in names:
     try:
-      stage, kind = session_lib.parse_knob(name)
+      stage, kind = records.parse_knob(name)
     except ValueError:
       continue
     groups[(stage.op, kind)].append(name)
   result = {}
   for (op, kind), members in groups.items():
-    for rank, name in enumerate(sorted(members, key=session_lib.input_first)):
+    for rank, name in enumerate(sorted(members, key=records.input_first)):
       result[name] = (op, kind, rank)
   return result
 

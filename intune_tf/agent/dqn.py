@@ -24,14 +24,18 @@ at 100% (the paper's shape).
 from __future__ import annotations
 
 import functools
-
+import json
 import math
+import os
+import re
+import tempfile
 from typing import TYPE_CHECKING, Sequence
+import zipfile
 
 import numpy as np
 
 if TYPE_CHECKING:
-  from intune_tf.observation import Observation
+  from intune_tf.records import Observation
 
 # Knob moves of the action space, in knob units.
 MOVES = (-5, -1, 1, 5)
@@ -257,7 +261,8 @@ def build_network(hidden: int = HIDDEN, seed: int = 0):
   Input [batch, knobs, NUM_FEATURES] -> output [batch, knobs, 5] (the
   Q-values of -5, -1, stay, +1, +5).
   """
-  import keras  # pylint: disable=g-import-not-at-top
+  # Deferred: Keras only to build the network: acting and the simulator use numpy.
+  import keras
   init = keras.initializers.GlorotUniform(seed=seed)
   return keras.Sequential([
       keras.Input((None, NUM_FEATURES)),
@@ -377,7 +382,8 @@ class Agent:
   def __init__(self, seed: int = 0, gamma: float = 0.9,
                learning_rate: float = 1e-3, batch_size: int = 64,
                target_period: int = 250, replay_capacity: int = 50_000):
-    import keras  # pylint: disable=g-import-not-at-top
+    # Deferred: Keras only to train: acting and the simulator use numpy.
+    import keras
     self.gamma = gamma
     self.batch_size = batch_size
     self.target_period = target_period
@@ -401,7 +407,8 @@ class Agent:
 
   # --- learning -----------------------------------------------------------
   def _make_train_fn(self):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    # Deferred: TensorFlow only to train: acting and the simulator use numpy.
+    import tensorflow as tf
     network, optimizer = self.network, self.optimizer
     huber = tf.keras.losses.Huber() if hasattr(tf, "keras") else None
 
@@ -491,9 +498,6 @@ def save_weights(path: str, weights: Sequence[np.ndarray],
   """Writes weights and JSON metadata to an .npz file atomically (a temp file
   of its own in the same folder, then a rename: concurrent saves of one path
   never share a temp file)."""
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
   arrays = {f"w{i}": np.asarray(w, np.float32) for i, w in enumerate(weights)}
   arrays["metadata"] = np.frombuffer(
       json.dumps(metadata or {}).encode(), dtype=np.uint8)
@@ -524,9 +528,6 @@ def _check_weights_archive(path: str) -> None:
   Raises:
     ValueError: what is wrong with the file.
   """
-  import os  # pylint: disable=g-import-not-at-top
-  import re  # pylint: disable=g-import-not-at-top
-  import zipfile  # pylint: disable=g-import-not-at-top
   size = os.path.getsize(path)
   if size > MAX_WEIGHTS_FILE_BYTES:
     raise ValueError(f"{size} bytes, more than an agent weights file may "
@@ -560,7 +561,6 @@ def _check_weights_archive(path: str) -> None:
 
 
 def _file_key(path: str) -> tuple[int, int]:
-  import os  # pylint: disable=g-import-not-at-top
   stat = os.stat(path)
   return stat.st_mtime_ns, stat.st_size
 
@@ -579,8 +579,6 @@ def load_weights(path: str) -> tuple[list[np.ndarray], dict]:
     ValueError: the file is not an agent weights file (names what is wrong).
     OSError: it cannot be read.
   """
-  import json  # pylint: disable=g-import-not-at-top
-  import zipfile  # pylint: disable=g-import-not-at-top
   try:
     _check_weights_archive(path)
     with np.load(path, allow_pickle=False) as data:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from intune_tf.options import IntuneOptions
-
 if TYPE_CHECKING:
-  from intune_tf.observation import Observation
+  from intune_tf.options import IntuneOptions
+  from intune_tf.records import Observation
 
 # Largest prefetch buffer (elements) the "even" policy gives a stage.
 MAX_EVEN_BUFFER = 8
@@ -23,7 +22,7 @@ class Policy(abc.ABC):
   """Decides knob values for one tuning session.
 
   Subclasses implement `step`. The tuner calls it once per tuning step with
-  an `intune_tf.observation.Observation` (knobs in force, per-stage
+  an `intune_tf.records.Observation` (knobs in force, per-stage
   statistics, budgets, host readings); the returned values are applied
   atomically (knobs left out keep their value). A policy that raises keeps
   the pipeline at its last good configuration.

@@ -13,13 +13,13 @@ import json
 import time
 from typing import Callable
 
-import numpy as np
 from absl import logging
+import numpy as np
 
-from intune_tf import dqn
-from intune_tf import policies
-from intune_tf import simulator as sim_lib
+from intune_tf.agent import dqn
 from intune_tf.options import IntuneOptions
+from intune_tf.sim import simulator as sim_lib
+from intune_tf.tuning import policies
 
 EPISODE_STEPS = 120
 # Share of exploratory moves that follow `guided_action`.
@@ -79,7 +79,9 @@ def _start(sim: sim_lib.Simulator, rng: np.random.Generator) -> None:
 
 
 def _fit(obs) -> dict[str, float]:
-  from intune_tf import agent as agent_lib  # pylint: disable=g-import-not-at-top
+  # Deferred: the online policy loads TensorFlow (warm start, rewrites);
+  # the simulation part must not at import.
+  from intune_tf.agent import policy as agent_lib
   return agent_lib.project_to_budget(obs)
 
 
@@ -110,7 +112,8 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
   make_params = make_params or sim_lib.random_params
   bar = None
   if progress:
-    import tqdm  # pylint: disable=g-import-not-at-top
+    # Deferred: optional, from the [bench] extra.
+    import tqdm
     bar = tqdm.tqdm(total=steps, desc="pretrain", unit="step")
   t0 = time.time()
   step, episodes, recent = 0, 0, []
@@ -207,7 +210,9 @@ def evaluation_pipelines(count: int = 200, seed: int = 1234,
 def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
             steps: int = EPISODE_STEPS) -> dict:
   """Scores intune, analytic and even on the same random pipelines."""
-  from intune_tf import agent as agent_lib  # pylint: disable=g-import-not-at-top
+  # Deferred: the online policy loads TensorFlow (warm start, rewrites);
+  # the simulation part must not at import.
+  from intune_tf.agent import policy as agent_lib
   pipes = evaluation_pipelines(count, seed)
   opts = IntuneOptions()
   agent = dqn.Agent(seed=seed, replay_capacity=5_000, batch_size=32)

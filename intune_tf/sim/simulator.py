@@ -2,7 +2,7 @@
 
 The agent is pretrained here and scored against the optimum; the model is
 calibrated against traces that `intune bench --trace` records (see
-`intune_tf.calibration`). Units: costs are CPU-seconds per *output* element
+`intune_tf.sim.calibration`). Units: costs are CPU-seconds per *output* element
 (a stage that works on rows before a batch of B rows has its per-row cost
 times B), rates are output elements per second, sizes are bytes.
 
@@ -36,10 +36,9 @@ from typing import Sequence
 
 import numpy as np
 
-from intune_tf import observation as observation_lib
-from intune_tf import session as session_lib
-from intune_tf.dqn import cpu_limit
-from intune_tf.dqn import MAX_BUFFER
+from intune_tf import records
+from intune_tf.agent.dqn import MAX_BUFFER
+from intune_tf.agent.dqn import cpu_limit
 
 MB = 1 << 20
 
@@ -91,7 +90,7 @@ class SimStage:
 
   Attributes:
     name: stage name, a path from the output like the real model's
-      ("Stage3.Stage2", `intune_tf.session.parse_stage`).
+      ("Stage3.Stage2", `intune_tf.records.parse_stage`).
     cost_s: mean CPU-seconds per output element, single-threaded.
     cv: coefficient of variation of the per-element cost. Default 0.
     tunable: whether the stage has a parallelism knob (else one thread).
@@ -324,7 +323,7 @@ def random_pipeline(rng: np.random.Generator, stages: tuple[int, int] = (3, 8),
 class Simulator:
   """Steps a `SimPipeline` in time, one tuning period per step.
 
-  `observe()` returns the same `intune_tf.observation.Observation` the live
+  `observe()` returns the same `intune_tf.records.Observation` the live
   tuner builds, so policies run unchanged on both; `set()` applies knob
   values like `Session.set` (clamped to each knob's range).
   """
@@ -350,14 +349,14 @@ class Simulator:
     self._settle()
 
   # --- control ---------------------------------------------------------------
-  def knobs(self) -> list[session_lib.Knob]:
+  def knobs(self) -> list[records.Knob]:
     result = []
     for name, kind, i in self._knobs:
       if kind == "parallelism":
-        result.append(session_lib.Knob(name, kind, float(self.parallelism[i]),
+        result.append(records.Knob(name, kind, float(self.parallelism[i]),
                                        1.0, float(self.cpus)))
       else:
-        result.append(session_lib.Knob(name, kind, float(self.buffers[i]),
+        result.append(records.Knob(name, kind, float(self.buffers[i]),
                                        0.0, float(MAX_BUFFER)))
     return result
 
@@ -412,7 +411,7 @@ class Simulator:
                     for c in self.costs]
     self._settle()
 
-  def observe(self) -> observation_lib.Observation:
+  def observe(self) -> records.Observation:
     """The observation a live tuner would read now (rates with noise)."""
     p = self.pipeline
     noise = 1.0 + self.params_noise()
@@ -427,7 +426,7 @@ class Simulator:
       kinds = knob_by_stage.get(i, {})
       buf = float(self.buffers[i]) if "buffer_size" in kinds else None
       fill = (1.0 if self.parallelism[i] / eff[i] > 1.05 * self.rate else 0.5)
-      stages.append(observation_lib.StageObservation(
+      stages.append(records.StageObservation(
           name=st.name, rate=rate,
           cpu_per_element_s=eff[i] * (1 + self.params_noise()),
           parallelism=(float(self.parallelism[i]) if "parallelism" in kinds
@@ -439,7 +438,7 @@ class Simulator:
           time_share=eff[i] / total))
     latency = 1.0 / self.rate if self.rate > 0 else 0.0
     consumer = p.consumer_step_s
-    return observation_lib.Observation(
+    return records.Observation(
         time=self.step_count * self.period_s, interval_s=self.period_s,
         knobs=tuple(self.knobs()), stages=tuple(stages), output_rate=rate,
         output_latency_s=latency, consumer_wait_s=consumer,

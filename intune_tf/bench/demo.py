@@ -32,10 +32,15 @@ import tensorflow as tf
 from tqdm import tqdm
 
 import intune_tf
-from intune_tf import host
-from intune_tf import policies
 from intune_tf import keras as intune_keras
-from intune_tf import session as session_lib
+from intune_tf import records
+from intune_tf.bench import harness
+from intune_tf.bench import scenarios
+from intune_tf.criteo import files as files_lib
+from intune_tf.criteo import models
+from intune_tf.criteo import pipelines
+from intune_tf.tuning import host
+from intune_tf.tuning import policies
 
 AUTOTUNE = "autotune"
 INTUNE = "intune"
@@ -69,7 +74,6 @@ def demo_files(rows: int = 200_000) -> tuple[list[str], str]:
   Returns:
     (files, a one-line description of the data).
   """
-  from intune_tf.criteo import files as files_lib  # pylint: disable=g-import-not-at-top
   real = files_lib.real_sample_files()
   if real:
     return real, (f"real Criteo sample: {len(real)} file(s) in "
@@ -86,7 +90,6 @@ def criteo_dataset(files: Sequence[str], level: int, batch_size: int,
                    parallelism: dict[str, int] | None = None
                    ) -> tf.data.Dataset:
   """The Criteo level-`level` pipeline over `files`, repeated forever."""
-  from intune_tf.criteo import pipelines  # pylint: disable=g-import-not-at-top
   return pipelines.pipeline(level, list(files), batch_size=batch_size,
                             parallelism=parallelism, repeat=True, seed=0)
 
@@ -98,7 +101,6 @@ def tiny_dlrm() -> keras.Model:
   makes a 4096-row step ~4x cheaper than Keras' default (not compiled here),
   so that the input pipeline, not the model, bounds `model.fit`.
   """
-  from intune_tf.criteo import models  # pylint: disable=g-import-not-at-top
   keras.utils.set_random_seed(0)
   model = models.dlrm(models.DLRMConfig(
       num_buckets=1000, embedding_dim=4, bottom_mlp=(8,), top_mlp=(8,),
@@ -120,9 +122,6 @@ def measure_ceiling(files: Sequence[str], level: int, batch_size: int,
   Returns:
     (ceiling rows/s, {stage: CPU seconds per row}).
   """
-  from intune_tf import harness  # pylint: disable=g-import-not-at-top
-  from intune_tf import scenarios  # pylint: disable=g-import-not-at-top
-  from intune_tf.criteo import pipelines  # pylint: disable=g-import-not-at-top
   stage_names = {1: "read+batch", 2: "shuffle", 3: "parse", 4: "features",
                  5: "heavy"}
 
@@ -153,24 +152,23 @@ def knob_labels(names: Sequence[str], level: int) -> dict[str, str]:
   order (input first, `session.input_first`); any knob left over keeps its
   name (`keras.short_name`).
   """
-  from intune_tf.criteo import pipelines  # pylint: disable=g-import-not-at-top
   maps = [s for s in pipelines.STAGES[level] if s in ("parse", "features",
                                                        "heavy")]
   ops = {}
   for name in names:
     try:
-      ops[name] = session_lib.parse_knob(name)[0].op
+      ops[name] = records.parse_knob(name)[0].op
     except ValueError:
       ops[name] = ""
   labels = {}
   map_knobs = sorted([n for n in names if ops[n].startswith("ParallelMap")],
-                     key=session_lib.input_first)
+                     key=records.input_first)
   for name, stage in zip(map_knobs, maps):
     labels[name] = f"{stage} threads"
   for name in names:
     if name in labels:
       continue
-    kind = session_lib.split_knob(name)[1]
+    kind = records.split_knob(name)[1]
     what = "threads" if kind == "parallelism" else "buffer"
     if "Interleave" in ops[name]:
       labels[name] = f"read {what}"
@@ -480,9 +478,10 @@ def table(result: DemoResult) -> str:
 
 def plot(result: DemoResult, path: str) -> str:
   """Throughput (both tuners) and InTune's knob values over time, one PNG."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  # Deferred: optional, from the [bench] extra.
+  import matplotlib
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  from matplotlib import pyplot as plt  # Deferred: as above (after use("Agg")).
   colors = {AUTOTUNE: "tab:gray", INTUNE: "tab:blue"}
   fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True,
                                     gridspec_kw={"height_ratios": [3, 2]})

@@ -11,11 +11,11 @@ These are the InTune paper's factors, each with its source and unit:
 | `stages[i].bytes_per_element` | bytes | model: `buffered_bytes / buffered_elements`, else `bytes_produced / num_elements` |
 | `stages[i].bytes_produced_per_s`, `.buffered_bytes` | bytes/s, bytes | model |
 | `stages[i].time_share` | 0..1 | the stage's share of all stages' processing time in the step |
-| `stages[i].name` | | the stage name (`intune_tf.session.parse_stage`); the live instances of a stage inside an interleave are added up into one stage |
+| `stages[i].name` | | the stage name (`intune_tf.records.parse_stage`); the live instances of a stage inside an interleave are added up into one stage |
 | `output_rate` | elements/s | root op: elements returned in the step |
 | `output_latency_s` | s/element | root op: time inside `GetNext` per element in the step |
 | `consumer_wait_s` | s/element | root op: gap between `GetNext` calls (the consumer's own time) |
-| `usable_cpus` | CPUs | affinity, re-read every step, and cgroup quota, re-read at most every `host.CGROUP_LIMITS_REFRESH_S` (1 s) (`intune_tf.host`) |
+| `usable_cpus` | CPUs | affinity, re-read every step, and cgroup quota, re-read at most every `host.CGROUP_LIMITS_REFRESH_S` (1 s) (`intune_tf.tuning.host`) |
 | `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus` |
 | `free_memory`, `total_memory` | bytes | /proc/meminfo `MemAvailable`, `MemTotal` (psutil where there is none), re-read every step, capped by the cgroup memory limit (re-read at most every `host.CGROUP_LIMITS_REFRESH_S`) |
 | `ram_budget`, `buffered_bytes` | bytes | root op |
@@ -26,7 +26,6 @@ These are the InTune paper's factors, each with its source and unit:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import re
@@ -36,66 +35,10 @@ import time
 import numpy as np
 import psutil
 
-from intune_tf import host
-from intune_tf import session as session_lib
-
-
-@dataclasses.dataclass(frozen=True)
-class StageObservation:
-  name: str
-  rate: float
-  cpu_per_element_s: float
-  parallelism: float | None
-  buffer_size: float | None
-  buffer_fill: float
-  bytes_per_element: float
-  bytes_produced_per_s: float
-  buffered_bytes: int
-  time_share: float
-
-
-@dataclasses.dataclass(frozen=True)
-class Observation:
-  """A tuning step's view of one pipeline and its host (see module doc)."""
-  time: float
-  interval_s: float
-  knobs: tuple[session_lib.Knob, ...]
-  stages: tuple[StageObservation, ...]
-  output_rate: float
-  output_latency_s: float
-  consumer_wait_s: float
-  usable_cpus: int
-  cpu_budget: int
-  free_memory: int
-  total_memory: int
-  ram_budget: int
-  buffered_bytes: int
-  cpu_mhz: float
-  dram_gbps: float
-  model_step_s: float | None
-
-  @property
-  def bytes_per_element(self) -> dict[str, float]:
-    """`{stage name: bytes per element}` (a new dict at every call)."""
-    return dict(self._bytes_per_element)
-
-  @functools.cached_property
-  def _bytes_per_element(self) -> dict[str, float]:
-    return {s.name: s.bytes_per_element for s in self.stages}
-
-  @functools.cached_property
-  def _stage_index(self) -> dict[str, StageObservation]:
-    """Stages by name, the first of each name (as `stage` returns)."""
-    return {s.name: s for s in reversed(self.stages)}
-
-  def stage(self, name: str) -> StageObservation | None:
-    """The first stage named `name`, or None."""
-    return self._stage_index.get(name)
-
-  def to_json(self) -> dict:
-    """A JSON-serializable dict (for traces)."""
-    return dataclasses.asdict(self)
-
+from intune_tf.ops import session as session_lib
+from intune_tf.records import Observation
+from intune_tf.records import StageObservation
+from intune_tf.tuning import host
 
 _step_time = {"value": None}
 _step_lock = threading.Lock()

@@ -1,6 +1,6 @@
 """`intune inspect`: the per-stage table of running InTune jobs.
 
-Reads the status files that tuned processes write (`intune_tf.status`) and
+Reads the status files that tuned processes write (`intune_tf.observe.status`) and
 prints, for every live session, one row per pipeline stage: parallelism,
 buffer (and fill), elements/s, CPUs busy, CPU share, thread utilization and
 which stage is the bottleneck. `--watch SECONDS` refreshes the table until
@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
-from intune_tf import status as status_lib
+from intune_tf.observe import status as status_lib
 
 NOTHING_RUNNING = "no running InTune job found (looked in {dir})"
 _CLEAR = "\x1b[H\x1b[2J"

@@ -30,16 +30,16 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from intune_tf import session as session_lib
-from intune_tf import simulator as sim_lib
+from intune_tf import records
+from intune_tf.sim import simulator as sim_lib
 
 # The simulator stage that stands for the stages no knob stage consumes.
 FIXED_STAGE = "fixed"
 
 
-def _parse(name: str) -> session_lib.StageName | None:
+def _parse(name: str) -> records.StageName | None:
   try:
-    return session_lib.parse_stage(name)
+    return records.parse_stage(name)
   except ValueError:
     return None
 
@@ -118,11 +118,11 @@ def build_pipeline(point: Point, params: sim_lib.SimParams,
   if not point.observations:
     raise ValueError(f"{point.scenario}: no observations under {point.config}.")
   knobs = point.observations[-1]["knobs"]
-  knob_stages = sorted({session_lib.split_knob(k["name"])[0] for k in knobs},
-                       key=session_lib.input_first)
-  parallel = {session_lib.split_knob(k["name"])[0] for k in knobs
+  knob_stages = sorted({records.split_knob(k["name"])[0] for k in knobs},
+                       key=records.input_first)
+  parallel = {records.split_knob(k["name"])[0] for k in knobs
               if k["kind"] == "parallelism"}
-  buffered = {session_lib.split_knob(k["name"])[0] for k in knobs
+  buffered = {records.split_knob(k["name"])[0] for k in knobs
               if k["kind"] == "buffer_size"}
   costs = _costs(point.observations)
   per_stage = collections.defaultdict(float)
@@ -169,7 +169,7 @@ def predict(pipeline: sim_lib.SimPipeline, index: dict[str, int],
   par = [1.0] * len(pipeline.stages)
   buf = [0.0] * len(pipeline.stages)
   for name, value in config.items():
-    stage, kind = session_lib.split_knob(name)
+    stage, kind = records.split_knob(name)
     if stage not in index:
       continue
     if kind == "parallelism":

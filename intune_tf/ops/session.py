@@ -20,10 +20,15 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import model_pb2
 
-from intune_tf import _kernels
+from intune_tf.ops import loader as _kernels
 from intune_tf.options import IntuneOptions
+from intune_tf.records import EACH
+from intune_tf.records import KINDS
+from intune_tf.records import Knob
+from intune_tf.records import StageStats
+from intune_tf.records import input_first
+from intune_tf.records import split_knob
 
-KINDS = ("parallelism", "buffer_size")
 _CONFIG_FORMAT = "intune_tf.config/1"
 # Order of the counters returned by the IntuneSessionStats op.
 _COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
@@ -41,146 +46,6 @@ _SET_TENSORS = 256
 
 class SessionGoneError(RuntimeError):
   """The session's iterator was destroyed; its knobs no longer exist."""
-
-
-# --- Knob and stage names ---------------------------------------------------
-#
-# The kernel names a stage by its place in the pipeline (the format is defined
-# in intune_tf/cc/kernels/session_registry.h), so that a name survives the
-# re-creation of the stage (every epoch of a `repeat`, a new or restored
-# iterator, each element of an interleave): the model's node names from the
-# pipeline's output down to the stage, joined by ".". A node with several
-# inputs is followed by the index of the one the path takes, "[i]"; an
-# interleave-like node (interleave, flat_map, group_by_window) by "[*]" when
-# the path goes into the datasets it makes per input element (all of them are
-# one stage and share its knobs), by nothing for its own input. A knob is
-# "<stage>/<parameter>":
-#
-#   "Prefetch.ParallelMapV2/parallelism"
-#   "Zip[1].ParallelMapV2/parallelism"
-#   "ParallelInterleaveV4[*].ParallelMapV2/parallelism"
-#
-# Node ids ("ParallelMapV2(id:3)") are for display only: `Knob.display`,
-# `StageStats.display`. Names in the format before this one,
-# "<Stage>(id:<n>)/<parameter>" (configurations and traces saved by earlier
-# versions), still parse: their depth is the node id (ids grew from the output
-# to the input). Everything that reads a knob or stage name goes through
-# `parse_stage` / `parse_knob` below.
-
-_STEP_RE = re.compile(r"([A-Za-z0-9_]+)(?:\[(\d+|\*)\])?\Z")
-_LEGACY_RE = re.compile(r"([A-Za-z0-9_]+)\(id:(\d+)\)\Z")
-_EACH = "*"
-
-
-@dataclasses.dataclass(frozen=True)
-class StageName:
-  """A parsed stage name.
-
-  Attributes:
-    text: the name.
-    steps: `(node name, input)` from the pipeline's output down to the stage;
-      `input` is "" (the node's only or own input, and for the stage
-      itself), a decimal index, or "*" (the per-element datasets of an
-      interleave-like node).
-    legacy_id: the node id of a name in the earlier "<Stage>(id:<n>)"
-      format, else None.
-  """
-  text: str
-  steps: tuple[tuple[str, str], ...]
-  legacy_id: int | None = None
-
-  @property
-  def op(self) -> str:
-    """The stage's own node name (its dataset type), e.g. "ParallelMapV2"."""
-    return self.steps[-1][0]
-
-  @property
-  def depth(self) -> int:
-    """Larger is nearer the input: the number of steps (the node id for an
-    earlier-format name)."""
-    return self.legacy_id if self.legacy_id is not None else len(self.steps)
-
-  @property
-  def per_element(self) -> bool:
-    """Whether the stage is inside the datasets an interleave-like stage
-    makes per input element (each live instance shares the knobs)."""
-    return any(inp == _EACH for _, inp in self.steps)
-
-  def encloses(self, other: "StageName") -> bool:
-    """Whether `other` feeds this stage, directly or through other stages.
-
-    For earlier-format names: whether `other` has the larger node id.
-    """
-    if self.legacy_id is not None or other.legacy_id is not None:
-      return (self.legacy_id or 0) < (other.legacy_id or 0)
-    n = len(self.steps)
-    return (len(other.steps) > n and other.steps[:n - 1] == self.steps[:-1]
-            and other.steps[n - 1][0] == self.op)
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_stage(text: str) -> StageName:
-  """Parses a stage name (see above). Raises ValueError if it is not one."""
-  legacy = _LEGACY_RE.match(text)
-  if legacy:
-    return StageName(text, ((legacy[1], ""),), int(legacy[2]))
-  steps = []
-  parts = text.split(".")
-  for i, part in enumerate(parts):
-    match = _STEP_RE.match(part)
-    if not match or (i == len(parts) - 1 and match[2] is not None):
-      raise ValueError(f"Not a stage name: {text!r} (expected node names "
-                       "joined by '.', e.g. 'Prefetch.ParallelMapV2').")
-    steps.append((match[1], match[2] or ""))
-  return StageName(text, tuple(steps))
-
-
-def split_knob(name: str) -> tuple[str, str]:
-  """`(stage name, parameter)` of a knob name "<stage>/<parameter>", as
-  text, without checking them (`parse_knob` does)."""
-  stage, _, parameter = name.rpartition("/")
-  return stage, parameter
-
-
-def parse_knob(name: str) -> tuple[StageName, str]:
-  """`(stage, parameter)` of a knob name "<stage>/<parameter>". Raises
-  ValueError if it is not one."""
-  stage, parameter = split_knob(name)
-  if "/" not in name or not re.fullmatch(r"[A-Za-z_]+", parameter):
-    raise ValueError(f"Not a knob name: {name!r} (expected "
-                     "'<stage>/<parameter>', e.g. "
-                     "'Prefetch.ParallelMapV2/parallelism').")
-  return parse_stage(stage), parameter
-
-
-def is_knob_name(name: str) -> bool:
-  try:
-    parse_knob(name)
-  except ValueError:
-    return False
-  return True
-
-
-def input_first(name: str) -> tuple[int, str]:
-  """Sort key of knob or stage names: from the input end to the output (the
-  deepest first), then by name."""
-  stage = split_knob(name)[0] if "/" in name else name
-  try:
-    return (-parse_stage(stage).depth, name)
-  except ValueError:
-    return (0, name)
-
-
-def log_key(name: str) -> str:
-  """A knob or stage name with only characters that summary and log names
-  accept everywhere ([A-Za-z0-9_./-]): "[i]" becomes "-i", "[*]" "-each".
-
-  Example: 'ParallelInterleaveV4[*].ParallelMapV2/parallelism' ->
-  'ParallelInterleaveV4-each.ParallelMapV2/parallelism'.
-  """
-  name = name.replace("[*]", "-each")
-  name = re.sub(r"\[(\d+)\]", r"-\1", name)
-  return re.sub(r"\(id:(\d+)\)", r"-\1", name)
 
 
 _INTERLEAVE_LIKE = ("FlatMap", "GroupByWindow")
@@ -216,7 +81,7 @@ def proto_stage_names(proto: model_pb2.ModelProto,
       ptype = parent.name
       if ptype != "DirectedInterleave" and (
           "Interleave" in ptype or ptype in _INTERLEAVE_LIKE):
-        label = "" if first else f"[{_EACH}]"
+        label = "" if first else f"[{EACH}]"
       elif ptype == "Concatenate":
         label = "[0]" if first else "[1]"
       elif ptype in _MULTI_INPUT or len(inputs) > 1:
@@ -227,72 +92,6 @@ def proto_stage_names(proto: model_pb2.ModelProto,
       names[cid] = own if top else f"{names[pid]}{label}.{own}"
       todo.append(cid)
   return names
-
-
-@dataclasses.dataclass(frozen=True)
-class Knob:
-  """A tunable parameter of one pipeline stage.
-
-  Attributes:
-    name: the knob's place in the pipeline, "<stage>/<parameter>", for
-      example "Prefetch.ParallelMapV2/parallelism" (see "Knob and stage
-      names" above): the same across epochs, iterators and instances of the
-      stage. `parse_knob` reads it.
-    kind: "parallelism" (threads of a parallel stage) or "buffer_size"
-      (elements a prefetch may hold).
-    value: the value in force (on the first instance of the stage, when an
-      interleave runs several).
-    min: smallest allowed value (that every instance accepts).
-    max: largest allowed value (that every instance accepts).
-    display: the model nodes of the live instances, for display only:
-      "ParallelMapV2(id:3)", comma-separated when there are several. Ids
-      change whenever a stage is re-created.
-  """
-  name: str
-  kind: str
-  value: float
-  min: float
-  max: float
-  display: str = ""
-
-  @property
-  def stage(self) -> str:
-    """The knob's stage name (`parse_stage` reads it)."""
-    return split_knob(self.name)[0]
-
-
-@dataclasses.dataclass(frozen=True)
-class StageStats:
-  """Cumulative statistics of one stage, from the pipeline's model.
-
-  Attributes:
-    name: stage name as in knob names, e.g. "Prefetch.ParallelMapV2" (the
-      instances of a stage inside an interleave share it).
-    elements: elements produced so far.
-    processing_time_ns: CPU-side time spent producing them (summed over
-      threads), nanoseconds.
-    buffered_bytes: bytes held in the stage's buffer now.
-    buffered_elements: elements held in the stage's buffer now.
-    bytes_produced: bytes produced so far.
-    bytes_consumed: bytes consumed so far.
-    parameters: current parameter values, by parameter name.
-    inputs: names of the stages that feed this one.
-    display: the model node, "ParallelMapV2(id:3)", for display only.
-  """
-  name: str
-  elements: int
-  processing_time_ns: int
-  buffered_bytes: int
-  buffered_elements: int
-  bytes_produced: int
-  bytes_consumed: int
-  parameters: dict[str, float]
-  inputs: tuple[str, ...]
-  display: str = ""
-
-  @property
-  def time_per_element_ns(self) -> float:
-    return self.processing_time_ns / self.elements if self.elements else 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,11 +22,13 @@ import pathlib
 import time
 from typing import Mapping, Sequence
 
-import numpy as np
 from absl import logging
+import numpy as np
 
-from intune_tf import host
-from intune_tf import status
+from intune_tf import rewrites
+from intune_tf.agent import dqn
+from intune_tf.observe import status
+from intune_tf.tuning import host
 
 FORMAT_VERSION = 1
 
@@ -44,7 +46,6 @@ def graph_fingerprint(graph_def) -> str:
   `rewrites/passes.h`, the one definition), which the root also reports
   for the graph it rewrites.
   """
-  from intune_tf import rewrites  # pylint: disable=g-import-not-at-top
   return rewrites.fingerprint(graph_def)
 
 
@@ -95,7 +96,6 @@ def save(session, config: Mapping[str, float] | None = None,
   os.makedirs(directory(), exist_ok=True)
   base = os.path.join(directory(), key(fp))
   if weights is not None:
-    from intune_tf import dqn  # pylint: disable=g-import-not-at-top
     dqn.save_weights(base + ".npz", weights, {"fingerprint": fp})
   data = {"version": FORMAT_VERSION, "fingerprint": fp, "machine": machine(),
           "config": {k: float(v) for k, v in config.items()},
@@ -143,7 +143,6 @@ def load(session) -> State | None:
     return None
   weights = None
   if data.get("weights") and os.path.exists(base + ".npz"):
-    from intune_tf import dqn  # pylint: disable=g-import-not-at-top
     try:
       weights, _ = dqn.load_weights(base + ".npz")
     except (OSError, ValueError) as e:

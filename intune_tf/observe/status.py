@@ -59,7 +59,7 @@ from typing import Any, Mapping
 from absl import logging
 import psutil
 
-from intune_tf import session as session_lib
+from intune_tf.ops import session as session_lib
 
 FORMAT = "intune_tf.status/1"
 ENV_DIR = "INTUNE_STATUS_DIR"

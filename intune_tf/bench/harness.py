@@ -25,11 +25,12 @@ from tensorflow.core.framework import model_pb2
 from tqdm import tqdm
 
 import intune_tf
-from intune_tf import host
-from intune_tf import policies
-from intune_tf import resize as resize_lib
-from intune_tf import scenarios as scenarios_lib
-from intune_tf import session as session_lib
+from intune_tf import records
+from intune_tf.bench import resize as resize_lib
+from intune_tf.bench import scenarios as scenarios_lib
+from intune_tf.ops import session as session_lib
+from intune_tf.tuning import host
+from intune_tf.tuning import policies
 
 AUTOTUNE_POLICIES = ("autotune", "autotune-restart")
 BASELINES = ("unoptimized", "even", "autotune", "autotune-restart", "analytic",
@@ -162,7 +163,7 @@ def _autotune_knobs(proto) -> dict[str, float]:
   knobs = {}
   for nid, n in proto.nodes.items():
     for p in n.parameters:
-      if p.tunable and p.name in session_lib.KINDS and nid in names:
+      if p.tunable and p.name in records.KINDS and nid in names:
         knobs.setdefault(f"{names[nid]}/{p.name}", p.value)
   return knobs
 
@@ -314,9 +315,9 @@ class Harness:
       session.set(config)
       self._trace_context = {"scenario": scenario.name,
                              "policy": "oracle-search", "config": config}
-      self._pull(it, settle)
+      self._pull(it, settle)  # noqa: F821
       tried += 1
-      rate = self._pull(it, measure) * scenario.rows_per_element / measure
+      rate = self._pull(it, measure) * scenario.rows_per_element / measure  # noqa: F821
       self._write_trace({"kind": "measurement", "scenario": scenario.name,
                          "config": config, "cpus": host.usable_cpus(),
                          "rows_per_s": rate,
@@ -553,9 +554,10 @@ class Harness:
   def plot(self, directory: str) -> list[str]:
     """Throughput over time per policy (resize events marked) and knob values
     over time, one PNG each per scenario (first repeat)."""
-    import matplotlib  # pylint: disable=g-import-not-at-top
+    # Deferred: optional, from the [bench] extra.
+    import matplotlib
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+    from matplotlib import pyplot as plt  # Deferred: as above (after use("Agg")).
     os.makedirs(directory, exist_ok=True)
     paths = []
     scenario_names = sorted({r.scenario for r in self.runs})

@@ -24,7 +24,7 @@ the knob values. Around the agent:
   to it at once. The agent never lowers either below its floor.
 - Warm start: `bind(session)` loads the configuration (and fine-tuned
   weights) saved for the same pipeline on the same machine
-  (`intune_tf.warmstart`) and starts there.
+  (`intune_tf.tuning.warmstart`) and starts there.
 """
 
 from __future__ import annotations
@@ -35,18 +35,19 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-import numpy as np
 from absl import logging
+import numpy as np
 
-from intune_tf import dqn
-from intune_tf import policies
+from intune_tf.agent import dqn
+from intune_tf.tuning import policies
+from intune_tf.tuning import warmstart
 
 if TYPE_CHECKING:
-  from intune_tf.observation import Observation
   from intune_tf.options import IntuneOptions
+  from intune_tf.records import Observation
 
 # The pretrained agent shipped with the package (see AGENT.md).
-DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "agent_weights.npz")
+DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights.npz")
 # Exploration while tuning a live pipeline.
 ONLINE_EPSILON = 0.05
 # A greedy move must beat staying put by this much (Q units; values are
@@ -241,7 +242,6 @@ class IntunePolicy(policies.Policy):
   # --- warm start -----------------------------------------------------------
   def bind(self, session) -> None:
     """Called by the tuner with the live session: loads warm-start state."""
-    from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
     self.session = session
     state = warmstart.load(session)
     if state is not None:
@@ -256,7 +256,6 @@ class IntunePolicy(policies.Policy):
     return self._warm
 
   def _save(self) -> None:
-    from intune_tf import warmstart  # pylint: disable=g-import-not-at-top
     best, rate = self.guard.best()
     if best is None:
       return

@@ -8,6 +8,9 @@ from typing import Callable, Mapping
 
 import tensorflow as tf
 
+from intune_tf.criteo import files
+from intune_tf.criteo import pipelines
+
 MB = 1 << 20
 
 
@@ -43,7 +46,6 @@ class Scenario:
 
 def _criteo(level: int, batch_size: int):
   def make(parallelism=None):
-    from intune_tf.criteo import files, pipelines  # pylint: disable=g-import-not-at-top
     return pipelines.pipeline(level, files.default_files(),
                            batch_size=batch_size, parallelism=parallelism,
                            repeat=True, seed=0)
@@ -61,7 +63,6 @@ def _criteo_prefixes(level: int, batch_size: int):
            5: "heavy"}
   def make(k):
     def build():
-      from intune_tf.criteo import files, pipelines  # pylint: disable=g-import-not-at-top
       par = {s: v for s, v in _ONE_THREAD.items()
              if s in pipelines.STAGES[k]}
       return pipelines.pipeline(k, files.default_files(),
@@ -73,7 +74,6 @@ def _criteo_prefixes(level: int, batch_size: int):
 
 def _sharded(parallelism=None):
   del parallelism
-  from intune_tf.criteo import files, pipelines  # pylint: disable=g-import-not-at-top
   return pipelines.sharded_pipeline(files.default_files(), batch_size=4096,
                                     repeat=True)
 

@@ -12,12 +12,12 @@ import time
 
 from absl import logging
 
-from intune_tf import host
-from intune_tf import observation as observation_lib
 from intune_tf import options as options_lib
-from intune_tf import policies
-from intune_tf import session as session_lib
-
+from intune_tf.observe import status
+from intune_tf.ops import session as session_lib
+from intune_tf.tuning import host
+from intune_tf.tuning import observer as observation_lib
+from intune_tf.tuning import policies
 
 # Longest wait for the tuner thread's current step at interpreter exit.
 _EXIT_JOIN_S = 10.0
@@ -130,8 +130,7 @@ class Tuner:
                                         daemon=True)
         self._thread.start()
     if self is _TUNER:
-      from intune_tf import status  # pylint: disable=g-import-not-at-top
-      status.install(self)  # status file, decision log (see intune_tf.status)
+      status.install(self)  # status file, decision log (see intune_tf.observe.status)
     with self._lock:
       # Registered after the listeners' own exit handlers, so it runs first
       # (atexit is last in, first out): no step writes to a closed log.

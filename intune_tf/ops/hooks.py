@@ -3,7 +3,7 @@ builds the InTune datasets on TF's dataset classes).
 
 `import intune_tf` adds the `experimental_intune` option to `tf.data.Options`
 and makes every iterator creation of a dataset with the option on go through
-`intune_tf._root.tune`. The hooks are pinned to the tested TF versions and
+`intune_tf.ops.dataset.tune`. The hooks are pinned to the tested TF versions and
 `check()` fails loudly when TensorFlow moves them.
 
 - `tf.data.Options.experimental_intune`: a property storing its value in
@@ -26,7 +26,6 @@ import threading
 from typing import Any
 
 import tensorflow as tf
-
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.data.ops import options as options_lib
@@ -98,7 +97,7 @@ def find(dataset: tf.data.Dataset) -> tuple[Any, bool]:
   Returns:
     (value or None, hidden).
   """
-  from intune_tf import _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
+  from intune_tf.ops import dataset as _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
 
   memo: dict[int, Any] = {}
   hidden = False
@@ -151,7 +150,7 @@ def install() -> None:
     value = _get(options) if isinstance(options, options_lib.Options) else None
     if value is None:
       return result
-    from intune_tf import _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
+    from intune_tf.ops import dataset as _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
     return _root.declare(result, value)
 
   @functools.wraps(original_options)
@@ -165,14 +164,14 @@ def install() -> None:
   @functools.wraps(original_apply)
   def _apply_debug_options(self):
     dataset = original_apply(self)
-    from intune_tf import _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
+    from intune_tf.ops import dataset as _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
     if isinstance(dataset, _root.IntuneDataset):
       return dataset
     value, hidden = find(dataset)
     if value is None and not hidden:
       return dataset
     if tf.executing_eagerly():
-      from intune_tf import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
+      from intune_tf.ops import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
       _creating.after = session_lib.newest_session_id()
     return _root.tune(dataset)
 
@@ -184,7 +183,7 @@ def install() -> None:
     original_create(self, dataset)
     after, _creating.after = getattr(_creating, "after", None), None
     if after is not None:
-      from intune_tf import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
+      from intune_tf.ops import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
       session_lib.record_sessions(self, after)
 
   dataset_ops.DatasetV2.with_options = with_options

@@ -16,9 +16,9 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import ops as tf_ops
 
-from intune_tf import _kernels
 from intune_tf import options as options_lib
-from intune_tf import tuner as tuner_lib
+from intune_tf.ops import loader as _kernels
+from intune_tf.tuning import tuner as tuner_lib
 
 
 def _settings(value: Any) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Observability: status files, the decision log and `intune inspect`."""

@@ -1,0 +1,31 @@
+"""The `intune` command line without the optional [bench] extra."""
+
+import subprocess
+import sys
+
+import pytest
+
+# Runs the CLI with tqdm (from the [bench] extra) made unimportable.
+_WITHOUT_TQDM = ("import sys; sys.modules['tqdm'] = None; "
+                 "from intune_tf import cli; cli.run(sys.argv[1:])")
+
+
+def _intune(*args):
+  return subprocess.run([sys.executable, "-c", _WITHOUT_TQDM, *args],
+                        capture_output=True, text=True, timeout=300,
+                        check=False)
+
+
+@pytest.mark.slow
+def test_commands_without_the_extra_say_what_to_install():
+  result = _intune("bench")
+  assert result.returncode == 1
+  assert ("intune bench needs tqdm, from the [bench] extra: "
+          "pip install 'intune_tf[bench]'") in result.stderr
+
+
+@pytest.mark.slow
+def test_other_commands_work_without_the_extra(tmp_path):
+  result = _intune("inspect", "--status-dir", str(tmp_path))
+  assert result.returncode == 1  # nothing running, and no import error
+  assert result.stdout.startswith("no running InTune job found")
