@@ -275,45 +275,6 @@ def test_set_applies_the_values_of_each_call(live, monkeypatch):
     assert {n: current[n] for n in values} == values
 
 
-# --- knob names: places in the pipeline ------------------------------------
-
-@pytest.mark.parametrize("name,steps,op,depth", [
-    ("Prefetch", (("Prefetch", ""),), "Prefetch", 1),
-    ("Prefetch.ParallelMapV2", (("Prefetch", ""), ("ParallelMapV2", "")),
-     "ParallelMapV2", 2),
-    ("Zip[1].ParallelMapV2", (("Zip", "1"), ("ParallelMapV2", "")),
-     "ParallelMapV2", 2),
-    ("ParallelInterleaveV4[*].ParallelMapV2.Range",
-     (("ParallelInterleaveV4", "*"), ("ParallelMapV2", ""), ("Range", "")),
-     "Range", 3),
-    # Names saved by earlier versions: depth is the node id.
-    ("ParallelMapV2(id:7)", (("ParallelMapV2", ""),), "ParallelMapV2", 7),
-])
-def test_parse_stage(name, steps, op, depth):
-  stage = intune_tf.records.parse_stage(name)
-  assert (stage.steps, stage.op, stage.depth) == (steps, op, depth)
-  assert stage.per_element == ("[*]" in name)
-  knob, kind = intune_tf.records.parse_knob(f"{name}/parallelism")
-  assert knob == stage and kind == "parallelism"
-
-
-@pytest.mark.parametrize("bad", ["", "Prefetch.", "Zip[1]", "A[x].B", "A B",
-                                 "Prefetch/", "/parallelism", "Map(id:x)"])
-def test_parse_rejects_what_is_not_a_name(bad):
-  with pytest.raises(ValueError, match="Not a"):
-    intune_tf.records.parse_knob(bad if "/" in bad else f"{bad}/parallelism")
-
-
-def test_encloses_follows_the_path():
-  parse = intune_tf.records.parse_stage
-  zip_ = parse("Prefetch.Zip")
-  assert zip_.encloses(parse("Prefetch.Zip[0].Map"))
-  assert zip_.encloses(parse("Prefetch.Zip[1].Map.Range"))
-  assert not zip_.encloses(parse("Prefetch.Zip"))
-  assert not parse("Prefetch.Zip[0].Map").encloses(parse("Prefetch.Zip[1].Map"))
-  assert parse("A(id:2)").encloses(parse("B(id:5)"))
-
-
 def _files(tmp_path, n=12, records=200):
   paths = []
   for i in range(n):
