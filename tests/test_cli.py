@@ -10,15 +10,17 @@ _WITHOUT_TQDM = ("import sys; sys.modules['tqdm'] = None; "
                  "from intune_tf import cli; cli.run(sys.argv[1:])")
 
 
-def _intune(*args):
+def _intune(tmp_path, *args):
+  # Run outside the checkout: `-c` puts the working directory first on the
+  # path, and the checkout is not the installed package on the compat stack.
   return subprocess.run([sys.executable, "-c", _WITHOUT_TQDM, *args],
                         capture_output=True, text=True, timeout=300,
-                        check=False)
+                        check=False, cwd=tmp_path)
 
 
 @pytest.mark.slow
-def test_commands_without_the_extra_say_what_to_install():
-  result = _intune("bench")
+def test_commands_without_the_extra_say_what_to_install(tmp_path):
+  result = _intune(tmp_path, "bench")
   assert result.returncode == 1
   assert ("intune bench needs tqdm, from the [bench] extra: "
           "pip install 'intune_tf[bench]'") in result.stderr
@@ -26,6 +28,6 @@ def test_commands_without_the_extra_say_what_to_install():
 
 @pytest.mark.slow
 def test_other_commands_work_without_the_extra(tmp_path):
-  result = _intune("inspect", "--status-dir", str(tmp_path))
+  result = _intune(tmp_path, "inspect", "--status-dir", str(tmp_path))
   assert result.returncode == 1  # nothing running, and no import error
   assert result.stdout.startswith("no running InTune job found")

@@ -220,7 +220,8 @@ print(limit, host.total_memory())
 """
 
 
-def test_a_job_in_a_real_child_cgroup_is_budgeted_from_its_own_limit():
+def test_a_job_in_a_real_child_cgroup_is_budgeted_from_its_own_limit(
+    tmp_path):
   """A real memory cgroup under this process's own (as Slurm or
   `systemd-run -p MemoryMax=` make): a process moved into it reads the
   child's limit, not the host's RAM."""
@@ -228,7 +229,7 @@ def test_a_job_in_a_real_child_cgroup_is_budgeted_from_its_own_limit():
   if not own:
     pytest.skip("no memory cgroup controller is mounted here")
   child = pathlib.Path(own[0]) / f"intune-test-{uuid.uuid4().hex[:8]}"
-  limit = 256 << 20
+  limit = 768 << 20  # TensorFlow alone takes about 250 MiB to import
   v2 = (pathlib.Path(own[0]) / "memory.max").exists()
   try:
     child.mkdir()
@@ -249,6 +250,7 @@ def test_a_job_in_a_real_child_cgroup_is_budgeted_from_its_own_limit():
     try:
       out = subprocess.run([sys.executable, "-c", _CHILD_PROBE],
                            preexec_fn=enter, capture_output=True, text=True,
+                           cwd=tmp_path,
                            timeout=120, check=True).stdout.split()
     except subprocess.SubprocessError as e:
       if "preexec_fn" not in str(e):
