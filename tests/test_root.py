@@ -152,7 +152,7 @@ def _live_sessions() -> int:
 
 
 @pytest.mark.parametrize("iterate", ["eager", "one_shot", "initializable"])
-@pytest.mark.parametrize("option", [True])
+@pytest.mark.parametrize("option", [True, False])
 @pytest.mark.parametrize("buffer", [1, 2])
 def test_fixed_prefetch_buffers_as_plain_tf(iterate, option, buffer):
   """A user's prefetch(B) last in the pipeline, the option set by the last
