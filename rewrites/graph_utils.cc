@@ -99,6 +99,12 @@ void SetBool(absl::string_view attr, bool value, NodeDef* node) {
   (*node->mutable_attr())[std::string(attr)].set_b(value);
 }
 
+void MakeBufferKnob(NodeDef* prefetch) {
+  SetBool(kLegacyAutotune, false, prefetch);
+  AttrValue& min = (*prefetch->mutable_attr())[kBufferSizeMin];
+  if (min.value_case() != AttrValue::kI || min.i() < 1) min.set_i(1);
+}
+
 Status CopyAttr(absl::string_view attr, const NodeDef& from, NodeDef* to) {
   const auto it = from.attr().find(std::string(attr));
   if (it == from.attr().end()) {

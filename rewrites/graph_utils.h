@@ -27,6 +27,7 @@ inline constexpr char kUntrackedOp[] = "IntuneUntrackedDataset";
 inline constexpr char kOutputTypes[] = "output_types";
 inline constexpr char kOutputShapes[] = "output_shapes";
 inline constexpr char kLegacyAutotune[] = "legacy_autotune";
+inline constexpr char kBufferSizeMin[] = "buffer_size_min";
 
 // Which data input (counted from the end, control inputs excluded) holds the
 // knob of a stage whose parallelism or buffer size can be a knob, or 0 when
@@ -69,6 +70,15 @@ std::optional<int> KnobInputIndex(const NodeDef& node);
 std::optional<int64_t> ConstInt(const NodeDef& node);
 
 void SetBool(absl::string_view attr, bool value, NodeDef* node);
+
+// Makes a PrefetchDataset a buffer knob of the performance autotuner:
+// legacy_autotune=false, and buffer_size_min at least 1. The legacy autotuner
+// starts a buffer at max(1, buffer_size_min); the performance one starts it at
+// buffer_size_min, and a buffer of 0 lets the consumer read the input itself,
+// next to the prefetch thread. Under a global shuffle with warm start that
+// thread reads without the shuffle's index mapper, so two readers would
+// share the input's element counters (elements repeated and dropped).
+void MakeBufferKnob(NodeDef* prefetch);
 
 // Copies `attr` of `from` into `to`; an error if `from` has no such attr.
 Status CopyAttr(absl::string_view attr, const NodeDef& from, NodeDef* to);

@@ -47,7 +47,7 @@ Status InsertPrefetch(GraphDef* graph, bool* structure_changed) {
     prefetch.add_input(buffer);
     TF_RETURN_IF_ERROR(CopyAttr(kOutputTypes, producer, &prefetch));
     TF_RETURN_IF_ERROR(CopyAttr(kOutputShapes, producer, &prefetch));
-    SetBool(kLegacyAutotune, false, &prefetch);
+    MakeBufferKnob(&prefetch);
     AddConst(buffer, kAutotune, graph);
     *graph->add_node() = std::move(prefetch);
     for (const auto& [consumer, index] : uses->second) {

@@ -30,7 +30,7 @@ Status MakeTunable(bool include_fixed, GraphDef* graph,
       node->set_input(*index, autotune->name());
       (*fixed)[node->name()] = *value;
     }
-    if (node->op() == kPrefetchOp) SetBool(kLegacyAutotune, false, node);
+    if (node->op() == kPrefetchOp) MakeBufferKnob(node);
   }
   return OkStatus();
 }

@@ -18,6 +18,7 @@ namespace intune {
 namespace rewrites {
 
 void OptionsToParameters(const Options& options, ParameterMap* parameters) {
+  (*parameters)[kTune].set_b(options.tune);
   (*parameters)[kIncludeFixed].set_b(options.include_fixed);
   (*parameters)[kInsertPrefetch].set_b(options.insert_prefetch);
   (*parameters)[kUntrackInner].set_b(options.untrack_inner);
@@ -33,7 +34,9 @@ void OptionsToParameters(const Options& options, ParameterMap* parameters) {
 Status OptionsFromParameters(const ParameterMap& parameters, Options* options) {
   for (const auto& [name, value] : parameters) {
     const bool is_bool = value.value_case() == AttrValue::kB;
-    if (name == kIncludeFixed && is_bool) {
+    if (name == kTune && is_bool) {
+      options->tune = value.b();
+    } else if (name == kIncludeFixed && is_bool) {
       options->include_fixed = value.b();
     } else if (name == kInsertPrefetch && is_bool) {
       options->insert_prefetch = value.b();

@@ -16,6 +16,7 @@ namespace rewrites {
 
 // Names of the Options fields, as the optimizer's parameters and as the
 // attrs of IntuneRewriteGraph.
+inline constexpr char kTune[] = "tune";
 inline constexpr char kIncludeFixed[] = "include_fixed";
 inline constexpr char kInsertPrefetch[] = "insert_prefetch";
 inline constexpr char kUntrackInner[] = "untrack_inner";

@@ -28,7 +28,8 @@ Status StripRoots(GraphDef* graph);
 // knobs:
 // - a PrefetchDataset on AUTOTUNE gets legacy_autotune=false: with the
 //   legacy autotuner it grows its buffer by itself and (TF 2.16) does not
-//   register a tunable buffer_size;
+//   register a tunable buffer_size; and buffer_size_min >= 1, so that it
+//   starts at one element as the legacy autotuner does (MakeBufferKnob);
 // - with `include_fixed`, stages with a fixed positive value read a new
 //   AUTOTUNE Const (a Const shared with other nodes is never changed in
 //   place), and `fixed` gets the user's value by node name; prefetch(0)
@@ -39,10 +40,11 @@ Status StripRoots(GraphDef* graph);
 Status MakeTunable(bool include_fixed, GraphDef* graph,
                    std::map<std::string, int64_t>* fixed);
 
-// Adds PrefetchDataset(AUTOTUNE, legacy_autotune=false), with the producer's
-// output_types and output_shapes, after each parallel stage whose consumers
-// are not all prefetches; every other consumer (the graph's _Retval
-// included) reads the prefetch. Element order and values are unchanged.
+// Adds PrefetchDataset(AUTOTUNE, legacy_autotune=false, buffer_size_min=1),
+// with the producer's output_types and output_shapes, after each parallel
+// stage whose consumers are not all prefetches; every other consumer (the
+// graph's _Retval included) reads the prefetch. Element order and values are
+// unchanged.
 Status InsertPrefetch(GraphDef* graph, bool* structure_changed);
 
 // Wraps the dataset that each interleave's (or flat_map's) function returns

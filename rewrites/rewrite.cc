@@ -70,6 +70,7 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
       "strip_roots",
       [](GraphDef* g, bool*, Fixed*) { return StripRoots(g); },
       graph, report);
+  if (!options.tune) return OkStatus();
   if (!options.tf_optimizations.empty() && tf_optimizer != nullptr) {
     RunPass(
         "tf_optimizations",

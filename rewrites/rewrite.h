@@ -33,6 +33,10 @@ inline constexpr char kRootOp[] = "IntuneDataset";
 inline constexpr char kIntuneOptionsOp[] = "IntuneOptionsDataset";
 
 struct Options {
+  // False where the option is off: only strip_roots runs, so that the
+  // pipeline is the user's exactly (a declaration left on top would hide
+  // the user's last prefetch from TF's inject_prefetch).
+  bool tune = true;
   bool include_fixed = false;
   bool insert_prefetch = true;
   bool untrack_inner = true;
@@ -65,7 +69,7 @@ using TfOptimizer = std::function<Status(GraphDef* graph)>;
 // All passes, in order: strip_roots, TF's optimizations (if any, through
 // `tf_optimizer`), make_tunable, insert_prefetch (if
 // asked), untrack_inner (if asked), raise_interleave_buffers (if > 0),
-// disable_tf_autotune. A pass that fails (bad graph) is skipped and recorded
+// disable_tf_autotune; only strip_roots unless `options.tune`. A pass that fails (bad graph) is skipped and recorded
 // in report->skipped, and the graph is kept as it was before that pass; the
 // others still run. Returns OK unless the graph is unusable (null, or two
 // nodes with one name), in which case nothing is changed.

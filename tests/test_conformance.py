@@ -474,6 +474,38 @@ def test_global_shuffle_as_plain_tf(option_below):
     assert t == p, f"epoch {n}: InTune order {t[:8]}..., plain {p[:8]}..."
 
 
+@pytest.mark.skipif(_global_shuffle() is None,
+                    reason="global_shuffle needs TF >= 2.17 (this is "
+                    f"{tf.__version__})")
+@pytest.mark.parametrize("shape", ["repeat_below", "batch_below_repeat_above"])
+def test_global_shuffle_over_autotune_prefetch_with_warm_start_as_plain_tf(
+    shape):
+  """With TF's warm start, a prefetch starts its thread when the iterator is
+  made, before the shuffle hands it an index mapper. An AUTOTUNE prefetch
+  that InTune makes a knob must start at one element, as TF's own does: at
+  zero, the consumer reads the input by shuffled index next to that thread,
+  which reads it in order (elements repeated and dropped)."""
+  shuffle = _global_shuffle()
+
+  def make(on: bool):
+    r = tf.data.Dataset.range
+    if shape == "repeat_below":
+      ds = shuffle(r(41).repeat(27).prefetch(AUTOTUNE), seed=42,
+                   reshuffle_each_iteration=False)
+    else:
+      ds = shuffle(r(100).batch(2, drop_remainder=True).prefetch(AUTOTUNE),
+                   seed=42, reshuffle_each_iteration=False).repeat(2).unbatch()
+    ds = conf.with_tf_options(ds, experimental_warm_start=True)
+    return conf.with_intune(ds) if on else ds
+
+  plain = _epochs(make(False), 2)
+  with _reported("with InTune"):
+    tuned = _epochs(make(True), 2)
+  for n, (p, t) in enumerate(zip(plain, tuned)):
+    assert len(t) == len(p), f"epoch {n}: {len(t)} elements, plain {len(p)}"
+    assert t == p, f"epoch {n}: InTune order {t[:8]}..., plain {p[:8]}..."
+
+
 def test_stateful_random_ops_with_global_seed_as_plain_tf():
   def run(on: bool) -> list[list[int]]:
     tf.random.set_seed(77)

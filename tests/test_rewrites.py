@@ -183,7 +183,10 @@ def test_include_fixed_makes_every_stage_a_knob(stage, op, value):
 def test_autotune_prefetch_leaves_the_legacy_autotuner():
   graph, fixed = rewrites.rewrite_graph(_graph(
       tf.data.Dataset.range(4).prefetch(AUTOTUNE)), **ONLY_ALWAYS)
-  assert _one(graph, PREFETCH).attr["legacy_autotune"].b is False
+  prefetch = _one(graph, PREFETCH)
+  assert prefetch.attr["legacy_autotune"].b is False
+  # It starts at one element, as TF's legacy autotuner does, not at 0.
+  assert prefetch.attr["buffer_size_min"].i == 1
   assert fixed == {}
 
 
@@ -266,6 +269,7 @@ def test_insert_prefetch_after_parallel_stages_without_one():
   assert prefetch.op == PREFETCH and result.structure_changed
   assert _const(graph, prefetch.input[1]) == AUTOTUNE
   assert prefetch.attr["legacy_autotune"].b is False
+  assert prefetch.attr["buffer_size_min"].i == 1
   assert prefetch.attr["output_types"] == pmap.attr["output_types"]
   assert prefetch.attr["output_shapes"] == pmap.attr["output_shapes"]
 

@@ -139,6 +139,73 @@ def test_same_output_with_the_option(tmp_path, name, deterministic,
   assert tuned.cardinality() == plain.cardinality()
 
 
+def _live_sessions() -> int:
+  """How many sessions are live; also from inside a TF1 graph (a new thread
+  runs eagerly)."""
+  count = []
+  thread = threading.Thread(
+      target=lambda: count.append(len(intune_tf.sessions())))
+  thread.start()
+  thread.join()
+  return count[0]
+
+
+@pytest.mark.parametrize("iterate", ["eager", "one_shot", "initializable"])
+@pytest.mark.parametrize("option", [True, False])
+@pytest.mark.parametrize("buffer", [1, 2])
+def test_fixed_prefetch_buffers_as_plain_tf(iterate, option, buffer):
+  """A user's prefetch(B) last in the pipeline, the option set by the last
+  `with_options`: the map runs at most B elements ahead of the consumer, as
+  on plain TF (no prefetch of TF's inject_prefetch above it), and the
+  pipeline is tuned exactly when the option is on, TF1 iterators included
+  (they wrap the dataset in a DatasetV1Adapter)."""
+  calls = []
+
+  def f(x):
+    calls.append(int(x))
+    return x
+
+  def make():
+    ds = tf.data.Dataset.range(100).map(
+        lambda x: tf.numpy_function(f, [x], tf.int64)).prefetch(buffer)
+    options = tf.data.Options()
+    options.experimental_intune = option
+    return ds.with_options(options)
+
+  before = _live_sessions()
+  ahead, sessions = 0, None
+  if iterate == "eager":
+    it = iter(make())
+    get = lambda: next(it)  # pylint: disable=unnecessary-lambda-assignment
+    sessions = _live_sessions() - before
+    for i in range(12):
+      time.sleep(0.05)  # the producers run ahead as far as they can
+      ahead = max(ahead, len(calls) - i)
+      get()
+    del it
+  else:
+    with tf.Graph().as_default():
+      ds = make()
+      if iterate == "one_shot":
+        it = tf.compat.v1.data.make_one_shot_iterator(ds)
+      else:
+        it = tf.compat.v1.data.make_initializable_iterator(ds)
+      nxt = it.get_next()
+      with tf.compat.v1.Session() as s:
+        if iterate == "initializable":
+          s.run(it.initializer)
+        for i in range(12):
+          if i == 1:
+            sessions = _live_sessions() - before
+          time.sleep(0.05)
+          ahead = max(ahead, len(calls) - i)
+          s.run(nxt)
+  assert calls[:12] == list(range(12))
+  assert ahead <= buffer, f"the map ran {ahead} elements ahead"
+  assert sessions == (1 if option else 0)
+  gc.collect()
+
+
 @pytest.mark.parametrize("source", ["range", "interleave"])
 def test_checkpointed_iterator_resumes_exactly(tmp_path, source):
   r = tf.data.Dataset.range

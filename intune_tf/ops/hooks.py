@@ -81,6 +81,11 @@ _PROPERTY = property(
 
 
 def _inputs(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
+  # A DatasetV1Adapter (what TF1 iterators and `tf.compat.v1.data` wrap a
+  # dataset in) answers with the inputs of the dataset it wraps, skipping
+  # that dataset, which may be the declaration itself.
+  if isinstance(dataset, dataset_ops.DatasetV1Adapter):
+    return [dataset._dataset]  # pylint: disable=protected-access
   try:
     return list(dataset._inputs())  # pylint: disable=protected-access
   except (AttributeError, NotImplementedError, TypeError):

@@ -317,15 +317,49 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
   const std::string tag_;
 };
 
+// `input` without its declarations (IntuneOptionsDataset), for a pipeline
+// whose option is off: left on top, a declaration is the last dataset that
+// TF's inject_prefetch sees (it skips only TF's own wrappers, such as
+// OptionsDataset), so it would add a prefetch above the user's last one.
+// `input` itself if the rewrite fails.
+void StripDeclarations(OpKernelContext* ctx, data::DatasetBase* input,
+                       data::DatasetBase** output) {
+  rewrites::Options options;
+  options.tune = false;
+  rewrites::Report report;
+  core::RefCountPtr<data::DatasetBase> stripped;
+  Status status;
+  {
+    rewrites::ScopedReport scoped(&report);
+    status = data::RewriteDataset(
+        ctx, input,
+        [&options]() { return rewrites::MakeRewriterConfig(options); },
+        /*record_fingerprint=*/false, &stripped);
+  }
+  if (!status.ok()) {
+    WarnOnce(absl::StrCat("InTune could not remove its option from this "
+                          "pipeline (",
+                          status.message(), "); it runs with it."));
+    input->Ref();
+    *output = input;
+    return;
+  }
+  *output = stripped.release();
+}
+
 void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
                                   data::DatasetBase* input,
                                   data::DatasetBase** output) {
   const Settings* settings = &settings_;
   if (find_settings_) settings = FindSettings(input);
-  if (settings == nullptr || !settings->enabled) {
-    // Nothing below asks for InTune: the pipeline runs exactly as it is.
+  if (settings == nullptr) {
+    // Nothing below declares the option: the pipeline runs as it is.
     input->Ref();
     *output = input;
+    return;
+  }
+  if (!settings->enabled) {
+    StripDeclarations(ctx, input, output);
     return;
   }
   rewrites::Options options;
