@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import files
 from intune_tf import records
 from intune_tf.bench import demo
 from intune_tf.observe import inspect as inspect_lib
@@ -192,12 +193,12 @@ def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
   dead.wait()
   host = socket.gethostname()
   stale = tmp_path / status.file_name(dead.pid)
-  status.write_json_atomic(stale, {"format": status.FORMAT, "pid": dead.pid,
+  files.write_json(stale, {"format": status.FORMAT, "pid": dead.pid,
                                    "host": host, "process_start": time.time(),
                                    "updated": time.time(), "sessions": []})
   # A live pid whose start time differs: a reused pid, also stale.
   reused = tmp_path / status.file_name(os.getpid())
-  status.write_json_atomic(reused, {"format": status.FORMAT,
+  files.write_json(reused, {"format": status.FORMAT,
                                     "pid": os.getpid(), "host": host,
                                     "process_start": 1.0,
                                     "updated": time.time(), "sessions": []})
@@ -206,10 +207,10 @@ def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
   remote = {"format": status.FORMAT, "pid": os.getpid(), "host": "elsewhere",
             "process_start": 1.0, "sessions": []}
   fresh = tmp_path / status.file_name(1, "elsewhere")
-  status.write_json_atomic(fresh, {**remote, "pid": 1,
+  files.write_json(fresh, {**remote, "pid": 1,
                                    "updated": time.time()})
   old = tmp_path / status.file_name(2, "elsewhere")
-  status.write_json_atomic(old, {**remote, "pid": 2, "updated": time.time() -
+  files.write_json(old, {**remote, "pid": 2, "updated": time.time() -
                                  status.REMOTE_STALE_S - 1})
   assert [d["pid"] for d in status.read_all(tmp_path)] == [1]
   assert sorted(status.remove_stale(tmp_path)) == sorted([stale, reused])
@@ -217,7 +218,7 @@ def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
 
 
 def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
-  status.write_json_atomic(tmp_path / status.file_name(1, "elsewhere"), {
+  files.write_json(tmp_path / status.file_name(1, "elsewhere"), {
       "format": status.FORMAT, "pid": 1, "host": "elsewhere",
       "process_start": 1.0, "updated": time.time(), "sessions": []})
   os.mkfifo(tmp_path / "fifo.json")  # no writer: a plain read blocks forever

@@ -28,11 +28,12 @@ import json
 import math
 import os
 import re
-import tempfile
 from typing import TYPE_CHECKING, Sequence
 import zipfile
 
 import numpy as np
+
+from intune_tf import files
 
 if TYPE_CHECKING:
   from intune_tf.records import Observation
@@ -501,17 +502,8 @@ def save_weights(path: str, weights: Sequence[np.ndarray],
   arrays = {f"w{i}": np.asarray(w, np.float32) for i, w in enumerate(weights)}
   arrays["metadata"] = np.frombuffer(
       json.dumps(metadata or {}).encode(), dtype=np.uint8)
-  fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".",
-                             suffix=".tmp.npz",
-                             dir=os.path.dirname(os.path.abspath(path)))
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez_compressed(f, **arrays)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  with files.atomic_write(path, binary=True) as f:
+    np.savez_compressed(f, **arrays)
 
 
 # Limits on a weights file, checked before any array is read: the shipped

@@ -51,7 +51,6 @@ import pathlib
 import socket
 import stat
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Mapping
@@ -59,6 +58,7 @@ from typing import Any, Mapping
 from absl import logging
 import psutil
 
+from intune_tf import files
 from intune_tf.ops import session as session_lib
 
 FORMAT = "intune_tf.status/1"
@@ -147,24 +147,6 @@ def _json_safe(value: Any) -> Any:
   if isinstance(value, numbers.Real):
     return _json_safe(float(value))
   return str(value)
-
-
-def write_json_atomic(path: pathlib.Path, data: Mapping[str, Any]) -> None:
-  """Writes `data` as JSON to `path` through a temporary file and a rename,
-  so readers see the old file or the new one, never half of one."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                             dir=path.parent)
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(data, f, sort_keys=True)
-    os.replace(tmp, path)
-  except BaseException:
-    try:
-      os.unlink(tmp)
-    except OSError:
-      pass
-    raise
 
 
 def _process_start(pid: int) -> float | None:
@@ -301,7 +283,7 @@ class StatusWriter:
   def write_now(self) -> None:
     """Writes the file now (logs once and carries on if it cannot)."""
     try:
-      write_json_atomic(self.path, self.snapshot())
+      files.write_json(self.path, self.snapshot())
       with self._lock:
         self._dirty = False
     except OSError as e:

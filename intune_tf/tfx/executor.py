@@ -49,7 +49,9 @@ from intune_tf.tuning import warmstart
 
 # Keys of the component spec.
 EXAMPLES_KEY = "examples"
-TUNED_INPUT_CONFIG_KEY = "tuned_input_config"
+# The channel the tuner writes and the trainer reads; the trainer passes its
+# uri to `run_fn` under `tuned_config.TUNED_INPUT_CONFIG_KEY`.
+TUNED_INPUT_CONFIG_CHANNEL = "tuned_input_config"
 MODULE_FILE_KEY = "module_file"
 INPUT_FN_KEY = "input_fn"
 TUNE_SECONDS_KEY = "tune_seconds"
@@ -425,7 +427,7 @@ class Executor(base_executor.BaseExecutor):
     self._log_startup(input_dict, output_dict, exec_properties)
     examples = artifact_utils.get_single_instance(input_dict[EXAMPLES_KEY])
     out = artifact_utils.get_single_instance(
-        output_dict[TUNED_INPUT_CONFIG_KEY])
+        output_dict[TUNED_INPUT_CONFIG_CHANNEL])
     split = exec_properties.get(SPLIT_KEY) or DEFAULT_SPLIT
     policy = (exec_properties.get(POLICY_KEY) or
               intune_tf.IntuneOptions().policy)
@@ -488,7 +490,7 @@ class TrainerExecutor(trainer_executor.GenericExecutor):
 
   def _GetFnArgs(self, input_dict, output_dict, exec_properties):
     fn_args = super()._GetFnArgs(input_dict, output_dict, exec_properties)
-    tuned = input_dict.get(TUNED_INPUT_CONFIG_KEY)
+    tuned = input_dict.get(TUNED_INPUT_CONFIG_CHANNEL)
     if tuned:
       fn_args.custom_config = dict(fn_args.custom_config or {})
       fn_args.custom_config[tuned_config.TUNED_INPUT_CONFIG_KEY] = (

@@ -18,13 +18,13 @@ import hashlib
 import json
 import math
 import os
-import pathlib
 import time
 from typing import Mapping, Sequence
 
 from absl import logging
 import numpy as np
 
+from intune_tf import files
 from intune_tf import rewrites
 from intune_tf.agent import dqn
 from intune_tf.observe import status
@@ -101,7 +101,7 @@ def save(session, config: Mapping[str, float] | None = None,
           "config": {k: float(v) for k, v in config.items()},
           "rows_per_s": float(rows_per_s), "saved": time.time(),
           "weights": weights is not None}
-  status.write_json_atomic(pathlib.Path(base + ".json"), data)
+  files.write_json(base + ".json", data)
   return base + ".json"
 
 
