@@ -346,20 +346,14 @@ class IntuneCallback(keras.callbacks.Callback):
     self.warm_start_path = self._save_warm_start()
 
   def _save_warm_start(self) -> str | None:
-    """Saves the best configuration seen for the next run of this pipeline.
-
-    The agent policy's fine-tuned weights are saved with it (otherwise a
-    save without weights would hide the ones the agent saved itself).
-    """
+    """Saves the best configuration seen, and the agent's fine-tuned
+    weights, for the next run of this pipeline."""
     if self._best is None:
       return None
     rate, config = self._best
-    weights = None
-    agent = getattr(self._policy, "agent", None)
-    if agent is not None and getattr(agent, "gradient_steps", 0):
-      weights = agent.get_weights()
     try:
-      return warmstart.save(self._best_session, config, rate, weights)
+      return warmstart.save(self._best_session, config, rate,
+                            warmstart.fine_tuned_weights(self._policy))
     except (OSError, ValueError, TypeError) as e:
       logging.warning("IntuneCallback: could not save the warm-start state: "
                       "%s", e)

@@ -3,6 +3,7 @@
 import json
 import os
 import threading
+import types
 
 from _waiting import wait_for
 import numpy as np
@@ -39,8 +40,17 @@ def _session(tmp_path, monkeypatch):
   options.experimental_intune = intune_tf.IntuneOptions(policy="manual")
   it = iter(_pipeline("/data").with_options(options))
   next(it)
-  yield intune_tf.sessions()[-1]
+  yield intune_tf.session_of(it)
   del it
+
+
+@pytest.mark.parametrize("steps, saved", [(0, False), (3, True)])
+def test_weights_are_saved_only_once_fine_tuning_changed_them(steps, saved):
+  agent = dqn.Agent()
+  agent.gradient_steps = steps
+  weights = warmstart.fine_tuned_weights(types.SimpleNamespace(agent=agent))
+  assert (weights is not None) == saved
+  assert warmstart.fine_tuned_weights(object()) is None  # a policy, no agent
 
 
 def test_save_and_load_round_trip(session, tmp_path):

@@ -259,9 +259,9 @@ class IntunePolicy(policies.Policy):
     best, rate = self.guard.best()
     if best is None:
       return
-    weights = self.agent.get_weights() if self.agent.gradient_steps else None
     try:
-      warmstart.save(self.session, best, rate, weights)
+      warmstart.save(self.session, best, rate,
+                     warmstart.fine_tuned_weights(self))
     except OSError as e:
       logging.log_first_n(logging.WARNING,
                           "InTune: cannot save the warm-start state: %s", 1, e)

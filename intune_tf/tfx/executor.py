@@ -235,10 +235,7 @@ def export_agent(session: "intune_tf.Session", config: dict[str, Any],
   Returns:
     The files written, relative to the artifact's uri.
   """
-  agent = getattr(_policy_of(session), "agent", None)
-  weights = None
-  if agent is not None and getattr(agent, "gradient_steps", 0):
-    weights = agent.get_weights()
+  weights = warmstart.fine_tuned_weights(_policy_of(session))
   saved = warmstart.save(session, config["knobs"], rows_per_s, weights)
   if not saved:
     return []
