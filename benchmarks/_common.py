@@ -40,9 +40,7 @@ def calibrate(target_ms: float = 1.0) -> int:
 
 
 def with_intune(ds: tf.data.Dataset, **fields) -> tf.data.Dataset:
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(**fields)
-  return ds.with_options(options)
+  return intune_tf.tune(ds, **fields)
 
 
 def rate(iterator, seconds: float) -> float:

@@ -11,6 +11,7 @@ use.
 
 from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune"
 from intune_tf.ops import hooks as _tf_hooks
+from intune_tf.ops.hooks import tune
 from intune_tf.ops.loader import KernelLibraryError
 from intune_tf.ops.session import Session
 from intune_tf.ops.session import SessionGoneError
@@ -43,4 +44,5 @@ __all__ = [
     "report_step_time",
     "session_of",
     "sessions",
+    "tune",
 ]

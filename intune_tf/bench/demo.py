@@ -424,9 +424,7 @@ def run(minutes: float = DEFAULT_MINUTES, *, repeats: int = DEFAULT_REPEATS,
                                      ceiling_seconds)
     bar.update()
   plain = criteo_dataset(files, level, batch_size)
-  with_option = tf.data.Options()
-  with_option.experimental_intune = options
-  tuned = plain.with_options(with_option)
+  tuned = intune_tf.tune(plain, options)
   model = tiny_dlrm()
   # One short fit per tuner first: the model is built and traced, and
   # InTune's one-off costs (kernel library, agent) stay out of its first

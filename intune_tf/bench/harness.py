@@ -259,9 +259,8 @@ class Harness:
         name=scenario.name, warm_start=self.warm_start)
 
   def _tuned(self, scenario, policy, config=None) -> tf.data.Dataset:
-    options = tf.data.Options()
-    options.experimental_intune = self._options(policy, scenario, config)
-    return scenario.make(None).with_options(options)
+    return intune_tf.tune(scenario.make(None),
+                          self._options(policy, scenario, config))
 
   def measure_ceiling(self, scenario: scenarios_lib.Scenario,
                       seconds: float = 3.0) -> float:

@@ -1,5 +1,6 @@
-"""The hooks into TensorFlow's private tf.data API (with `_root.py`, which
-builds the InTune datasets on TF's dataset classes).
+"""The hooks into TensorFlow's private tf.data API (with `dataset.py`, which
+builds the InTune datasets on TF's dataset classes), and `tune`, the one
+place that sets the option on a dataset.
 
 `import intune_tf` adds the `experimental_intune` option to `tf.data.Options`
 and makes every iterator creation of a dataset with the option on go through
@@ -135,6 +136,40 @@ def _opaque(dataset: tf.data.Dataset) -> bool:
   """Whether `dataset` is a graph Python cannot walk."""
   return type(dataset).__name__ in ("_VariantDataset", "_LoadDataset",
                                     "LoadDataset")
+
+
+def tune(dataset: tf.data.Dataset,
+         options: intune_options.IntuneOptions | bool = True,
+         **fields: Any) -> tf.data.Dataset:
+  """Returns `dataset` with `tf.data.Options().experimental_intune` set.
+
+      ds = intune_tf.tune(ds, cpu_budget=4)
+      # the same as
+      options = tf.data.Options()
+      options.experimental_intune = intune_tf.IntuneOptions(cpu_budget=4)
+      ds = ds.with_options(options)
+
+  Args:
+    dataset: Any `tf.data.Dataset`.
+    options: `True` (default) for `IntuneOptions()`, an `IntuneOptions`, or
+      `False` to turn InTune off below this point.
+    **fields: Fields of `IntuneOptions` (policy, budgets, ...); only with
+      `options=True`. Default: none.
+
+  Returns:
+    The dataset with the option set.
+
+  Raises:
+    TypeError: `fields` given with an `IntuneOptions` or `False`.
+  """
+  if fields:
+    if options is not True:
+      raise TypeError("intune_tf.tune: pass either an IntuneOptions or its "
+                      f"fields, not both (got {options!r} and {fields}).")
+    options = intune_options.IntuneOptions(**fields)
+  tf_options = tf.data.Options()
+  tf_options.experimental_intune = options
+  return dataset.with_options(tf_options)
 
 
 def install() -> None:

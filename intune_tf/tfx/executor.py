@@ -315,9 +315,6 @@ def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
   Raises:
     ValueError: the pipeline has no tunable stage, or yields nothing.
   """
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(policy=policy)
-
   def finish_tuning(session):
     if session is None:
       return None, "", [], None
@@ -334,7 +331,7 @@ def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
     return config, source, files, error
 
   tuning_rate, tuning_rows, (config, source, agent_files, agent_error) = _run(
-      make_dataset().with_options(options), tune_seconds, 0.0, finish_tuning)
+      intune_tf.tune(make_dataset(), policy=policy), tune_seconds, 0.0, finish_tuning)
   if tuning_rows == 0:
     raise ValueError("IntuneTuner: the input pipeline yielded no element.")
   if config is None:
