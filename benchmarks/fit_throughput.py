@@ -11,7 +11,7 @@ directory: the first InTune fit starts cold, later ones start from what the
 previous fit saved, as a user's repeated job would.
 
 Run: `python benchmarks/fit_throughput.py [--repeats 5] [--steps 100]
-[--level 4] [--batch_size 4096] [--policy NAME]`.
+[--level 4] [--batch-size 4096] [--policy NAME]`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
                       help="Training steps per fit (default 100).")
   parser.add_argument("--level", type=int, default=4,
                       help="Criteo pipeline level, 3-5 (default 4).")
-  parser.add_argument("--batch_size", type=int, default=4096,
+  parser.add_argument("--batch-size", type=int, default=4096,
                       help="Rows per batch (default 4096).")
   parser.add_argument("--policy", default=None,
                       help="InTune policy (default: IntuneOptions' default).")

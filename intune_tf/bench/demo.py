@@ -591,12 +591,12 @@ def add_parser(subparsers) -> None:
                  help="InTune policy (default: IntuneOptions' default).")
   p.add_argument("--level", type=int, default=4,
                  help="Criteo pipeline level, 3-5 (default 4).")
-  p.add_argument("--batch_size", "--batch-size", type=int, default=4096,
+  p.add_argument("--batch-size", type=int, default=4096,
                  help="Rows per batch (default 4096).")
   p.add_argument("--rows", type=int, default=200_000,
                  help="Rows of the synthetic set when there is no real "
                  "sample (default 200,000).")
-  p.add_argument("--ceiling_seconds", "--ceiling-seconds", type=float,
+  p.add_argument("--ceiling-seconds", type=float,
                  default=2.0,
                  help="Seconds per prefix pipeline when measuring the "
                  "ceiling (default 2).")

@@ -222,11 +222,11 @@ class Harness:
     self._trace_context: dict = {}
     self._trace_lock = threading.Lock()
     if cpu_budget is not None and cpu_budget > host.usable_cpus():
-      logging.warning("--cpu_budget %d is larger than the %d CPUs this "
+      logging.warning("--cpu-budget %d is larger than the %d CPUs this "
                       "process may use; policies are capped at %d.",
                       cpu_budget, host.usable_cpus(), host.usable_cpus())
     if ram_budget is not None and ram_budget > host.total_memory():
-      logging.warning("--ram_budget %d bytes is larger than this machine's "
+      logging.warning("--ram-budget %d bytes is larger than this machine's "
                       "memory (%d bytes): it cannot prevent an OOM.",
                       ram_budget, host.total_memory())
     policies.register("oracle", _TablePolicy)
@@ -654,7 +654,7 @@ def main(args) -> int:
   summary = harness.summary()
   summary["interrupted"] = interrupted
   summary["command"] = "intune bench " + " ".join(
-      f"--{k}={v}" for k, v in sorted(vars(args).items())
+      f"--{k.replace('_', '-')}={v}" for k, v in sorted(vars(args).items())
       if k not in ("func", "group") and v is not None)
   print(harness.markdown(summary))
   if args.json:
@@ -683,15 +683,15 @@ def add_parser(subparsers) -> None:
                  "(default 20).")
   p.add_argument("--warmup", type=float, default=5.0,
                  help="Warm-up seconds per run (default 5).")
-  p.add_argument("--cpu_budget", type=int, default=None,
+  p.add_argument("--cpu-budget", type=int, default=None,
                  help="CPU budget of the InTune policies (default: usable).")
-  p.add_argument("--ram_budget", type=int, default=None,
+  p.add_argument("--ram-budget", type=int, default=None,
                  help="RAM budget in bytes (default: the scenario's or half "
                  "of the available memory).")
-  p.add_argument("--warm_start", action="store_true",
+  p.add_argument("--warm-start", action="store_true",
                  help="Let InTune repeats start from the configuration saved "
                  "by earlier repeats (default: every repeat starts cold).")
-  p.add_argument("--oracle_seconds", type=float, default=1.5,
+  p.add_argument("--oracle-seconds", type=float, default=1.5,
                  help="Seconds the oracle search measures each configuration "
                  "(longer: less noise, e.g. for calibration traces).")
   p.add_argument("--json", default=None, help="Write the results here.")
