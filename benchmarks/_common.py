@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf.bench import demo
+from intune_tf.bench import meter as meter_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -45,12 +46,7 @@ def with_intune(ds: tf.data.Dataset, **fields) -> tf.data.Dataset:
 
 def rate(iterator, seconds: float) -> float:
   """Elements per second pulled from `iterator` during `seconds`."""
-  n, start = 0, time.perf_counter()
-  end = start + seconds
-  while time.perf_counter() < end:
-    next(iterator)
-    n += 1
-  return n / (time.perf_counter() - start)
+  return meter_lib.pull(iterator, seconds).rows_per_s
 
 
 def median(values) -> float:

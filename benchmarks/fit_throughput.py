@@ -57,12 +57,10 @@ def main(argv=None) -> int:
 
   files, data = demo.demo_files()
   plain = demo.criteo_dataset(files, args.level, args.batch_size)
-  options = tf.data.Options()
-  options.experimental_intune = (
-      intune_tf.IntuneOptions(policy=args.policy) if args.policy
-      else intune_tf.IntuneOptions())
-  tuned = plain.with_options(options)
-  policy = options.experimental_intune.policy
+  options = (intune_tf.IntuneOptions(policy=args.policy) if args.policy
+             else intune_tf.IntuneOptions())
+  tuned = intune_tf.tune(plain, options)
+  policy = options.policy
   model = demo.tiny_dlrm()
   # Build and trace the model once, outside the measured fits.
   model.fit(plain, epochs=1, steps_per_epoch=5, verbose=0, shuffle=False)

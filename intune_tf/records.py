@@ -277,3 +277,31 @@ class Observation:
   def to_json(self) -> dict:
     """A JSON-serializable dict (for traces)."""
     return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+  """What a policy did at one tuning step, for the decision log and
+  `intune inspect` (`Policy.last_decision`).
+
+  Attributes:
+    step: The policy's own step count (0 for its start).
+    action: What it did, e.g. "start", "warm-start", "hold",
+      "revert-to-best", "no-op", or a move such as
+      "Prefetch.ParallelMapV2/parallelism +1".
+    rate: The output rate (elements/s) the step measured; None if none.
+    reward: The reward of the previous action; None if none.
+    loss: The loss of a gradient step taken at this step; None if none.
+    seconds: How long the step took; None if not timed.
+  """
+  step: int
+  action: str
+  rate: float | None = None
+  reward: float | None = None
+  loss: float | None = None
+  seconds: float | None = None
+
+  def fields(self) -> dict[str, int | float | str]:
+    """The fields that are set (None left out), for a JSON line."""
+    return {k: v for k, v in dataclasses.asdict(self).items()
+            if v is not None}

@@ -32,14 +32,14 @@ class _Deciding(policies.EvenPolicy):
 
   def __init__(self, options):
     super().__init__(options)
-    self.last_decision = None
     self._n = 0
 
   def step(self, obs):
     self._n += 1
-    # numpy values, as an agent would give: logged as plain JSON numbers.
-    self.last_decision = {"action": np.int64(self._n % 3),
-                          "reward": np.float32(0.5 * self._n)}
+    # A numpy reward, as an agent would give: logged as a plain JSON number.
+    self.last_decision = records.Decision(
+        step=self._n, action=str(self._n % 3),
+        reward=np.float32(0.5 * self._n))
     return super().step(obs)
 
 
@@ -120,7 +120,7 @@ def test_status_file_after_steps(tmp_path):
   try:
     it = iter(_pipeline())
     next(it)
-    session = intune_tf.sessions()[-1]
+    session = intune_tf.session_of(it)
 
     def stepped():
       for _ in range(20):
@@ -238,7 +238,7 @@ def test_decision_log_lines(tmp_path):
   try:
     it = iter(_pipeline(policy="test_deciding", name="logged"))
     next(it)
-    session = intune_tf.sessions()[-1]
+    session = intune_tf.session_of(it)
 
     def lines():
       for _ in range(20):
@@ -258,7 +258,7 @@ def test_decision_log_lines(tmp_path):
   assert first["applied"]  # the first step sets the "even" values
   for r in records:
     assert r["reward"] == 0.5 * r["step"]
-    assert r["action"] == r["step"] % 3
+    assert r["action"] == str(r["step"] % 3)
     assert r["output_rate"] >= 0 and isinstance(r["time"], float)
   del it
 
@@ -273,7 +273,7 @@ def test_decision_log_is_private_rotated_and_never_follows_a_symlink(
     tmp_path):
   it = iter(_pipeline(policy="test_deciding", name="rotated"))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   path = tmp_path / "decisions.jsonl"
   log = status.DecisionLog(path, max_bytes=2000)
   try:
@@ -303,7 +303,7 @@ def test_decision_log_is_private_rotated_and_never_follows_a_symlink(
 def test_a_full_disk_drops_lines_and_warns_once(monkeypatch):
   it = iter(_pipeline(policy="test_deciding", name="full"))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   warnings = []
   monkeypatch.setattr(status.logging, "warning",
                       lambda *a, **k: warnings.append(a))

@@ -67,3 +67,11 @@ def test_knob_stage():
   knob = records.Knob("Zip[1].ParallelMapV2/parallelism", "parallelism",
                       2.0, 1.0, 8.0)
   assert knob.stage == "Zip[1].ParallelMapV2"
+
+
+def test_a_decision_logs_only_the_fields_it_has():
+  assert records.Decision(3, "hold").fields() == {"step": 3, "action": "hold"}
+  full = records.Decision(4, "no-op", rate=10.0, reward=0.5, loss=0.1,
+                          seconds=0.002)
+  assert full.fields() == {"step": 4, "action": "no-op", "rate": 10.0,
+                           "reward": 0.5, "loss": 0.1, "seconds": 0.002}

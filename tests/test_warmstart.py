@@ -142,7 +142,7 @@ def test_warm_start_off_saves_and_loads_nothing(tmp_path, monkeypatch):
                                                         warm_start=False)
   it = iter(_pipeline("/data").with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   assert warmstart.save(session) is None and warmstart.load(session) is None
   assert not list(tmp_path.iterdir())
 
@@ -165,15 +165,15 @@ def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
   config = {"Prefetch.ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1.0,
             "Prefetch.ForeverRepeat.Prefetch/buffer_size": 3.0,
             "Prefetch/buffer_size": 2.0}
-  assert set(config) == {k.name for k in intune_tf.sessions()[-1].knobs()}
-  warmstart.save(intune_tf.sessions()[-1], config, 100.0)
+  assert set(config) == {k.name for k in intune_tf.session_of(it).knobs()}
+  warmstart.save(intune_tf.session_of(it), config, 100.0)
   del it
   options = tf.data.Options()
   # The agent's first step applies the warm start; no other step for 60 s.
   options.experimental_intune = intune_tf.IntuneOptions(period_s=60.0)
   it = iter(_epochs().with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
   assert wait_for(lambda: values() == config), values()
   for _ in range(3):

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 import intune_tf
 from intune_tf import records
+from intune_tf.bench import meter as meter_lib
 from intune_tf.bench import resize as resize_lib
 from intune_tf.bench import scenarios as scenarios_lib
 from intune_tf.ops import session as session_lib
@@ -277,8 +278,8 @@ class Harness:
     costs, previous = {}, 0.0
     for stage, make in prefixes:
       it = iter(make())
-      self._pull(it, 0.5)
-      cpu0, n = time.process_time(), self._pull(it, seconds)
+      meter_lib.pull(it, 0.5)
+      cpu0, n = time.process_time(), meter_lib.pull(it, seconds).counts
       per_row = (time.process_time() - cpu0) / max(
           1, n * scenario.rows_per_element)
       costs[stage] = max(0.0, per_row - previous)
@@ -314,9 +315,9 @@ class Harness:
       session.set(config)
       self._trace_context = {"scenario": scenario.name,
                              "policy": "oracle-search", "config": config}
-      self._pull(it, settle)  # noqa: F821
       tried += 1
-      rate = self._pull(it, measure) * scenario.rows_per_element / measure  # noqa: F821
+      rate = meter_lib.pull(it, measure, settle,  # noqa: F821  `del it` below
+                            lambda _: scenario.rows_per_element).rows_per_s
       self._write_trace({"kind": "measurement", "scenario": scenario.name,
                          "config": config, "cpus": host.usable_cpus(),
                          "rows_per_s": rate,
@@ -351,14 +352,6 @@ class Harness:
       gc.collect()
     self.oracle[scenario.name] = {"table": table, "configurations_tried": tried}
     return table
-
-  @staticmethod
-  def _pull(it, seconds: float) -> int:
-    n, end = 0, time.monotonic() + seconds
-    while time.monotonic() < end:
-      next(it)
-      n += 1
-    return n
 
   def run(self, scenario: scenarios_lib.Scenario, policy: str,
           repeat: int) -> Run:
@@ -403,34 +396,22 @@ class Harness:
       next(state["it"])
       if schedule:
         schedule.start()
-      start = time.monotonic()
+      meter = meter_lib.Meter(self.seconds, self.warmup, window_s=WINDOW_S)
       cpus_seen = host.usable_cpus()
       with _Sampler(buffered, sample_period_s(scenario)) as sampler:
-        n, n_window, t_window = 0, 0, start
-        measured_rows, measured_from = 0, None
-        while True:
-          now = time.monotonic()
-          if now - start >= total:
-            break
+        while meter.running():
           next(state["it"])
-          n += 1
-          n_window += 1
-          if scenario.pause_every and n % scenario.pause_every == 0:
+          window = meter.count(scenario.rows_per_element)
+          if scenario.pause_every and meter.counts % scenario.pause_every == 0:
             time.sleep(scenario.pause_s)
-          if now - start >= self.warmup:
-            if measured_from is None:
-              measured_from = now
-            measured_rows += scenario.rows_per_element
-          if now - t_window >= WINDOW_S:
-            result.windows.append((round(now - start, 3), n_window *
-                                   scenario.rows_per_element / (now - t_window)))
-            result.knobs.append((round(now - start, 3), knob_values()))
-            n_window, t_window = 0, now
+          if window is not None:
+            at = round(window[0], 3)
+            result.windows.append((at, window[1]))
+            result.knobs.append((at, knob_values()))
             if restart and host.usable_cpus() != cpus_seen:
               cpus_seen = host.usable_cpus()
               state["it"] = _restart(ds, state["it"])
-        elapsed = time.monotonic() - (measured_from or start)
-        result.rows_per_s = measured_rows / elapsed if elapsed > 0 else 0.0
+        result.rows_per_s = meter.rows_per_s
       result.peak_buffered_bytes = sampler.peak
     finally:
       tuner.remove_listener(self._on_step)

@@ -34,8 +34,8 @@ than it spends between calls (`output_latency_s > consumer_wait_s`), else
 Decision log. With `INTUNE_DECISION_LOG=PATH` the tuner appends one JSON line
 per tuning step to PATH: time, pid, session, step, policy, knob values in
 force after the step, the values applied in it, output rate, buffered bytes,
-and the fields of the policy's `last_decision` mapping when it has one (for
-example the agent's action and reward).
+and the fields of the policy's `last_decision` (an `intune_tf.records.Decision`)
+when it has one (for example the agent's action and reward).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from absl import logging
 import psutil
 
 from intune_tf import files
+from intune_tf import records
 from intune_tf.ops import session as session_lib
 
 FORMAT = "intune_tf.status/1"
@@ -397,9 +398,9 @@ class DecisionLog:
     }
     policy = self._tuner.policy(session.id) if self._tuner else None
     decision = getattr(policy, "last_decision", None)
-    if isinstance(decision, Mapping):
-      for key, value in decision.items():
-        record.setdefault(str(key), value)
+    if isinstance(decision, records.Decision):
+      for key, value in decision.fields().items():
+        record.setdefault(key, value)
     line = json.dumps(_json_safe(record), sort_keys=True)
     with self._lock:
       if self._file.closed:

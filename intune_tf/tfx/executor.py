@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable
 
 from absl import logging
@@ -40,6 +39,7 @@ from tfx.types import artifact_utils
 from tfx.types import standard_artifact_utils
 
 import intune_tf
+from intune_tf.bench import meter as meter_lib
 from intune_tf.tfx import artifacts
 from intune_tf.tfx import tuned_config
 from intune_tf.tuning import host
@@ -271,23 +271,11 @@ def _run(ds: tf.data.Dataset, seconds: float, warmup: float,
   measured window, rows measured, on_end(session) while it is alive)."""
   it = iter(ds)
   session = _session_of(it)
-  rows, start, end_warmup = 0, time.perf_counter(), None
-  t0 = start
-  try:
-    while True:
-      now = time.perf_counter()
-      if end_warmup is None and now - start >= warmup:
-        end_warmup, rows, t0 = now, 0, now
-      if end_warmup is not None and now - t0 >= seconds:
-        break
-      rows += _rows(next(it))
-  except StopIteration:
-    pass
-  elapsed = time.perf_counter() - t0
+  meter = meter_lib.pull(it, seconds, warmup, _rows)
   extra = on_end(session) if on_end is not None else None
   del it
   gc.collect()
-  return (rows / elapsed if elapsed > 0 else 0.0), rows, extra
+  return meter.rows_per_s, meter.rows, extra
 
 
 def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
