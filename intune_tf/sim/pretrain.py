@@ -55,9 +55,9 @@ def guided_action(obs, mask: np.ndarray, rng: np.random.Generator) -> int:
     gap = gaps[i]
     if gap == 0:
       break
-    j = (3 if gap >= 5 else 2) if gap > 0 else (0 if gap <= -5 else 1)
-    if mask[4 * i + j]:
-      return 4 * i + j
+    move = (5 if gap >= 5 else 1) if gap > 0 else (-5 if gap <= -5 else -1)
+    if mask[dqn.action_of(i, move)]:
+      return dqn.action_of(i, move)
   return int(rng.choice(np.flatnonzero(mask)))
 
 
