@@ -3,8 +3,10 @@
 `intune pretrain --seed S --out PATH` trains a fresh agent on randomized
 simulated pipelines (`simulator.random_pipeline`: 3-8 stages, 2-128 CPUs,
 heavy-tailed costs, resize and memory events) on randomized machines
-(`simulator.random_params`: oversubscription cost, pipelining). `intune simulate` scores
-policies against the simulator's optimum on random pipelines.
+(`simulator.random_params`: oversubscription cost, pipelining). `intune simulate`
+(`compare`) scores the agent and the non-learning baselines (`BASELINES`)
+against the simulator's optimum on random pipelines, and each against the
+best baseline.
 """
 
 from __future__ import annotations
