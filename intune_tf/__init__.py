@@ -21,6 +21,7 @@ from intune_tf.options import IntuneOptions
 from intune_tf.records import Knob
 from intune_tf.records import Observation
 from intune_tf.records import StageStats
+from intune_tf.tuning import search as _search  # noqa: F401  registers "climb", "coordinate", "plumber"
 from intune_tf.tuning.observer import report_step_time
 from intune_tf.tuning.policies import Policy
 from intune_tf.tuning.policies import register as register_policy

@@ -24,7 +24,7 @@ output rate, budgets, and one row per pipeline stage:
 | `rate` | elements/s | elements the stage produced per second in the last step |
 | `cpus` | CPUs | CPU-seconds the stage spent per second (`rate` x CPU-seconds per element) |
 | `cpu_share` | 0..1 | the stage's share of the pipeline's CPU time in the step |
-| `utilization` | 0..1+ | `cpus / threads`: how busy the stage's threads are (threads = parallelism, or 1 for a stage without that knob) |
+| `utilization` | 0..1+ | `cpus / threads`: how busy the stage's threads are (threads = parallelism, or 1 for a stage without that knob; `records.stage_utilization`, what the agent's state calls "busy") |
 | `bottleneck` | bool | the stage with the highest utilization (the least headroom: its threads are the closest to saturated; giving it more parallelism is what can raise throughput). Ties go to the larger CPU share; no stage is flagged in a step where no stage did work |
 
 A session is `input-bound` when the consumer waits longer inside `GetNext`
@@ -112,7 +112,6 @@ def stage_rows(obs) -> list[dict[str, Any]]:
   rows = []
   for st in obs.stages:
     cpus = st.cpu_per_element_s * st.rate
-    threads = st.parallelism if st.parallelism and st.parallelism > 0 else 1.0
     rows.append({
         "stage": st.name,
         "parallelism": _finite(st.parallelism),
@@ -121,7 +120,8 @@ def stage_rows(obs) -> list[dict[str, Any]]:
         "rate": _finite(st.rate),
         "cpus": _finite(cpus),
         "cpu_share": _finite(st.time_share),
-        "utilization": _finite(cpus / threads),
+        "utilization": _finite(records.stage_utilization(
+            st.cpu_per_element_s, st.rate, st.parallelism)),
         "buffered_bytes": int(st.buffered_bytes),
         "bottleneck": False,
     })

@@ -10,6 +10,8 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from intune_tf import records
+
 if TYPE_CHECKING:
   from intune_tf.ops.session import Session
   from intune_tf.options import IntuneOptions
@@ -176,7 +178,8 @@ class AnalyticPolicy(Policy):
       st = obs.stage(k.stage)
       if st is None or st.rate <= 0 or obs.output_rate <= 0:
         continue
-      cost = st.cpu_per_element_s * st.rate / obs.output_rate
+      cost = records.stage_cost(st.cpu_per_element_s, st.rate,
+                                obs.output_rate)
       old = self._cost.get(k.stage)
       self._cost[k.stage] = cost if old is None else (
           self.SMOOTHING * cost + (1 - self.SMOOTHING) * old)
