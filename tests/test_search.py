@@ -144,7 +144,7 @@ def test_single_moves_stay_within_the_agents_mask(cls):
     for _ in range(40):
       o = sim.observe()
       values = policy.step(o)
-      if values and policy.last_decision["action"].startswith("try"):
+      if values and policy.last_decision.action.startswith("try"):
         tried += 1
         index = {k.name: i for i, k in enumerate(o.knobs)}
         # One move, or a transfer: the decrease first, then the increase,
@@ -168,7 +168,7 @@ def test_plumber_stays_within_the_agents_limits():
     for _ in range(40):
       o = sim.observe()
       values = policy.step(o)
-      if values and policy.last_decision["action"].startswith("try"):
+      if values and policy.last_decision.action.startswith("try"):
         tried += 1
         parallel = [k for k in o.knobs if k.kind == "parallelism"]
         for k in o.knobs:

@@ -88,7 +88,6 @@ class MeasuredSearch(policies.Policy):
     self.samples = max(1, int(samples))
     self.min_elements = min_elements
     self.restart = restart
-    self.last_decision: dict | None = None
     self._context: tuple | None = None
     self._reset(None)
 
@@ -158,10 +157,12 @@ class MeasuredSearch(policies.Policy):
       if rate > self._base * (1 + self.threshold):
         self._base, self._base_n = rate, 1
         self.accepted(obs, trial.label)
-        self.last_decision = {"action": f"keep {trial.label}", "rate": rate}
+        self.last_decision = records.Decision(
+            int(self._steps), f"keep {trial.label}", rate=rate)
       else:
         self.rejected(obs, trial.label)
-        self.last_decision = {"action": f"revert {trial.label}", "rate": rate}
+        self.last_decision = records.Decision(
+            int(self._steps), f"revert {trial.label}", rate=rate)
         return dict(trial.revert)
     else:
       if (self._converged and self._base and
@@ -171,17 +172,20 @@ class MeasuredSearch(policies.Policy):
         self.restart_search()
       self._credit_base(rate)
       if self._converged:
-        self.last_decision = {"action": "hold", "rate": rate}
+        self.last_decision = records.Decision(
+            int(self._steps), "hold", rate=rate)
         return {}
     proposal = self.propose(obs)
     if proposal is None:
       self._converged = True
-      self.last_decision = {"action": "converged", "rate": rate}
+      self.last_decision = records.Decision(int(self._steps), "converged",
+                                            rate=rate)
       return {}
     label, values = proposal
     current = {k.name: k.value for k in obs.knobs}
     self._trial = _Trial(values, {n: current[n] for n in values}, label)
-    self.last_decision = {"action": f"try {label}", "rate": rate}
+    self.last_decision = records.Decision(int(self._steps), f"try {label}",
+                                          rate=rate)
     return dict(values)
 
 
