@@ -500,7 +500,7 @@ _BAD_INPUTS = {
     "model_proto/session_id": "ops.intune_model_proto(i64([pid]))",
     "list_knobs/session_id": "ops.intune_list_knobs(i64([[pid]]))",
     "session_stats/session_id":
-        "ops.intune_session_stats(i64([pid, pid]))",
+        "ops.intune_session_counters(i64([pid, pid]))",
     "observe/session_id": "ops.intune_observe(i64([pid]))",
     "set_knobs/session_id":
         "ops.intune_set_knobs(i64([pid]), [name], [1.0])",
@@ -570,7 +570,7 @@ def _int64(value):
 @pytest.mark.parametrize("op,args", [
     ("intune_model_proto", lambda: (_int64([1]),)),
     ("intune_list_knobs", lambda: (_int64([1]),)),
-    ("intune_session_stats", lambda: (_int64([1]),)),
+    ("intune_session_counters", lambda: (_int64([1]),)),
     ("intune_observe", lambda: (_int64([[1]]),)),
     ("intune_set_knobs", lambda: (_int64(1), [["a"]], [1.0])),
     ("intune_set_knobs", lambda: (_int64(1), ["a", "b"], [1.0])),

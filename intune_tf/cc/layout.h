@@ -8,7 +8,7 @@
 namespace tensorflow {
 namespace intune {
 
-// Entries of the `counters` output of IntuneSessionStats and IntuneObserve.
+// Entries of the `counters` output of IntuneSessionCounters and IntuneObserve.
 enum Counter : int {
   kCounterElements = 0,
   kCounterGapTimeUs,

@@ -32,7 +32,7 @@ from intune_tf.records import split_knob
 _CONFIG_FORMAT = "intune_tf.config/1"
 # The control ops' table layout, as intune_tf/cc/layout.h defines it (the
 # IntuneLayout op returns the C++ names; tests/test_session.py compares).
-# The counters of IntuneSessionStats and IntuneObserve, in order.
+# The counters of IntuneSessionCounters and IntuneObserve, in order.
 COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
             "guard_shrinks", "guard_over_budget", "created_us")
@@ -324,7 +324,7 @@ class Session:
     """Session counters: elements returned, consumer gap time (us), time in
     GetNext (us), buffered and peak buffered bytes, RAM budget, guard
     actions."""
-    values = self._call(_kernels.ops().intune_session_stats).numpy()
+    values = self._call(_kernels.ops().intune_session_counters).numpy()
     return dict(zip(COUNTERS, (int(v) for v in values)))
 
   def set_ram_budget(self, ram_budget: int) -> None:

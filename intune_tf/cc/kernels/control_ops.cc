@@ -131,7 +131,7 @@ class IntuneSetKnobsOp : public OpKernel {
   }
 };
 
-// The counters in the order IntuneSessionStats documents.
+// The counters in the order IntuneSessionCounters documents.
 std::vector<int64_t> CounterFields(const TuningSession& session) {
   const SessionCounters c = session.Counters();
   std::vector<int64_t> fields(kNumCounters);
@@ -158,7 +158,7 @@ Status OutputCounters(OpKernelContext* ctx, int index,
   return OkStatus();
 }
 
-class IntuneSessionStatsOp : public OpKernel {
+class IntuneSessionCountersOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
@@ -262,8 +262,8 @@ REGISTER_KERNEL_BUILDER(Name("IntuneListKnobs").Device(DEVICE_CPU),
                         IntuneListKnobsOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSetKnobs").Device(DEVICE_CPU),
                         IntuneSetKnobsOp);
-REGISTER_KERNEL_BUILDER(Name("IntuneSessionStats").Device(DEVICE_CPU),
-                        IntuneSessionStatsOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneSessionCounters").Device(DEVICE_CPU),
+                        IntuneSessionCountersOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneObserve").Device(DEVICE_CPU),
                         IntuneObserveOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneLayout").Device(DEVICE_CPU),

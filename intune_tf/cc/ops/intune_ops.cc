@@ -160,7 +160,7 @@ knob's range; it is rounded, written to every live instance of the knob and
 remembered for the instances created later. Returns the values in force.
 )doc");
 
-REGISTER_OP("IntuneSessionStats")
+REGISTER_OP("IntuneSessionCounters")
     .Input("session_id: int64")
     .Output("counters: int64")
     .SetIsStateful()
@@ -195,7 +195,7 @@ REGISTER_OP("IntuneObserve")
 One tuning step's reading of a session: knob names and [value, min, max]
 (as IntuneListKnobs); the model's nodes breadth first from the output, by
 stage name, with the columns IntuneLayout names; the counters of
-IntuneSessionStats; the knobs' node long names (as IntuneListKnobs).
+IntuneSessionCounters; the knobs' node long names (as IntuneListKnobs).
 )doc");
 
 REGISTER_OP("IntuneLayout")
@@ -207,7 +207,7 @@ REGISTER_OP("IntuneLayout")
       return OkStatus();
     })
     .Doc(R"doc(
-The names of the counters (IntuneSessionStats, IntuneObserve) and of the
+The names of the counters (IntuneSessionCounters, IntuneObserve) and of the
 stage_stats columns (IntuneObserve), in output order.
 )doc");
 
