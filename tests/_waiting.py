@@ -11,3 +11,16 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
       return True
     time.sleep(0.01)
   return False
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "condition",
+               period_s: float = 0.1):
+  """Polls `predicate` every `period_s` and returns its first truthy value;
+  raises AssertionError naming `what` at `timeout`."""
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    value = predicate()
+    if value:
+      return value
+    time.sleep(period_s)
+  raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")

@@ -1,5 +1,6 @@
 """Status files, `intune inspect` and the decision log."""
 
+import functools
 import io
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 import textwrap
 import time
 
+from _waiting import wait_until
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -46,14 +48,7 @@ class _Deciding(policies.EvenPolicy):
 policies.register("test_deciding", _Deciding)
 
 
-def _wait(predicate, timeout=_TIMEOUT_S, what="condition"):
-  end = time.monotonic() + timeout
-  while time.monotonic() < end:
-    value = predicate()
-    if value:
-      return value
-    time.sleep(0.1)
-  raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+_wait = functools.partial(wait_until, timeout=_TIMEOUT_S)
 
 
 def _pipeline(policy="even", name="inspected"):

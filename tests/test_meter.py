@@ -1,5 +1,6 @@
 """Tests of intune_tf.bench.meter with a hand-driven clock."""
 
+from _waiting import wait_for
 import pytest
 
 from intune_tf.bench import meter as meter_lib
@@ -63,3 +64,18 @@ def test_pull_stops_when_the_iterator_ends(rows_of, expected_rows):
   meter = meter_lib.pull(elements, seconds=100.0, rows_of=rows_of, clock=tick)
   # The first element opens the window; the other two are measured.
   assert meter.counts == 3 and meter.rows == expected_rows
+
+
+def test_peak_sampler_keeps_the_first_and_the_largest_reading():
+  readings = iter([5, 9, RuntimeError("gone"), 7])
+
+  def read():
+    value = next(readings, 3)
+    if isinstance(value, Exception):
+      raise value
+    return value
+
+  with meter_lib.PeakSampler(read, period_s=0.001) as sampler:
+    assert wait_for(lambda: sampler.peak == 9)
+  # 5 first, 9 the largest; the failed reading was skipped.
+  assert (sampler.start, sampler.peak) == (5, 9)

@@ -6,6 +6,7 @@ the tests read what each worker's tuner did.
 """
 
 import collections
+import functools
 import os
 import pathlib
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from _waiting import wait_until
 import pytest
 import tensorflow as tf
 
@@ -35,14 +37,7 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _wait(predicate, timeout=_TIMEOUT_S, what="condition"):
-  end = time.monotonic() + timeout
-  while time.monotonic() < end:
-    value = predicate()
-    if value:
-      return value
-    time.sleep(0.25)
-  raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+_wait = functools.partial(wait_until, timeout=_TIMEOUT_S)
 
 
 class _Server:

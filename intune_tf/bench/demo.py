@@ -22,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from typing import Sequence
 
@@ -220,30 +219,6 @@ class DemoRun:
   returned: float = 0.0
 
 
-class _RssSampler:
-  """Peak resident memory of this process, sampled on a thread."""
-
-  def __init__(self, period_s: float = 0.02):
-    self._process = psutil.Process()
-    self.start = self.peak = self._process.memory_info().rss
-    self._period_s = period_s
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-
-  def _run(self):
-    while not self._stop.is_set():
-      self.peak = max(self.peak, self._process.memory_info().rss)
-      self._stop.wait(self._period_s)
-
-  def __enter__(self):
-    self._thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self._stop.set()
-    self._thread.join()
-
-
 class _Meter(keras.callbacks.Callback):
   """Counts rows per window, stops `fit` after `warmup + seconds`."""
 
@@ -307,7 +282,9 @@ def _fit(model: keras.Model, ds: tf.data.Dataset, run: DemoRun,
     callbacks.append(_Meter(run, batch_size, warmup, seconds, origin, bar,
                             intune_cb))
     try:
-      with _RssSampler() as rss:
+      process = psutil.Process()
+      with meter_lib.PeakSampler(lambda: process.memory_info().rss,
+                                 period_s=0.02) as rss:
         model.fit(ds, epochs=1, steps_per_epoch=_MAX_STEPS, verbose=0,
                   shuffle=False, callbacks=callbacks)
       run.rss_growth_bytes = rss.peak - rss.start

@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -175,32 +175,6 @@ def sample_period_s(scenario: scenarios_lib.Scenario) -> float:
   sample reads the pipeline's model: at 10 ms it cost ~5% of a 2-core
   machine's throughput against a plain loop)."""
   return MEMORY_SAMPLE_S if scenario.ram_budget else SAMPLE_S
-
-
-class _Sampler:
-  """Samples buffered bytes every few ms on a thread (peak tracking)."""
-
-  def __init__(self, read: Callable[[], int], period_s: float = 0.01):
-    self.read, self.period_s = read, period_s
-    self.peak = 0
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-
-  def _run(self):
-    while not self._stop.is_set():
-      try:
-        self.peak = max(self.peak, int(self.read()))
-      except Exception:  # pylint: disable=broad-except
-        pass  # the session or model may not exist yet / any more
-      self._stop.wait(self.period_s)
-
-  def __enter__(self):
-    self._thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self._stop.set()
-    self._thread.join()
 
 
 class Harness:
@@ -398,7 +372,8 @@ class Harness:
         schedule.start()
       meter = meter_lib.Meter(self.seconds, self.warmup, window_s=WINDOW_S)
       cpus_seen = host.usable_cpus()
-      with _Sampler(buffered, sample_period_s(scenario)) as sampler:
+      with meter_lib.PeakSampler(buffered,
+                                 sample_period_s(scenario)) as sampler:
         while meter.running():
           next(state["it"])
           window = meter.count(scenario.rows_per_element)

@@ -16,6 +16,7 @@ benchmarks share it.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, Iterator
 
@@ -117,3 +118,50 @@ def pull(iterator: Iterator[Any], seconds: float, warmup: float = 0.0,
       break
     meter.count(rows_of(element) if rows_of is not None else 1)
   return meter
+
+
+class PeakSampler:
+  """The peak of a reading (buffered bytes, RSS) sampled on a thread.
+
+      with PeakSampler(lambda: process.memory_info().rss) as rss:
+        ...
+      rss.peak - rss.start
+
+  A reading that raises is skipped (the session or model it reads may not
+  exist yet, or any more).
+
+  Args:
+    read: Returns the current value.
+    period_s: Seconds between readings. Default 0.01.
+  """
+
+  def __init__(self, read: Callable[[], int], period_s: float = 0.01):
+    self.read, self.period_s = read, period_s
+    self.start: int | None = None  # the first reading
+    self.peak = 0
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+
+  def _sample(self) -> None:
+    try:
+      value = int(self.read())
+    except Exception:  # pylint: disable=broad-except  # see the class docstring
+      return
+    if self.start is None:
+      self.start = value
+    self.peak = max(self.peak, value)
+
+  def _run(self) -> None:
+    while not self._stop.is_set():
+      self._sample()
+      self._stop.wait(self.period_s)
+
+  def __enter__(self) -> "PeakSampler":
+    self._sample()
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._stop.set()
+    self._thread.join()
+    self._sample()
