@@ -313,8 +313,8 @@ def check_gzip(path: str) -> str:
 
   Returns:
     "" when the file is intact (or cannot be opened: the reader then names
-    it); else a message `Criteo damaged gzip: <path>: <what is wrong>` that
-    says what to do.
+    it); else a message `Criteo damaged gzip: <path> (<size> bytes): <what
+    is wrong>` that says what to do.
   """
   try:
     stat = tf.io.gfile.stat(path)
@@ -348,7 +348,7 @@ def check_gzip(path: str) -> str:
                 f"gzip data (byte {member_start} on) are not gzip data: "
                 f"something was appended to the file ({e})"))
           return _damaged(path, stat.length, (
-              f"corrupt compressed data in bytes {offset}.."
+              f"corrupt compressed data, found reading bytes {offset}.."
               f"{offset + len(chunk)} ({e})"))
         if member.eof:
           members += 1

@@ -295,7 +295,7 @@ def _flip_middle_byte(data: bytes) -> bytes:
 
 
 _CUT = "the gzip data ends before its end marker: the file was cut short"
-_CORRUPT = "corrupt compressed data in bytes"
+_CORRUPT = "corrupt compressed data, found reading bytes"
 _APPENDED = "are not gzip data: something was appended to the file"
 # name: (damage done to a whole gzip file, what the error says).
 GZIP_DAMAGE = {
