@@ -37,6 +37,7 @@ KERNEL_HEADERS = [
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",
     "intune_tf/cc/kernels/tf_compat.h",
+    "intune_tf/cc/layout.h",
     "rewrites/graph_utils.h",
     "rewrites/optimizer.h",
     "rewrites/passes.h",

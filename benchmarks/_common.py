@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf.bench import demo
+from intune_tf.bench import meter as meter_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -40,19 +41,12 @@ def calibrate(target_ms: float = 1.0) -> int:
 
 
 def with_intune(ds: tf.data.Dataset, **fields) -> tf.data.Dataset:
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(**fields)
-  return ds.with_options(options)
+  return intune_tf.tune(ds, **fields)
 
 
 def rate(iterator, seconds: float) -> float:
   """Elements per second pulled from `iterator` during `seconds`."""
-  n, start = 0, time.perf_counter()
-  end = start + seconds
-  while time.perf_counter() < end:
-    next(iterator)
-    n += 1
-  return n / (time.perf_counter() - start)
+  return meter_lib.pull(iterator, seconds).rows_per_s
 
 
 def median(values) -> float:

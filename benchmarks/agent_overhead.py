@@ -20,7 +20,6 @@ import time
 
 import numpy as np
 import psutil
-import tensorflow as tf
 
 import intune_tf
 from intune_tf.agent import dqn
@@ -31,10 +30,8 @@ from intune_tf.tuning import observer as observation
 
 def main(seconds: float = 60.0):
   scenario = scenarios.get("criteo-l4-b4096")
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(
-      policy="manual", warm_start=False)
-  it = iter(scenario.make(None).with_options(options))
+  it = iter(intune_tf.tune(scenario.make(None), policy="manual",
+                           warm_start=False))
   next(it)
   session = intune_tf.session_of(it)
   policy = agent_lib.IntunePolicy(intune_tf.IntuneOptions())
@@ -98,9 +95,7 @@ def main(seconds: float = 60.0):
 def tuner_thread_share(seconds: float, warmup: float = 15.0) -> None:
   """CPU share of the real `intune_tuner` thread under default options."""
   scenario = scenarios.get("criteo-l4-b4096")
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(warm_start=False)
-  it = iter(scenario.make(None).with_options(options))
+  it = iter(intune_tf.tune(scenario.make(None), warm_start=False))
 
   def cpu_seconds() -> float:
     thread = next(t for t in threading.enumerate() if t.name == "intune_tuner")

@@ -11,7 +11,7 @@ directory: the first InTune fit starts cold, later ones start from what the
 previous fit saved, as a user's repeated job would.
 
 Run: `python benchmarks/fit_throughput.py [--repeats 5] [--steps 100]
-[--level 4] [--batch_size 4096] [--policy NAME]`.
+[--level 4] [--batch-size 4096] [--policy NAME]`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
                       help="Training steps per fit (default 100).")
   parser.add_argument("--level", type=int, default=4,
                       help="Criteo pipeline level, 3-5 (default 4).")
-  parser.add_argument("--batch_size", type=int, default=4096,
+  parser.add_argument("--batch-size", type=int, default=4096,
                       help="Rows per batch (default 4096).")
   parser.add_argument("--policy", default=None,
                       help="InTune policy (default: IntuneOptions' default).")
@@ -57,12 +57,10 @@ def main(argv=None) -> int:
 
   files, data = demo.demo_files()
   plain = demo.criteo_dataset(files, args.level, args.batch_size)
-  options = tf.data.Options()
-  options.experimental_intune = (
-      intune_tf.IntuneOptions(policy=args.policy) if args.policy
-      else intune_tf.IntuneOptions())
-  tuned = plain.with_options(options)
-  policy = options.experimental_intune.policy
+  options = (intune_tf.IntuneOptions(policy=args.policy) if args.policy
+             else intune_tf.IntuneOptions())
+  tuned = intune_tf.tune(plain, options)
+  policy = options.policy
   model = demo.tiny_dlrm()
   # Build and trace the model once, outside the measured fits.
   model.fit(plain, epochs=1, steps_per_epoch=5, verbose=0, shuffle=False)

@@ -5,24 +5,15 @@ Run: `python benchmarks/harness_check.py [scenario] [repeats] [seconds]`.
 
 import statistics
 import sys
-import time
 
 from intune_tf.bench import harness
+from intune_tf.bench import meter as meter_lib
 from intune_tf.bench import scenarios
 
 
 def plain_loop(scenario, warmup, seconds):
-  ds = scenario.make(None)
-  start = time.monotonic()
-  rows, measured_from = 0, None
-  for _ in ds:
-    now = time.monotonic()
-    if now - start >= warmup + seconds:
-      break
-    if now - start >= warmup:
-      measured_from = measured_from or now
-      rows += scenario.rows_per_element
-  return rows / (time.monotonic() - measured_from)
+  return meter_lib.pull(iter(scenario.make(None)), seconds, warmup,
+                        lambda _: scenario.rows_per_element).rows_per_s
 
 
 def main(name=scenarios.DEFAULT, repeats=5, seconds=10.0, warmup=3.0):

@@ -23,9 +23,9 @@ import sys
 import time
 
 import numpy as np
-import tensorflow as tf
 
 import intune_tf
+from intune_tf.bench import meter as meter_lib
 from intune_tf.bench import scenarios
 
 _FEATURES = "Prefetch.ParallelMapV2"
@@ -69,22 +69,13 @@ def measure(scenario, fields, seconds: float) -> tuple[float, float, float]:
   """(rows/s, process CPU-seconds per row, context switches per row)."""
   ds = scenario.make(None)
   if fields is not None:
-    options = tf.data.Options()
-    options.experimental_intune = intune_tf.IntuneOptions(warm_start=False,
-                                                          **fields)
-    ds = ds.with_options(options)
+    ds = intune_tf.tune(ds, warm_start=False, **fields)
   it = iter(ds)
-  start = time.monotonic()
-  while time.monotonic() - start < 3.0:
-    next(it)
-  elements, start, cpu = 0, time.monotonic(), time.process_time()
-  switches = context_switches()
-  while time.monotonic() - start < seconds:
-    next(it)
-    elements += 1
-  rows = elements * scenario.rows_per_element
-  return (rows / (time.monotonic() - start),
-          (time.process_time() - cpu) / rows,
+  meter_lib.pull(it, 3.0)
+  cpu, switches = time.process_time(), context_switches()
+  meter = meter_lib.pull(it, seconds, rows_of=lambda _: scenario.rows_per_element)
+  rows = meter.counts * scenario.rows_per_element
+  return (meter.rows_per_s, (time.process_time() - cpu) / rows,
           (context_switches() - switches) / rows)
 
 

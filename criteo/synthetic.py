@@ -30,6 +30,7 @@ per-row Python, deterministically from (seed, file, chunk).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from intune_tf import files
 from intune_tf.criteo import schema
 
 STATS_PATH = pathlib.Path(__file__).resolve().parent / "data" / "criteo_stats.json"
@@ -384,15 +386,13 @@ def generate(rows: int,
   for i, start in enumerate(range(0, rows, rows_per_file)):
     n = min(rows_per_file, rows - start)
     path = out / f"{prefix}-{i:05d}.tsv{'.gz' if compress else ''}"
-    tmp = path.with_name(path.name + ".tmp")
-    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if compress else (
-        lambda p: open(p, "wb"))
-    with opener(tmp) as f:
+    with files.atomic_write(path, binary=True) as raw, (
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1)
+        if compress else contextlib.nullcontext(raw)) as f:
       for c, data in enumerate(iter_chunks(stats, n, seed, i, chunk_rows,
                                            vocab_scale)):
         f.write(data)
         if progress is not None:
           progress(min(chunk_rows, n - c * chunk_rows))
-    os.replace(tmp, path)
     paths.append(str(path))
   return paths

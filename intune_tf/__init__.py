@@ -11,6 +11,7 @@ use.
 
 from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune"
 from intune_tf.ops import hooks as _tf_hooks
+from intune_tf.ops.hooks import tune
 from intune_tf.ops.loader import KernelLibraryError
 from intune_tf.ops.session import Session
 from intune_tf.ops.session import SessionGoneError
@@ -20,6 +21,7 @@ from intune_tf.options import IntuneOptions
 from intune_tf.records import Knob
 from intune_tf.records import Observation
 from intune_tf.records import StageStats
+from intune_tf.tuning import search as _search  # noqa: F401  registers "climb", "coordinate", "plumber"
 from intune_tf.tuning.observer import report_step_time
 from intune_tf.tuning.policies import Policy
 from intune_tf.tuning.policies import register as register_policy
@@ -43,4 +45,5 @@ __all__ = [
     "report_step_time",
     "session_of",
     "sessions",
+    "tune",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from absl import logging
 import keras
@@ -26,7 +26,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import records
-from intune_tf.options import IntuneOptions
+from intune_tf.ops.hooks import tune  # noqa: F401  intune_tf.keras.tune, as documented
 from intune_tf.tuning import observer as observation_lib
 from intune_tf.tuning import tuner as tuner_lib
 from intune_tf.tuning import warmstart
@@ -43,22 +43,6 @@ _NOT_TUNED = (
     "option are not tuned). Wrap the dataset with "
     "intune_tf.keras.tune(dataset). Training goes on untuned; no intune/* "
     "metrics are logged.")
-
-
-def tune(dataset: tf.data.Dataset, **fields: Any) -> tf.data.Dataset:
-  """Returns `dataset` with InTune on.
-
-  Args:
-    dataset: the dataset `model.fit` will iterate.
-    **fields: fields of `IntuneOptions` (policy, budgets, ...). Default: none,
-      i.e. `IntuneOptions()`.
-
-  Returns:
-    The dataset with `options.experimental_intune` set.
-  """
-  options = tf.data.Options()
-  options.experimental_intune = IntuneOptions(**fields) if fields else True
-  return dataset.with_options(options)
 
 
 def short_name(name: str) -> str:
@@ -346,20 +330,14 @@ class IntuneCallback(keras.callbacks.Callback):
     self.warm_start_path = self._save_warm_start()
 
   def _save_warm_start(self) -> str | None:
-    """Saves the best configuration seen for the next run of this pipeline.
-
-    The agent policy's fine-tuned weights are saved with it (otherwise a
-    save without weights would hide the ones the agent saved itself).
-    """
+    """Saves the best configuration seen, and the agent's fine-tuned
+    weights, for the next run of this pipeline."""
     if self._best is None:
       return None
     rate, config = self._best
-    weights = None
-    agent = getattr(self._policy, "agent", None)
-    if agent is not None and getattr(agent, "gradient_steps", 0):
-      weights = agent.get_weights()
     try:
-      return warmstart.save(self._best_session, config, rate, weights)
+      return warmstart.save(self._best_session, config, rate,
+                            warmstart.fine_tuned_weights(self._policy))
     except (OSError, ValueError, TypeError) as e:
       logging.warning("IntuneCallback: could not save the warm-start state: "
                       "%s", e)

@@ -38,9 +38,11 @@ class IntuneOptions:
     policy: name of the tuning policy. Default "intune": the pretrained DQN
       agent, fine-tuned online, with a no-regression guard (AGENT.md).
       Others: "even" (usable CPUs split evenly over the parallel stages),
-      "analytic" (CPUs in proportion to each stage's CPU cost),
-      "unoptimized", "fixed" (applies `config`), "manual" (changes nothing:
-      set knobs yourself with `Session.set`).
+      "analytic" (CPUs in proportion to each stage's CPU cost), "climb",
+      "coordinate", "plumber" (searches that keep a change only when the
+      measured throughput rose, `intune_tf.tuning.search`), "unoptimized",
+      "fixed" (applies `config`), "manual" (changes nothing: set knobs
+      yourself with `Session.set`).
     config: knob values for the "fixed" policy (and the starting point of
       the others), `{knob name: value}` as returned by `Session.config()`.
       Default None.

@@ -236,6 +236,61 @@ class StageObservation:
   time_share: float
 
 
+def stage_cost(cpu_per_element_s: float, rate: float,
+               output_rate: float) -> float:
+  """CPU-seconds a stage spends per element of the pipeline's output.
+
+  `cpu_per_element_s * rate / output_rate`: the stage's CPU-seconds per
+  element of its own, times its elements per output element (a stage before
+  a batch of B rows makes B of its elements per output element). The
+  policies (proportional allocation), the agent's state and the simulator's
+  calibration all read a stage's cost from here.
+
+  Args:
+    cpu_per_element_s: the stage's CPU-seconds per element it produces.
+    rate: elements per second the stage produces.
+    output_rate: elements per second the pipeline returns.
+
+  Returns:
+    The cost; 0 when `output_rate` is not positive (nothing measured yet).
+
+  Example: 2 ms per element at 400 elements/s, the pipeline returning
+  100/s: 0.002 * 400 / 100 = 0.008 s per output element.
+  """
+  if output_rate <= 0:
+    return 0.0
+  return cpu_per_element_s * rate / output_rate
+
+
+def stage_utilization(cpu_per_element_s: float, rate: float,
+                      threads: float | None) -> float:
+  """How busy a stage's threads are: the CPUs it keeps busy over its threads.
+
+  `cpu_per_element_s * rate / threads`, the same as the pipeline's output
+  rate times `stage_cost` over the threads. 1 means its threads are
+  saturated; the stage with the highest value is the bottleneck (the one
+  whose extra thread can raise throughput). `intune inspect` shows it as
+  `utilization`; the agent's state (`dqn.features`) and the `climb` policy
+  call it "busy" (the agent's feature caps it at 2 and counts a stage as 0
+  while the pipeline has returned nothing).
+
+  Args:
+    cpu_per_element_s: the stage's CPU-seconds per element it produces.
+    rate: elements per second the stage produces.
+    threads: the stage's parallelism; None (a stage without that knob) or
+      below 1 counts as 1.
+
+  Returns:
+    The utilization, 0 or more (above 1 when the stage's threads run
+    longer than the wall time, e.g. when it has more threads than its
+    parallelism says).
+
+  Example: 2 ms per element at 1,500 elements/s on 4 threads:
+  0.002 * 1500 / 4 = 0.75.
+  """
+  return cpu_per_element_s * rate / max(threads or 1.0, 1.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Observation:
   """A tuning step's view of one pipeline and its host (see module doc)."""
@@ -277,3 +332,31 @@ class Observation:
   def to_json(self) -> dict:
     """A JSON-serializable dict (for traces)."""
     return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+  """What a policy did at one tuning step, for the decision log and
+  `intune inspect` (`Policy.last_decision`).
+
+  Attributes:
+    step: The policy's own step count (0 for its start).
+    action: What it did, e.g. "start", "warm-start", "hold",
+      "revert-to-best", "no-op", or a move such as
+      "Prefetch.ParallelMapV2/parallelism +1".
+    rate: The output rate (elements/s) the step measured; None if none.
+    reward: The reward of the previous action; None if none.
+    loss: The loss of a gradient step taken at this step; None if none.
+    seconds: How long the step took; None if not timed.
+  """
+  step: int
+  action: str
+  rate: float | None = None
+  reward: float | None = None
+  loss: float | None = None
+  seconds: float | None = None
+
+  def fields(self) -> dict[str, int | float | str]:
+    """The fields that are set (None left out), for a JSON line."""
+    return {k: v for k, v in dataclasses.asdict(self).items()
+            if v is not None}

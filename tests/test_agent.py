@@ -143,7 +143,7 @@ def test_stages_are_raised_to_the_thread_floor_when_cpus_grow():
   grown = [knobs[0], _knob("B/parallelism", "parallelism", 1)]
   assert policy.step(_obs(grown, cpu_budget=2, output_rate=1.0)) == {
       "A/parallelism": 2.0, "B/parallelism": 2.0}
-  assert policy.last_decision["action"] == "raise-to-floor"
+  assert policy.last_decision.action == "raise-to-floor"
 
 
 def test_a_stage_whose_range_ends_below_the_floor_is_left_alone():
@@ -211,15 +211,15 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   options.experimental_intune = IntuneOptions(period_s=0.1)
   it = iter(_pipeline().with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   tuned = intune_tf.global_tuner()._tuned  # pylint: disable=protected-access
   end = time.monotonic() + 8
   while time.monotonic() < end:
     next(it)
   policy = tuned[session.id].policy
   assert isinstance(policy, agent_lib.IntunePolicy)
-  assert policy.steps >= 5 and policy.last_decision["action"]
-  assert policy.last_decision["seconds"] < 0.05
+  assert policy.steps >= 5 and policy.last_decision.action
+  assert policy.last_decision.seconds < 0.05
   saved = list(tmp_path.glob("*.json"))
   assert len(saved) == 1
   del it
@@ -228,7 +228,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   from intune_tf.tuning import warmstart  # pylint: disable=g-import-not-at-top
   it = iter(_pipeline().with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   state = warmstart.load(session)
   assert state is not None
   end = time.monotonic() + 20  # building the agent's networks takes a while
@@ -237,7 +237,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
     next(it)
     policy = tuned.get(session.id)
     if policy and policy.policy.last_decision:
-      first = policy.policy.last_decision["action"]
+      first = policy.policy.last_decision.action
   assert first == "warm-start"
   # Within the hold that follows (6 decisions), the saved values are in force.
   end = time.monotonic() + 5

@@ -110,7 +110,7 @@ def test_bad_traces(tmp_path, content, match):
 @pytest.mark.slow
 def test_recorded_criteo_trace_is_predicted_within_15_percent():
   """The trace `intune bench --scenarios criteo-l3-b4096,criteo-l4-b4096,
-  criteo-l5-b4096 --policies oracle --oracle_seconds 4 --trace` recorded on
+  criteo-l5-b4096 --policies oracle --oracle-seconds 4 --trace` recorded on
   this machine (65 configurations): median |error| <= 15%."""
   import os  # pylint: disable=g-import-not-at-top
 

@@ -1,5 +1,6 @@
 """The `intune` command line without the optional [bench] extra."""
 
+import argparse
 import subprocess
 import sys
 
@@ -31,3 +32,26 @@ def test_other_commands_work_without_the_extra(tmp_path):
   result = _intune(tmp_path, "inspect", "--status-dir", str(tmp_path))
   assert result.returncode == 1  # nothing running, and no import error
   assert result.stdout.startswith("no running InTune job found")
+
+
+def _commands(parser, path=("intune",)):
+  """(command path, parser) of every command under `parser`."""
+  yield path, parser
+  for action in parser._actions:  # pylint: disable=protected-access  # argparse has no public walk
+    for name, sub in getattr(action, "choices", None).items() if isinstance(
+        action, argparse._SubParsersAction) else ():  # pylint: disable=protected-access
+      yield from _commands(sub, path + (name,))
+
+
+def test_every_flag_of_every_command_is_kebab_case():
+  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads TF: only here
+  commands = dict(_commands(cli._parser()))  # pylint: disable=protected-access
+  assert ("intune", "bench") in commands and ("intune", "criteo", "generate") in commands
+  flags = {(" ".join(path), flag)
+           for path, parser in commands.items() if len(path) > 1
+           for action in parser._actions  # pylint: disable=protected-access
+           # absl's own flags (--log_dir, ...) come with every parser.
+           if not type(action).__module__.startswith("absl.")
+           for flag in action.option_strings if flag.startswith("--")}
+  assert len(flags) > 40
+  assert sorted(f for f in flags if "_" in f[1]) == []

@@ -164,13 +164,13 @@ def test_replay_pads_and_refuses_too_many_knobs():
   state = np.ones((2, dqn.NUM_FEATURES), np.float32)
   assert replay.add(state, 8, 1.0, state, np.ones(9, bool), False)
   # The no-op of a 2-knob pipeline (8) is the padded no-op.
-  assert replay.action[0] == 4 * dqn.MAX_KNOBS
+  assert replay.action[0] == dqn.MOVES_PER_KNOB * dqn.MAX_KNOBS
   assert replay.knobs[0, :3].tolist() == [1, 1, 0]
   # Moves of the 2 knobs (8), then padding, then the no-op.
   assert replay.next_mask[0, :8].all() and replay.next_mask[0, -1]
   assert not replay.next_mask[0, 8:-1].any()
   big = np.ones((dqn.MAX_KNOBS + 1, dqn.NUM_FEATURES), np.float32)
-  assert not replay.add(big, 0, 0.0, big, np.ones(4 * len(big) + 1, bool),
+  assert not replay.add(big, 0, 0.0, big, np.ones(dqn.MOVES_PER_KNOB * len(big) + 1, bool),
                         False)
   assert replay.size == 1
 

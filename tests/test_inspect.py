@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import files
 from intune_tf import records
 from intune_tf.bench import demo
 from intune_tf.observe import inspect as inspect_lib
@@ -31,14 +32,14 @@ class _Deciding(policies.EvenPolicy):
 
   def __init__(self, options):
     super().__init__(options)
-    self.last_decision = None
     self._n = 0
 
   def step(self, obs):
     self._n += 1
-    # numpy values, as an agent would give: logged as plain JSON numbers.
-    self.last_decision = {"action": np.int64(self._n % 3),
-                          "reward": np.float32(0.5 * self._n)}
+    # A numpy reward, as an agent would give: logged as a plain JSON number.
+    self.last_decision = records.Decision(
+        step=self._n, action=str(self._n % 3),
+        reward=np.float32(0.5 * self._n))
     return super().step(obs)
 
 
@@ -119,7 +120,7 @@ def test_status_file_after_steps(tmp_path):
   try:
     it = iter(_pipeline())
     next(it)
-    session = intune_tf.sessions()[-1]
+    session = intune_tf.session_of(it)
 
     def stepped():
       for _ in range(20):
@@ -192,12 +193,12 @@ def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
   dead.wait()
   host = socket.gethostname()
   stale = tmp_path / status.file_name(dead.pid)
-  status.write_json_atomic(stale, {"format": status.FORMAT, "pid": dead.pid,
+  files.write_json(stale, {"format": status.FORMAT, "pid": dead.pid,
                                    "host": host, "process_start": time.time(),
                                    "updated": time.time(), "sessions": []})
   # A live pid whose start time differs: a reused pid, also stale.
   reused = tmp_path / status.file_name(os.getpid())
-  status.write_json_atomic(reused, {"format": status.FORMAT,
+  files.write_json(reused, {"format": status.FORMAT,
                                     "pid": os.getpid(), "host": host,
                                     "process_start": 1.0,
                                     "updated": time.time(), "sessions": []})
@@ -206,10 +207,10 @@ def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
   remote = {"format": status.FORMAT, "pid": os.getpid(), "host": "elsewhere",
             "process_start": 1.0, "sessions": []}
   fresh = tmp_path / status.file_name(1, "elsewhere")
-  status.write_json_atomic(fresh, {**remote, "pid": 1,
+  files.write_json(fresh, {**remote, "pid": 1,
                                    "updated": time.time()})
   old = tmp_path / status.file_name(2, "elsewhere")
-  status.write_json_atomic(old, {**remote, "pid": 2, "updated": time.time() -
+  files.write_json(old, {**remote, "pid": 2, "updated": time.time() -
                                  status.REMOTE_STALE_S - 1})
   assert [d["pid"] for d in status.read_all(tmp_path)] == [1]
   assert sorted(status.remove_stale(tmp_path)) == sorted([stale, reused])
@@ -217,7 +218,7 @@ def test_files_of_dead_processes_are_ignored_and_removed(tmp_path):
 
 
 def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
-  status.write_json_atomic(tmp_path / status.file_name(1, "elsewhere"), {
+  files.write_json(tmp_path / status.file_name(1, "elsewhere"), {
       "format": status.FORMAT, "pid": 1, "host": "elsewhere",
       "process_start": 1.0, "updated": time.time(), "sessions": []})
   os.mkfifo(tmp_path / "fifo.json")  # no writer: a plain read blocks forever
@@ -237,7 +238,7 @@ def test_decision_log_lines(tmp_path):
   try:
     it = iter(_pipeline(policy="test_deciding", name="logged"))
     next(it)
-    session = intune_tf.sessions()[-1]
+    session = intune_tf.session_of(it)
 
     def lines():
       for _ in range(20):
@@ -257,7 +258,7 @@ def test_decision_log_lines(tmp_path):
   assert first["applied"]  # the first step sets the "even" values
   for r in records:
     assert r["reward"] == 0.5 * r["step"]
-    assert r["action"] == r["step"] % 3
+    assert r["action"] == str(r["step"] % 3)
     assert r["output_rate"] >= 0 and isinstance(r["time"], float)
   del it
 
@@ -272,7 +273,7 @@ def test_decision_log_is_private_rotated_and_never_follows_a_symlink(
     tmp_path):
   it = iter(_pipeline(policy="test_deciding", name="rotated"))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   path = tmp_path / "decisions.jsonl"
   log = status.DecisionLog(path, max_bytes=2000)
   try:
@@ -302,7 +303,7 @@ def test_decision_log_is_private_rotated_and_never_follows_a_symlink(
 def test_a_full_disk_drops_lines_and_warns_once(monkeypatch):
   it = iter(_pipeline(policy="test_deciding", name="full"))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   warnings = []
   monkeypatch.setattr(status.logging, "warning",
                       lambda *a, **k: warnings.append(a))

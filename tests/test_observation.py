@@ -26,7 +26,7 @@ def test_observation_of_a_running_pipeline():
   ds = ds.prefetch(tf.data.AUTOTUNE).with_options(options)
   it = iter(ds)
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   observer = observation.Observer(session)
   observer.observe()
   start = time.monotonic()
@@ -77,7 +77,7 @@ def _snapshot(rows, elements: int = 0,
   """A snapshot of `rows`: (stage name, node id, [elements,
   processing_time_ns, buffered_bytes, buffered_elements, bytes_produced,
   bytes_consumed])."""
-  counters = dict.fromkeys(session_lib._COUNTERS, 0)  # pylint: disable=protected-access
+  counters = dict.fromkeys(session_lib.COUNTERS, 0)
   counters.update(elements=elements, ram_budget=1 << 20)
   return session_lib._Snapshot(  # pylint: disable=protected-access
       knobs=tuple(knobs), stage_names=tuple(name for name, _, _ in rows),

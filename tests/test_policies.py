@@ -173,7 +173,7 @@ def test_fixed_config_holds_in_every_epoch(pipeline):
       policy="fixed", config=config, period_s=60.0, warm_start=False)
   it = iter(make().with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
   assert wait_for(lambda: values() == config), values()
   displays = set()

@@ -61,6 +61,69 @@ def test_cli_pretrain_then_simulate(tmp_path):
       [_INTUNE, "simulate", "--weights", str(out), "--pipelines", "3",
        "--steps", "20", "--json", str(tmp_path / "s.json")], check=True,
       capture_output=True, text=True, cwd=tmp_path)
-  assert "intune" in result.stdout and "analytic" in result.stdout
+  for name in pretrain.POLICIES:
+    assert f"\n{name} " in result.stdout
+  assert "Where the low cases come from" in result.stdout
   scores = json.loads((tmp_path / "s.json").read_text())
-  assert scores["pipelines"] == 3 and 0 < scores["even"]["median"] <= 1
+  assert scores["pipelines"] == 3
+  assert 0 < scores["policies"]["even"]["median"] <= 1
+  assert scores["best_baseline"] in pretrain.BASELINES
+  best = scores["policies"][scores["best_baseline"]]
+  # Every baseline's mean is at most the best's; the best's paired
+  # difference to itself is 0.
+  for name in pretrain.BASELINES:
+    assert scores["policies"][name]["mean"] <= best["mean"]
+  assert best["vs_best"]["mean"] == 0.0
+
+
+class _Toggle(pretrain.policies.Policy):
+  """Moves the first knob between its value and one more, every step."""
+
+  def step(self, obs):
+    k = obs.knobs[0]
+    return {k.name: k.value + (1 if obs.time % 1.0 == 0 else -1)}
+
+
+class _Optimal(pretrain.policies.Policy):
+  """Sets the simulator's optimum at the first step, then stays."""
+
+  def __init__(self, sim):
+    super().__init__(pretrain.IntuneOptions())
+    _, par, buf = sim.optimum()
+    self.values = {}
+    for name, kind, i in sim.pipeline.knob_names():
+      self.values[name] = float(par[i] if kind == "parallelism" else buf[i])
+
+  def step(self, obs):
+    values, self.values = self.values, {}
+    return values
+
+
+def test_run_episode_counts_changes_and_time_to_the_optimum():
+  (pipe, params), = pretrain.evaluation_pipelines(count=1, seed=3)
+  pipe = pretrain.dataclasses.replace(pipe, drift=0.0)
+  make = lambda: pretrain.sim_lib.Simulator(pipe, seed=0, params=params)
+  # Toggling every step: 30 changes in 30 steps, 10 in the last 10.
+  e = pretrain.run_episode(_Toggle(pretrain.IntuneOptions()), make(), 30, 10)
+  assert (e.changes, e.tail_changes) == (30, 10)
+  # The optimum set at the first step: one change, at 95% of the optimum
+  # (the optimum itself) after the first step, the score 1.
+  sim = make()
+  e = pretrain.run_episode(_Optimal(sim), sim, 30, 10)
+  assert (e.changes, e.tail_changes, e.steps_to_95) == (1, 0, 1)
+  assert e.of_optimum == pytest.approx(1.0)
+  # Nothing moved from one thread each: never near the optimum of a
+  # pipeline that has CPUs for more.
+  e = pretrain.run_episode(pretrain.policies.ManualPolicy(
+      pretrain.IntuneOptions()), make(), 30, 10)
+  assert e.changes == 0 and e.steps_to_95 is None and e.of_optimum < 0.95
+
+
+def test_paired_difference():
+  # Differences 1, 0, 1: mean 2/3; every resample's mean is in [0, 1].
+  mean, low, high = pretrain.paired_difference(
+      np.array([1.0, 2.0, 3.0]), np.array([0.0, 2.0, 2.0]))
+  assert mean == pytest.approx(2 / 3)
+  assert 0.0 <= low < mean < high <= 1.0
+  # Identical pairs: no difference, an interval of width 0.
+  assert pretrain.paired_difference(np.ones(5), np.ones(5)) == (0.0, 0.0, 0.0)

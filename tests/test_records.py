@@ -67,3 +67,40 @@ def test_knob_stage():
   knob = records.Knob("Zip[1].ParallelMapV2/parallelism", "parallelism",
                       2.0, 1.0, 8.0)
   assert knob.stage == "Zip[1].ParallelMapV2"
+
+
+def test_a_decision_logs_only_the_fields_it_has():
+  assert records.Decision(3, "hold").fields() == {"step": 3, "action": "hold"}
+  full = records.Decision(4, "no-op", rate=10.0, reward=0.5, loss=0.1,
+                          seconds=0.002)
+  assert full.fields() == {"step": 4, "action": "no-op", "rate": 10.0,
+                           "reward": 0.5, "loss": 0.1, "seconds": 0.002}
+
+
+@pytest.mark.parametrize("cpe,rate,out,expected", [
+    (0.002, 400.0, 100.0, 0.008),   # 0.002 s x 400/s / 100/s: 4 per output
+    (0.002, 100.0, 100.0, 0.002),   # one element per output element
+    (0.010, 25.0, 100.0, 0.0025),   # 4 outputs per element: 0.01 / 4
+    (0.002, 400.0, 0.0, 0.0),       # nothing returned yet: no cost known
+])
+def test_stage_cost(cpe, rate, out, expected):
+  assert records.stage_cost(cpe, rate, out) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("cpe,rate,threads,expected", [
+    (0.002, 1500.0, 4, 0.75),    # 3 CPUs busy over 4 threads
+    (0.002, 1500.0, None, 3.0),  # no parallelism knob: one thread
+    (0.002, 1500.0, 0, 3.0),     # below one thread counts as one
+    (0.004, 500.0, 2, 1.0),      # 2 CPUs busy over 2 threads: saturated
+])
+def test_stage_utilization(cpe, rate, threads, expected):
+  assert records.stage_utilization(cpe, rate, threads) == pytest.approx(
+      expected)
+
+
+def test_utilization_is_output_rate_times_cost_per_thread():
+  # The two readings of "busy": 0.003 s x 200/s over 3 threads = 0.2, and
+  # output 50/s x cost (0.003 x 200 / 50 = 0.012 s) / 3 = 0.2.
+  cost = records.stage_cost(0.003, 200.0, 50.0)
+  assert records.stage_utilization(0.003, 200.0, 3) == pytest.approx(
+      50.0 * cost / 3) == pytest.approx(0.2)

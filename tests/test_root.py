@@ -237,7 +237,7 @@ def test_per_element_datasets_run_without_the_model_by_default(inner_stats):
   it = iter(ds)
   for _ in range(50):
     next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   kinds = {intune_tf.records.parse_stage(s.name).op for s in session.stats()}
   inner = {"Zip", "FiniteSkip"}  # the outer Range(4) is recorded either way
   if inner_stats:
@@ -270,7 +270,7 @@ def test_interleave_buffers_are_deeper_by_default(interleave_buffer, expected):
                     warm_start=False)
   it = iter(ds)
   assert [int(next(it)) for _ in range(4)] == [0, 1, 1, 2]
-  (node,) = [n for n in intune_tf.sessions()[-1].model_proto().nodes.values()
+  (node,) = [n for n in intune_tf.session_of(it).model_proto().nodes.values()
              if n.name.startswith("ParallelInterleave")]
   params = {p.name: p.value for p in node.parameters}
   assert params["max_buffered_elements"] == expected
@@ -296,7 +296,7 @@ def test_tf_autotune_only_optimizations_run_as_the_options_ask(tf_options,
     setattr(options.experimental_optimization, name, value)
   it = iter(_with_option(ds.with_options(options)))
   assert [int(next(it)) for _ in range(3)] == [0, 3, 6]
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   assert sorted(k.name for k in session.knobs()) == knobs
   del it
 
@@ -363,7 +363,7 @@ def test_guard_keeps_buffers_under_the_budget():
   budget = 64 << 20
   it = iter(_big_elements(budget))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   buf = [k for k in session.knobs() if k.kind == "buffer_size"][0]
   # Whatever the policy or the user asks, the guard holds the budget.
   session.set({buf.name: 64})

@@ -1,5 +1,6 @@
 """The public control API: sessions, knobs, set, stats, configurations."""
 
+import dataclasses
 import gc
 import json
 import re
@@ -13,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf.ops import session as session_lib
 
 _PAR = "ParallelMapV2"
 
@@ -26,7 +28,7 @@ def _iterator(**option_fields):
           tf.data.AUTOTUNE).with_options(options)
   it = iter(ds)
   next(it)
-  return it, intune_tf.sessions()[-1]
+  return it, intune_tf.session_of(it)
 
 
 @pytest.fixture
@@ -113,6 +115,23 @@ def test_kernel_rejects_a_session_id_that_is_not_a_scalar():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="session_id must be a scalar"):
     _kernels.ops().intune_list_knobs(tf.constant([1, 2], tf.int64))
+
+
+def test_python_names_the_tables_as_the_kernels_lay_them_out(live):
+  from intune_tf.ops import loader as _kernels
+  counters, columns = (t.numpy().astype(str).tolist()
+                       for t in _kernels.ops().intune_layout())
+  assert tuple(counters) == session_lib.COUNTERS
+  assert tuple(columns) == session_lib.STAGE_COLUMNS
+  # StageStats takes the statistics columns in order, before its own fields.
+  fields = [f.name for f in dataclasses.fields(intune_tf.StageStats)]
+  assert fields[1:session_lib.NODE_ID_COLUMN + 1] == list(columns[:-1])
+  # The names read the right entries: a creation time in microseconds since
+  # the epoch (within the last hour) and the elements returned so far.
+  _, session = live
+  counters = session.counters()
+  assert 0 < time.time() - counters["created_us"] / 1e6 < 3600
+  assert 1 <= counters["elements"] < 10**6
 
 
 def test_session_whose_iterator_is_gone(capfd):
@@ -326,7 +345,7 @@ def test_names_and_set_values_survive_every_epoch(pipeline):
   make, epoch = _REPEATS[pipeline]
   it = iter(_tuned(make()))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   first = _knob_table(session)
   assert first and not any("(id:" in n for n in first)
   wanted = {}
@@ -352,16 +371,16 @@ def test_names_are_the_same_for_a_new_and_a_restored_iterator(tmp_path):
   it = iter(ds)
   for _ in range(55):
     next(it)
-  names = set(_knob_table(intune_tf.sessions()[-1]))
+  names = set(_knob_table(intune_tf.session_of(it)))
   checkpoint = tf.train.Checkpoint(it=it)
   path = checkpoint.save(str(tmp_path / "ckpt"))
   again = iter(ds)
   next(again)
-  assert set(_knob_table(intune_tf.sessions()[-1])) == names
+  assert set(_knob_table(intune_tf.session_of(again))) == names
   restored = iter(ds)
   tf.train.Checkpoint(it=restored).restore(path)
   assert int(next(restored)) == 55 - 40 + 1  # where `it` left off
-  assert set(_knob_table(intune_tf.sessions()[-1])) == names
+  assert set(_knob_table(intune_tf.session_of(restored))) == names
   del it, again, restored
 
 
@@ -371,14 +390,14 @@ def test_branches_of_multi_input_stages_are_distinct():
   ds = tf.data.Dataset.zip((branch(), branch())).prefetch(_AUTOTUNE)
   it = iter(_tuned(ds))
   next(it)
-  names = set(_knob_table(intune_tf.sessions()[-1]))
+  names = set(_knob_table(intune_tf.session_of(it)))
   assert {"Prefetch.Zip[0].ParallelMapV2/parallelism",
           "Prefetch.Zip[1].ParallelMapV2/parallelism"} <= names
   del it
   ds = branch().concatenate(branch()).prefetch(_AUTOTUNE)
   it = iter(_tuned(ds))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   assert "Prefetch.Concatenate[0].ParallelMapV2/parallelism" in _knob_table(
       session)
   session.set({"Prefetch.Concatenate[0].ParallelMapV2/parallelism": 1})
@@ -394,7 +413,7 @@ def test_kernel_names_agree_with_proto_stage_names():
   it = iter(_tuned(tf.data.Dataset.zip((make(), make()))))
   for _ in range(20):
     next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   by_id = intune_tf.ops.session.proto_stage_names(session.model_proto())
   snap = session._snapshot()  # pylint: disable=protected-access
   ids = snap.stage_stats[:, -1].tolist()
@@ -422,7 +441,7 @@ def test_inner_map_of_an_interleave_is_one_knob(tmp_path, inner_stats):
   it = iter(_dlrm_reader(files, inner_stats=inner_stats))
   for _ in range(5):
     next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   inner = "Prefetch.BatchV2.ParallelInterleaveV4[*].ParallelMapV2"
   # A function with a parallel stage is recorded (not "untracked") whatever
   # inner_stats says: its nodes are in the model.
@@ -462,7 +481,7 @@ def test_prefetch_autotune_holds_an_element_in_every_epoch(policy):
         "Prefetch.ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1}
   it = iter(_tuned(make(), **fields))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   buffer = "Prefetch.ForeverRepeat.Prefetch/buffer_size"
   for _ in range(3):
     # The consumer waits: the guard's pass gave the new prefetch its start,
@@ -481,7 +500,7 @@ _BAD_INPUTS = {
     "model_proto/session_id": "ops.intune_model_proto(i64([pid]))",
     "list_knobs/session_id": "ops.intune_list_knobs(i64([[pid]]))",
     "session_stats/session_id":
-        "ops.intune_session_stats(i64([pid, pid]))",
+        "ops.intune_session_counters(i64([pid, pid]))",
     "observe/session_id": "ops.intune_observe(i64([pid]))",
     "set_knobs/session_id":
         "ops.intune_set_knobs(i64([pid]), [name], [1.0])",
@@ -503,7 +522,7 @@ options.experimental_intune = intune_tf.IntuneOptions(policy="manual",
 it = iter(tf.data.Dataset.range(100).map(
     lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).with_options(options))
 next(it)
-session = intune_tf.sessions()[-1]
+session = intune_tf.session_of(it)
 pid = session.id
 sid = tf.constant(pid, tf.int64)
 name = session.knobs()[0].name
@@ -551,7 +570,7 @@ def _int64(value):
 @pytest.mark.parametrize("op,args", [
     ("intune_model_proto", lambda: (_int64([1]),)),
     ("intune_list_knobs", lambda: (_int64([1]),)),
-    ("intune_session_stats", lambda: (_int64([1]),)),
+    ("intune_session_counters", lambda: (_int64([1]),)),
     ("intune_observe", lambda: (_int64([[1]]),)),
     ("intune_set_knobs", lambda: (_int64(1), [["a"]], [1.0])),
     ("intune_set_knobs", lambda: (_int64(1), ["a", "b"], [1.0])),

@@ -57,6 +57,23 @@ def test_later_false_turns_it_off():
   assert _live() == before
 
 
+@pytest.mark.parametrize("args, fields, expected", [
+    ((), {}, True),
+    ((), {"cpu_budget": 2}, intune_tf.IntuneOptions(cpu_budget=2)),
+    ((intune_tf.IntuneOptions(name="n"),), {}, intune_tf.IntuneOptions(name="n")),
+    ((False,), {}, False),
+])
+def test_tune_sets_the_option_as_tf_data_options_would(args, fields, expected):
+  assert intune_tf.tune(_pipeline(), *args, **fields).options() == (
+      _tuned(_pipeline(), expected).options())
+
+
+@pytest.mark.parametrize("value", [False, intune_tf.IntuneOptions()])
+def test_tune_refuses_options_and_fields_together(value):
+  with pytest.raises(TypeError, match="either an IntuneOptions or its fields"):
+    intune_tf.tune(_pipeline(), value, policy="even")
+
+
 def test_options_merge_keeps_it():
   a = tf.data.Options()
   a.experimental_intune = True

@@ -26,7 +26,7 @@ def _iterate(policy, **fields):
       lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).with_options(options)
   it = iter(ds)
   next(it)
-  return it, intune_tf.sessions()[-1]
+  return it, intune_tf.session_of(it)
 
 
 def test_fixed_policy_is_applied_by_the_background_tuner():
@@ -182,6 +182,44 @@ def test_iterators_with_the_default_budget_share_it_and_a_set_one_stays():
   gc.collect()
 
 
+class _BindsThenSteps(policies.Policy):
+  """Records bind and step calls; bind fails when the name says so."""
+  calls: list = []
+
+  def bind(self, session):
+    type(self).calls.append(("bind", session.id))
+    if self.options.name == "failing-bind":
+      raise RuntimeError("bind failed")
+
+  def step(self, obs):
+    type(self).calls.append(("step", None))
+    return {}
+
+
+@pytest.mark.parametrize("name", ["bind", "failing-bind"])
+def test_bind_is_called_once_with_the_session_before_the_first_step(
+    name, monkeypatch):
+  policies.register("binds-test", _BindsThenSteps)
+  warnings = []
+  monkeypatch.setattr(logging, "warning", lambda *a, **k: warnings.append(a))
+  _BindsThenSteps.calls = []
+  it = None
+  try:
+    it, session = _iterate("binds-test", name=name)
+    for _ in range(3):
+      intune_tf.global_tuner().step()
+    calls = list(_BindsThenSteps.calls)
+    assert calls[0] == ("bind", session.id)
+    assert calls.count(("bind", session.id)) == 1
+    assert ("step", None) in calls  # a failing bind does not stop tuning
+    failed = [w for w in warnings if "bind" in str(w) and "failed" in str(w)]
+    assert len(failed) == (1 if name == "failing-bind" else 0)
+  finally:
+    del policies._REGISTRY["binds-test"]
+    del it
+    gc.collect()
+
+
 class _RemembersAVanishedKnob(policies.Policy):
 
   def step(self, obs):
@@ -249,7 +287,7 @@ ds = tf.data.Dataset.range(10**9).map(
     lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
         tf.data.AUTOTUNE).with_options(options)
 it = iter(ds)
-while intune_tf.global_tuner().policy(intune_tf.sessions()[-1].id) is None:
+while intune_tf.global_tuner().policy(intune_tf.session_of(it).id) is None:
   next(it)
 for _ in range(2000):
   next(it)

@@ -3,6 +3,7 @@
 import json
 import os
 import threading
+import types
 
 from _waiting import wait_for
 import numpy as np
@@ -39,8 +40,17 @@ def _session(tmp_path, monkeypatch):
   options.experimental_intune = intune_tf.IntuneOptions(policy="manual")
   it = iter(_pipeline("/data").with_options(options))
   next(it)
-  yield intune_tf.sessions()[-1]
+  yield intune_tf.session_of(it)
   del it
+
+
+@pytest.mark.parametrize("steps, saved", [(0, False), (3, True)])
+def test_weights_are_saved_only_once_fine_tuning_changed_them(steps, saved):
+  agent = dqn.Agent()
+  agent.gradient_steps = steps
+  weights = warmstart.fine_tuned_weights(types.SimpleNamespace(agent=agent))
+  assert (weights is not None) == saved
+  assert warmstart.fine_tuned_weights(object()) is None  # a policy, no agent
 
 
 def test_save_and_load_round_trip(session, tmp_path):
@@ -132,7 +142,7 @@ def test_warm_start_off_saves_and_loads_nothing(tmp_path, monkeypatch):
                                                         warm_start=False)
   it = iter(_pipeline("/data").with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   assert warmstart.save(session) is None and warmstart.load(session) is None
   assert not list(tmp_path.iterdir())
 
@@ -155,15 +165,15 @@ def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
   config = {"Prefetch.ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1.0,
             "Prefetch.ForeverRepeat.Prefetch/buffer_size": 3.0,
             "Prefetch/buffer_size": 2.0}
-  assert set(config) == {k.name for k in intune_tf.sessions()[-1].knobs()}
-  warmstart.save(intune_tf.sessions()[-1], config, 100.0)
+  assert set(config) == {k.name for k in intune_tf.session_of(it).knobs()}
+  warmstart.save(intune_tf.session_of(it), config, 100.0)
   del it
   options = tf.data.Options()
   # The agent's first step applies the warm start; no other step for 60 s.
   options.experimental_intune = intune_tf.IntuneOptions(period_s=60.0)
   it = iter(_epochs().with_options(options))
   next(it)
-  session = intune_tf.sessions()[-1]
+  session = intune_tf.session_of(it)
   values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
   assert wait_for(lambda: values() == config), values()
   for _ in range(3):

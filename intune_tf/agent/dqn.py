@@ -10,10 +10,11 @@ one agent serves pipelines of any length (no padding at inference; padding to
 `MAX_KNOBS` only inside training batches). Sharing also means what is learned
 on one stage transfers to every other stage and pipeline size.
 
-Actions. Per knob: -5, -1, +1, +5 (threads for parallelism knobs, elements
-for buffer knobs: our prefetch knobs count elements, not MB), plus one shared
-no-op: 4n + 1 actions for n knobs. Flat index `4 * k + j` for knob k and move
-`MOVES[j]`, and `4 * n` for the no-op. The no-op's value is the mean over
+Actions. Per knob: -5, -1, +1, +5 (`MOVES`: threads for parallelism knobs,
+elements for buffer knobs: our prefetch knobs count elements, not MB), plus
+one shared no-op: 4n + 1 actions for n knobs (`MOVES_PER_KNOB` = 4). Flat
+index `MOVES_PER_KNOB * k + j` for knob k and move `MOVES[j]`, and
+`MOVES_PER_KNOB * n` for the no-op. The no-op's value is the mean over
 knobs of each knob's "stay" output.
 
 Reward. `reward()`: throughput relative to the work ceiling, times a memory
@@ -28,20 +29,27 @@ import json
 import math
 import os
 import re
-import tempfile
 from typing import TYPE_CHECKING, Sequence
 import zipfile
 
 import numpy as np
 
+from intune_tf import files
+from intune_tf import records
+
 if TYPE_CHECKING:
+  from intune_tf.records import Knob
   from intune_tf.records import Observation
 
 # Knob moves of the action space, in knob units.
 MOVES = (-5, -1, 1, 5)
-# Network outputs per knob: the four moves and "stay" (index 2).
+# Flat actions per knob (the no-op is one more, shared by all knobs).
+MOVES_PER_KNOB = len(MOVES)
+# Network outputs per knob: the moves and "stay" (index 2).
 _OUTPUTS = (-5, -1, 0, 1, 5)
 _STAY = 2
+# The outputs of the moves, in the order of `MOVES`: [0, 1, 3, 4].
+_MOVE_OUTPUTS = [_OUTPUTS.index(m) for m in MOVES]
 NUM_FEATURES = 18
 # Knobs per pipeline a training batch holds (inference has no limit).
 MAX_KNOBS = 32
@@ -122,64 +130,91 @@ def thread_floor(cpu_budget: int) -> int:
   return max(1, min(int(cpu_budget), MIN_THREADS))
 
 
+def knob_bounds(knob: "Knob", cpu_budget: int) -> tuple[float, float]:
+  """`(lowest, highest)` value the agent may give `knob`.
+
+  A parallelism: from `thread_floor` to `cpu_budget` threads; a buffer:
+  from `MIN_BUFFER` to `MAX_BUFFER` elements; both within the knob's own
+  range. Totals (`cpu_limit`, the RAM budget) are limits on top.
+  """
+  if knob.kind == "parallelism":
+    return max(knob.min, thread_floor(cpu_budget)), min(knob.max, cpu_budget)
+  return max(knob.min, MIN_BUFFER), min(knob.max, MAX_BUFFER)
+
+
+def committed_bytes(obs: "Observation",
+                    values: dict[str, float] | None = None) -> float:
+  """Bytes the buffers may hold: buffer size times element size, over all
+  buffer knobs (an unknown element size counts as 0 bytes), with `values`
+  (knob name -> value) in place of the values in force."""
+  values = values or {}
+  bpe = obs.bytes_per_element
+  return sum(max(values.get(k.name, k.value), 0) * bpe.get(k.stage, 0.0)
+             for k in obs.knobs if k.kind == "buffer_size")
+
+
 def action_mask(obs: "Observation") -> np.ndarray:
   """Valid flat actions (bool, length 4n + 1) for the knobs of `obs`.
 
-  A move is valid when the new value stays within the knob's range (a
-  buffer at least `MIN_BUFFER`, a parallelism at least `thread_floor`), a
-  parallelism stays within the CPU budget (each stage at most `cpu_budget`,
-  all together at most `cpu_limit`), and a buffer keeps the committed bytes
-  (buffer size times element size, over all buffers) within the RAM budget
-  (an unknown element size counts as 0 bytes). The no-op is always valid.
+  A move is valid when the new value stays within `knob_bounds` (a buffer
+  at least `MIN_BUFFER`, a parallelism at least `thread_floor` and at most
+  `cpu_budget`), a move that adds threads keeps all parallel stages
+  together at most `cpu_limit`, and a move that grows a buffer keeps
+  `committed_bytes` within the RAM budget. The no-op is always valid.
   """
   knobs = obs.knobs
   parallel = [k for k in knobs if k.kind == "parallelism"]
   threads = sum(k.value for k in parallel)
   limit = cpu_limit(len(parallel), obs.cpu_budget)
-  floor = thread_floor(obs.cpu_budget)
   bpe = obs.bytes_per_element
-  committed = sum(max(k.value, 0) * bpe.get(k.stage, 0.0)
-                  for k in knobs if k.kind == "buffer_size")
-  mask = np.zeros(4 * len(knobs) + 1, dtype=bool)
+  committed = committed_bytes(obs)
+  mask = np.zeros(MOVES_PER_KNOB * len(knobs) + 1, dtype=bool)
   for i, k in enumerate(knobs):
+    lo, hi = knob_bounds(k, obs.cpu_budget)
     for j, move in enumerate(MOVES):
       new = k.value + move
-      if new < (max(k.min, MIN_BUFFER) if k.kind == "buffer_size" else
-                max(k.min, floor)):
+      if new < lo:
         continue
       if k.kind == "parallelism":
-        ok = (new <= min(k.max, obs.cpu_budget) and
-              (move < 0 or threads + move <= limit))
+        ok = new <= hi and (move < 0 or threads + move <= limit)
       else:
-        ok = (new <= min(k.max, MAX_BUFFER) and
+        ok = (new <= hi and
               (move < 0 or committed + move * bpe.get(k.stage, 0.0)
                <= obs.ram_budget))
-      mask[4 * i + j] = ok
+      mask[MOVES_PER_KNOB * i + j] = ok
   mask[-1] = True
   return mask
+
+
+def action_of(knob_index: int, move: int) -> int:
+  """The flat action that moves knob `knob_index` by `move` (in `MOVES`)."""
+  return MOVES_PER_KNOB * knob_index + MOVES.index(move)
 
 
 def apply_action(obs: "Observation", action: int) -> dict[str, float]:
   """The knob values an action sets ({} for the no-op)."""
   knobs = obs.knobs
-  if action >= 4 * len(knobs):
+  if action >= MOVES_PER_KNOB * len(knobs):
     return {}
-  k = knobs[action // 4]
-  return {k.name: float(k.value + MOVES[action % 4])}
+  k = knobs[action // MOVES_PER_KNOB]
+  return {k.name: float(k.value + MOVES[action % MOVES_PER_KNOB])}
 
 
 def describe_action(obs: "Observation", action: int) -> str:
-  if action >= 4 * len(obs.knobs):
+  if action >= MOVES_PER_KNOB * len(obs.knobs):
     return "no-op"
-  return f"{obs.knobs[action // 4].name} {MOVES[action % 4]:+d}"
+  move = MOVES[action % MOVES_PER_KNOB]
+  return f"{obs.knobs[action // MOVES_PER_KNOB].name} {move:+d}"
 
 
 # --- state -------------------------------------------------------------------
 def stage_costs(obs: "Observation") -> dict[str, float]:
-  """CPU-seconds each stage spends per output element."""
+  """CPU-seconds each stage spends per output element (`records.stage_cost`;
+  {} before the pipeline returned anything)."""
   if obs.output_rate <= 0:
     return {}
-  return {st.name: st.cpu_per_element_s * st.rate / obs.output_rate
+  return {st.name: records.stage_cost(st.cpu_per_element_s, st.rate,
+                                      obs.output_rate)
           for st in obs.stages}
 
 
@@ -212,10 +247,14 @@ def features(obs: "Observation") -> np.ndarray:
   limit = cpu_limit(len(parallel), cpus)
   par_by_stage = {k.stage: max(k.value, 1.0) for k in parallel}
   knob_cost = sum(costs.get(k.stage, 0.0) for k in parallel)
+  # Each knob's stage's utilization (`records.stage_utilization`) at its
+  # parallelism knob's value, capped at 2; 0 until the pipeline returns.
   busy = {}
   for k in knobs:
-    p = par_by_stage.get(k.stage, 1.0)
-    busy[k.stage] = min(2.0, obs.output_rate * costs.get(k.stage, 0.0) / p)
+    st = obs.stage(k.stage)
+    busy[k.stage] = (min(2.0, records.stage_utilization(
+        st.cpu_per_element_s, st.rate, par_by_stage.get(k.stage, 1.0)))
+                     if costs and st is not None else 0.0)
   bottleneck = max(busy, key=busy.get) if busy else None
   ref = obs.usable_cpus / total_cost if total_cost > 0 else 0.0
   bpe = obs.bytes_per_element
@@ -289,7 +328,7 @@ def flat_q(per_knob: np.ndarray, knob_mask: np.ndarray | None = None
 
   The no-op's value is the mean "stay" output over (valid) knobs.
   """
-  moves = per_knob[..., [0, 1, 3, 4]]
+  moves = per_knob[..., _MOVE_OUTPUTS]
   flat = moves.reshape(moves.shape[:-2] + (-1,))
   stay = per_knob[..., _STAY]
   if knob_mask is None:
@@ -314,7 +353,9 @@ def select(q: np.ndarray, mask: np.ndarray, epsilon: float,
 
 def pad_action(action: int, knobs: int) -> int:
   """A flat action of an n-knob pipeline -> its index at `MAX_KNOBS` knobs."""
-  return MAX_KNOBS * 4 if action >= 4 * knobs else action
+  if action >= MOVES_PER_KNOB * knobs:
+    return MOVES_PER_KNOB * MAX_KNOBS
+  return action
 
 
 class Replay:
@@ -324,7 +365,7 @@ class Replay:
     self.capacity = capacity
     self.size = 0
     self._next = 0
-    k, f, a = MAX_KNOBS, NUM_FEATURES, 4 * MAX_KNOBS + 1
+    k, f, a = MAX_KNOBS, NUM_FEATURES, MOVES_PER_KNOB * MAX_KNOBS + 1
     self.state = np.zeros((capacity, k, f), np.float32)
     self.knobs = np.zeros((capacity, k), np.float32)
     self.action = np.zeros(capacity, np.int64)
@@ -351,7 +392,7 @@ class Replay:
     self.next_knobs[i] = 0
     self.next_knobs[i, :m] = 1
     self.next_mask[i] = False
-    self.next_mask[i, :4 * m] = next_mask[:4 * m]
+    self.next_mask[i, :MOVES_PER_KNOB * m] = next_mask[:MOVES_PER_KNOB * m]
     self.next_mask[i, -1] = True
     self.done[i] = float(done)
     self._next = (i + 1) % self.capacity
@@ -416,7 +457,7 @@ class Agent:
     def train(state, knobs, action, target):
       with tf.GradientTape() as tape:
         per_knob = network(state, training=True)
-        moves = tf.gather(per_knob, [0, 1, 3, 4], axis=2)
+        moves = tf.gather(per_knob, _MOVE_OUTPUTS, axis=2)
         flat = tf.reshape(moves, [tf.shape(moves)[0], -1])
         stay = per_knob[:, :, _STAY]
         noop = tf.reduce_sum(stay * knobs, 1) / tf.maximum(
@@ -501,17 +542,8 @@ def save_weights(path: str, weights: Sequence[np.ndarray],
   arrays = {f"w{i}": np.asarray(w, np.float32) for i, w in enumerate(weights)}
   arrays["metadata"] = np.frombuffer(
       json.dumps(metadata or {}).encode(), dtype=np.uint8)
-  fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".",
-                             suffix=".tmp.npz",
-                             dir=os.path.dirname(os.path.abspath(path)))
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez_compressed(f, **arrays)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  with files.atomic_write(path, binary=True) as f:
+    np.savez_compressed(f, **arrays)
 
 
 # Limits on a weights file, checked before any array is read: the shipped

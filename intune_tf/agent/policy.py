@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from absl import logging
 import numpy as np
 
+from intune_tf import records
 from intune_tf.agent import dqn
 from intune_tf.tuning import policies
 from intune_tf.tuning import warmstart
@@ -225,7 +226,6 @@ class IntunePolicy(policies.Policy):
     self.epsilon = epsilon
     self.move_margin = MOVE_MARGIN if move_margin is None else move_margin
     self.guard = Guard()
-    self.last_decision: dict | None = None
     self.steps = 0
     self._prev = None
     self._hold = 0
@@ -259,9 +259,9 @@ class IntunePolicy(policies.Policy):
     best, rate = self.guard.best()
     if best is None:
       return
-    weights = self.agent.get_weights() if self.agent.gradient_steps else None
     try:
-      warmstart.save(self.session, best, rate, weights)
+      warmstart.save(self.session, best, rate,
+                     warmstart.fine_tuned_weights(self))
     except OSError as e:
       logging.log_first_n(logging.WARNING,
                           "InTune: cannot save the warm-start state: %s", 1, e)
@@ -313,9 +313,22 @@ class IntunePolicy(policies.Policy):
             for name, v in values.items()}
 
   def _step(self, obs: "Observation") -> dict[str, float]:
+    """The phases of a step, in order; the first that acts decides it."""
     start = time.perf_counter()
     if not obs.knobs:
       return {}
+    for phase in (self._fit_budget, self._begin):
+      values = phase(obs)
+      if values is not None:
+        return values
+    measured = self._measured(obs)
+    if measured is None:
+      return {}
+    return self._decide(measured, start)
+
+  def _fit_budget(self, obs: "Observation") -> dict[str, float] | None:
+    """Phase 1: threads raised to the floor after the CPU budget grew, or
+    cut to fit it; None when the configuration fits."""
     grown = self._cpu_budget is not None and obs.cpu_budget > self._cpu_budget
     self._cpu_budget = obs.cpu_budget
     for action, values in (
@@ -324,41 +337,40 @@ class IntunePolicy(policies.Policy):
       if values:
         self._prev = None
         self._acc_elements = self._acc_seconds = 0.0
-        self.last_decision = {"step": self.steps, "action": action}
+        self.last_decision = records.Decision(self.steps, action)
         return values
-    if not self._started:
-      self._started = True
-      if self._warm is not None:
-        current = {k.name for k in obs.knobs}
-        values = {k: v for k, v in self._warm.items() if k in current}
-        self._warm = None
-        if values:
-          self._hold, self._hold_values = HOLD, values
-          self.last_decision = {"step": 0, "action": "warm-start"}
-          return values
-      if self.session is not None:
-        # Held for MIN_SAMPLES decisions, so the guard knows the start's rate
-        # before the agent explores from it.
-        values = start_allocation(obs)
-        self._hold, self._hold_values = MIN_SAMPLES, values
-        self.last_decision = {"step": 0, "action": "start"}
+    return None
+
+  def _begin(self, obs: "Observation") -> dict[str, float] | None:
+    """Phase 2, once: the warm-start configuration, or (with a session) the
+    start allocation, each held for a while; None afterwards."""
+    if self._started:
+      return None
+    self._started = True
+    if self._warm is not None:
+      current = {k.name for k in obs.knobs}
+      values = {k: v for k, v in self._warm.items() if k in current}
+      self._warm = None
+      if values:
+        self._hold, self._hold_values = HOLD, values
+        self.last_decision = records.Decision(0, "warm-start")
         return values
-    obs = self._measured(obs)
-    if obs is None:
-      return {}
+    if self.session is None:
+      return None
+    # Held for MIN_SAMPLES decisions, so the guard knows the start's rate
+    # before the agent explores from it.
+    values = start_allocation(obs)
+    self._hold, self._hold_values = MIN_SAMPLES, values
+    self.last_decision = records.Decision(0, "start")
+    return values
+
+  def _decide(self, obs: "Observation", start: float) -> dict[str, float]:
+    """Phase 3, on a measured observation: learn from the last move, then
+    revert to the best, hold, or move as the agent chooses."""
     self.steps += 1
-    state = dqn.features(obs)
-    mask = dqn.action_mask(obs)
-    ref = self._reference_rate(obs)
-    r = dqn.reward(obs.output_rate, ref, dqn.memory_fraction(obs))
-    loss = None
-    if self._prev is not None:
-      prev_state, prev_action = self._prev
-      self.agent.replay.add(prev_state, prev_action, r, state, mask, False)
-      if self.learn and self.steps % LEARN_EVERY == 0:
-        loss = self.agent.learn()
+    state, mask = dqn.features(obs), dqn.action_mask(obs)
+    r, loss = self._learn(obs, state, mask)
     config = {k.name: k.value for k in obs.knobs}
-    decision = {"step": self.steps, "rate": obs.output_rate, "reward": r}
     revert = self.guard.update(config, obs.output_rate, obs.usable_cpus)
     if self.session is not None and self.steps % SAVE_EVERY == 0:
       self._save()
@@ -376,10 +388,24 @@ class IntunePolicy(policies.Policy):
       a = self.agent.act(state, mask, self.epsilon, self.move_margin)
       values, action = dqn.apply_action(obs, a), dqn.describe_action(obs, a)
       self._prev = (state, a)
-    decision.update(action=action, loss=loss,
-                    seconds=time.perf_counter() - start)
-    self.last_decision = decision
+    self.last_decision = records.Decision(
+        self.steps, action, rate=obs.output_rate, reward=r, loss=loss,
+        seconds=time.perf_counter() - start)
     return values
+
+  def _learn(self, obs: "Observation", state: np.ndarray,
+             mask: np.ndarray) -> tuple[float, float | None]:
+    """The reward of the last move, stored with its transition; a gradient
+    step every `LEARN_EVERY` steps. Returns (reward, loss or None)."""
+    r = dqn.reward(obs.output_rate, self._reference_rate(obs),
+                   dqn.memory_fraction(obs))
+    loss = None
+    if self._prev is not None:
+      prev_state, prev_action = self._prev
+      self.agent.replay.add(prev_state, prev_action, r, state, mask, False)
+      if self.learn and self.steps % LEARN_EVERY == 0:
+        loss = self.agent.learn()
+    return r, loss
 
 
 policies.register("intune", IntunePolicy)

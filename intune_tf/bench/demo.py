@@ -35,6 +35,7 @@ import intune_tf
 from intune_tf import keras as intune_keras
 from intune_tf import records
 from intune_tf.bench import harness
+from intune_tf.bench import meter as meter_lib
 from intune_tf.bench import scenarios
 from intune_tf.criteo import files as files_lib
 from intune_tf.criteo import models
@@ -253,29 +254,20 @@ class _Meter(keras.callbacks.Callback):
     self.run, self.rows_per_step = run, rows_per_step
     self.warmup, self.seconds, self.origin = warmup, seconds, origin
     self.bar, self.intune = bar, intune
-    self._begin = self._window_start = None
-    self._window_steps = self._measured_steps = 0
-    self._measured_from = None
+    self._meter: meter_lib.Meter | None = None
 
   def on_train_begin(self, logs=None):
-    self._begin = self._window_start = time.monotonic()
-    self.run.start = self._begin - self.origin
+    self._meter = meter_lib.Meter(self.seconds, self.warmup,
+                                  window_s=WINDOW_S)
+    self.run.start = self._meter.start - self.origin
 
   def on_train_batch_end(self, batch, logs=None):
-    now = time.monotonic()
+    meter = self._meter
     self.run.steps += 1
-    self._window_steps += 1
-    elapsed = now - self._begin
-    if elapsed >= self.warmup:
-      if self._measured_from is None:
-        self._measured_from = now
-      else:
-        self._measured_steps += 1
-    if now - self._window_start >= WINDOW_S:
-      rate = (self._window_steps * self.rows_per_step /
-              (now - self._window_start))
-      self.run.windows.append((round(now - self.origin, 3), rate))
-      self._window_steps, self._window_start = 0, now
+    window = meter.count(self.rows_per_step)
+    if window is not None:
+      at, rate = window
+      self.run.windows.append((round(meter.start + at - self.origin, 3), rate))
       if self.intune is not None and self.intune.session is not None:
         try:
           peak = self.intune.session.counters()["peak_buffered_bytes"]
@@ -283,13 +275,11 @@ class _Meter(keras.callbacks.Callback):
                                              peak)
         except intune_tf.SessionGoneError:
           pass
-      self.bar.update(min(elapsed, self.warmup + self.seconds) - self.bar.n)
-    if elapsed >= self.warmup + self.seconds:
+      self.bar.update(min(at, self.warmup + self.seconds) - self.bar.n)
+    if not meter.running():
       self.model.stop_training = True
-      self.run.stopped = now - self.origin
-      if self._measured_from is not None and now > self._measured_from:
-        self.run.rows_per_s = (self._measured_steps * self.rows_per_step /
-                               (now - self._measured_from))
+      self.run.stopped = time.monotonic() - self.origin
+      self.run.rows_per_s = meter.rows_per_s
 
 
 def _fit(model: keras.Model, ds: tf.data.Dataset, run: DemoRun,
@@ -424,9 +414,7 @@ def run(minutes: float = DEFAULT_MINUTES, *, repeats: int = DEFAULT_REPEATS,
                                      ceiling_seconds)
     bar.update()
   plain = criteo_dataset(files, level, batch_size)
-  with_option = tf.data.Options()
-  with_option.experimental_intune = options
-  tuned = plain.with_options(with_option)
+  tuned = intune_tf.tune(plain, options)
   model = tiny_dlrm()
   # One short fit per tuner first: the model is built and traced, and
   # InTune's one-off costs (kernel library, agent) stay out of its first
@@ -593,12 +581,12 @@ def add_parser(subparsers) -> None:
                  help="InTune policy (default: IntuneOptions' default).")
   p.add_argument("--level", type=int, default=4,
                  help="Criteo pipeline level, 3-5 (default 4).")
-  p.add_argument("--batch_size", "--batch-size", type=int, default=4096,
+  p.add_argument("--batch-size", type=int, default=4096,
                  help="Rows per batch (default 4096).")
   p.add_argument("--rows", type=int, default=200_000,
                  help="Rows of the synthetic set when there is no real "
                  "sample (default 200,000).")
-  p.add_argument("--ceiling_seconds", "--ceiling-seconds", type=float,
+  p.add_argument("--ceiling-seconds", type=float,
                  default=2.0,
                  help="Seconds per prefix pipeline when measuring the "
                  "ceiling (default 2).")

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 import intune_tf
 from intune_tf import records
+from intune_tf.bench import meter as meter_lib
 from intune_tf.bench import resize as resize_lib
 from intune_tf.bench import scenarios as scenarios_lib
 from intune_tf.ops import session as session_lib
@@ -222,11 +223,11 @@ class Harness:
     self._trace_context: dict = {}
     self._trace_lock = threading.Lock()
     if cpu_budget is not None and cpu_budget > host.usable_cpus():
-      logging.warning("--cpu_budget %d is larger than the %d CPUs this "
+      logging.warning("--cpu-budget %d is larger than the %d CPUs this "
                       "process may use; policies are capped at %d.",
                       cpu_budget, host.usable_cpus(), host.usable_cpus())
     if ram_budget is not None and ram_budget > host.total_memory():
-      logging.warning("--ram_budget %d bytes is larger than this machine's "
+      logging.warning("--ram-budget %d bytes is larger than this machine's "
                       "memory (%d bytes): it cannot prevent an OOM.",
                       ram_budget, host.total_memory())
     policies.register("oracle", _TablePolicy)
@@ -259,9 +260,8 @@ class Harness:
         name=scenario.name, warm_start=self.warm_start)
 
   def _tuned(self, scenario, policy, config=None) -> tf.data.Dataset:
-    options = tf.data.Options()
-    options.experimental_intune = self._options(policy, scenario, config)
-    return scenario.make(None).with_options(options)
+    return intune_tf.tune(scenario.make(None),
+                          self._options(policy, scenario, config))
 
   def measure_ceiling(self, scenario: scenarios_lib.Scenario,
                       seconds: float = 3.0) -> float:
@@ -278,8 +278,8 @@ class Harness:
     costs, previous = {}, 0.0
     for stage, make in prefixes:
       it = iter(make())
-      self._pull(it, 0.5)
-      cpu0, n = time.process_time(), self._pull(it, seconds)
+      meter_lib.pull(it, 0.5)
+      cpu0, n = time.process_time(), meter_lib.pull(it, seconds).counts
       per_row = (time.process_time() - cpu0) / max(
           1, n * scenario.rows_per_element)
       costs[stage] = max(0.0, per_row - previous)
@@ -315,9 +315,9 @@ class Harness:
       session.set(config)
       self._trace_context = {"scenario": scenario.name,
                              "policy": "oracle-search", "config": config}
-      self._pull(it, settle)  # noqa: F821
       tried += 1
-      rate = self._pull(it, measure) * scenario.rows_per_element / measure  # noqa: F821
+      rate = meter_lib.pull(it, measure, settle,  # noqa: F821  `del it` below
+                            lambda _: scenario.rows_per_element).rows_per_s
       self._write_trace({"kind": "measurement", "scenario": scenario.name,
                          "config": config, "cpus": host.usable_cpus(),
                          "rows_per_s": rate,
@@ -352,14 +352,6 @@ class Harness:
       gc.collect()
     self.oracle[scenario.name] = {"table": table, "configurations_tried": tried}
     return table
-
-  @staticmethod
-  def _pull(it, seconds: float) -> int:
-    n, end = 0, time.monotonic() + seconds
-    while time.monotonic() < end:
-      next(it)
-      n += 1
-    return n
 
   def run(self, scenario: scenarios_lib.Scenario, policy: str,
           repeat: int) -> Run:
@@ -404,34 +396,22 @@ class Harness:
       next(state["it"])
       if schedule:
         schedule.start()
-      start = time.monotonic()
+      meter = meter_lib.Meter(self.seconds, self.warmup, window_s=WINDOW_S)
       cpus_seen = host.usable_cpus()
       with _Sampler(buffered, sample_period_s(scenario)) as sampler:
-        n, n_window, t_window = 0, 0, start
-        measured_rows, measured_from = 0, None
-        while True:
-          now = time.monotonic()
-          if now - start >= total:
-            break
+        while meter.running():
           next(state["it"])
-          n += 1
-          n_window += 1
-          if scenario.pause_every and n % scenario.pause_every == 0:
+          window = meter.count(scenario.rows_per_element)
+          if scenario.pause_every and meter.counts % scenario.pause_every == 0:
             time.sleep(scenario.pause_s)
-          if now - start >= self.warmup:
-            if measured_from is None:
-              measured_from = now
-            measured_rows += scenario.rows_per_element
-          if now - t_window >= WINDOW_S:
-            result.windows.append((round(now - start, 3), n_window *
-                                   scenario.rows_per_element / (now - t_window)))
-            result.knobs.append((round(now - start, 3), knob_values()))
-            n_window, t_window = 0, now
+          if window is not None:
+            at = round(window[0], 3)
+            result.windows.append((at, window[1]))
+            result.knobs.append((at, knob_values()))
             if restart and host.usable_cpus() != cpus_seen:
               cpus_seen = host.usable_cpus()
               state["it"] = _restart(ds, state["it"])
-        elapsed = time.monotonic() - (measured_from or start)
-        result.rows_per_s = measured_rows / elapsed if elapsed > 0 else 0.0
+        result.rows_per_s = meter.rows_per_s
       result.peak_buffered_bytes = sampler.peak
     finally:
       tuner.remove_listener(self._on_step)
@@ -655,7 +635,7 @@ def main(args) -> int:
   summary = harness.summary()
   summary["interrupted"] = interrupted
   summary["command"] = "intune bench " + " ".join(
-      f"--{k}={v}" for k, v in sorted(vars(args).items())
+      f"--{k.replace('_', '-')}={v}" for k, v in sorted(vars(args).items())
       if k not in ("func", "group") and v is not None)
   print(harness.markdown(summary))
   if args.json:
@@ -684,15 +664,15 @@ def add_parser(subparsers) -> None:
                  "(default 20).")
   p.add_argument("--warmup", type=float, default=5.0,
                  help="Warm-up seconds per run (default 5).")
-  p.add_argument("--cpu_budget", type=int, default=None,
+  p.add_argument("--cpu-budget", type=int, default=None,
                  help="CPU budget of the InTune policies (default: usable).")
-  p.add_argument("--ram_budget", type=int, default=None,
+  p.add_argument("--ram-budget", type=int, default=None,
                  help="RAM budget in bytes (default: the scenario's or half "
                  "of the available memory).")
-  p.add_argument("--warm_start", action="store_true",
+  p.add_argument("--warm-start", action="store_true",
                  help="Let InTune repeats start from the configuration saved "
                  "by earlier repeats (default: every repeat starts cold).")
-  p.add_argument("--oracle_seconds", type=float, default=1.5,
+  p.add_argument("--oracle-seconds", type=float, default=1.5,
                  help="Seconds the oracle search measures each configuration "
                  "(longer: less noise, e.g. for calibration traces).")
   p.add_argument("--json", default=None, help="Write the results here.")

@@ -24,7 +24,7 @@ output rate, budgets, and one row per pipeline stage:
 | `rate` | elements/s | elements the stage produced per second in the last step |
 | `cpus` | CPUs | CPU-seconds the stage spent per second (`rate` x CPU-seconds per element) |
 | `cpu_share` | 0..1 | the stage's share of the pipeline's CPU time in the step |
-| `utilization` | 0..1+ | `cpus / threads`: how busy the stage's threads are (threads = parallelism, or 1 for a stage without that knob) |
+| `utilization` | 0..1+ | `cpus / threads`: how busy the stage's threads are (threads = parallelism, or 1 for a stage without that knob; `records.stage_utilization`, what the agent's state calls "busy") |
 | `bottleneck` | bool | the stage with the highest utilization (the least headroom: its threads are the closest to saturated; giving it more parallelism is what can raise throughput). Ties go to the larger CPU share; no stage is flagged in a step where no stage did work |
 
 A session is `input-bound` when the consumer waits longer inside `GetNext`
@@ -34,8 +34,8 @@ than it spends between calls (`output_latency_s > consumer_wait_s`), else
 Decision log. With `INTUNE_DECISION_LOG=PATH` the tuner appends one JSON line
 per tuning step to PATH: time, pid, session, step, policy, knob values in
 force after the step, the values applied in it, output rate, buffered bytes,
-and the fields of the policy's `last_decision` mapping when it has one (for
-example the agent's action and reward).
+and the fields of the policy's `last_decision` (an `intune_tf.records.Decision`)
+when it has one (for example the agent's action and reward).
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ import pathlib
 import socket
 import stat
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Mapping
@@ -59,6 +58,8 @@ from typing import Any, Mapping
 from absl import logging
 import psutil
 
+from intune_tf import files
+from intune_tf import records
 from intune_tf.ops import session as session_lib
 
 FORMAT = "intune_tf.status/1"
@@ -111,7 +112,6 @@ def stage_rows(obs) -> list[dict[str, Any]]:
   rows = []
   for st in obs.stages:
     cpus = st.cpu_per_element_s * st.rate
-    threads = st.parallelism if st.parallelism and st.parallelism > 0 else 1.0
     rows.append({
         "stage": st.name,
         "parallelism": _finite(st.parallelism),
@@ -120,7 +120,8 @@ def stage_rows(obs) -> list[dict[str, Any]]:
         "rate": _finite(st.rate),
         "cpus": _finite(cpus),
         "cpu_share": _finite(st.time_share),
-        "utilization": _finite(cpus / threads),
+        "utilization": _finite(records.stage_utilization(
+            st.cpu_per_element_s, st.rate, st.parallelism)),
         "buffered_bytes": int(st.buffered_bytes),
         "bottleneck": False,
     })
@@ -147,24 +148,6 @@ def _json_safe(value: Any) -> Any:
   if isinstance(value, numbers.Real):
     return _json_safe(float(value))
   return str(value)
-
-
-def write_json_atomic(path: pathlib.Path, data: Mapping[str, Any]) -> None:
-  """Writes `data` as JSON to `path` through a temporary file and a rename,
-  so readers see the old file or the new one, never half of one."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                             dir=path.parent)
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(data, f, sort_keys=True)
-    os.replace(tmp, path)
-  except BaseException:
-    try:
-      os.unlink(tmp)
-    except OSError:
-      pass
-    raise
 
 
 def _process_start(pid: int) -> float | None:
@@ -301,7 +284,7 @@ class StatusWriter:
   def write_now(self) -> None:
     """Writes the file now (logs once and carries on if it cannot)."""
     try:
-      write_json_atomic(self.path, self.snapshot())
+      files.write_json(self.path, self.snapshot())
       with self._lock:
         self._dirty = False
     except OSError as e:
@@ -415,9 +398,9 @@ class DecisionLog:
     }
     policy = self._tuner.policy(session.id) if self._tuner else None
     decision = getattr(policy, "last_decision", None)
-    if isinstance(decision, Mapping):
-      for key, value in decision.items():
-        record.setdefault(str(key), value)
+    if isinstance(decision, records.Decision):
+      for key, value in decision.fields().items():
+        record.setdefault(key, value)
     line = json.dumps(_json_safe(record), sort_keys=True)
     with self._lock:
       if self._file.closed:

@@ -1,5 +1,6 @@
-"""The hooks into TensorFlow's private tf.data API (with `_root.py`, which
-builds the InTune datasets on TF's dataset classes).
+"""The hooks into TensorFlow's private tf.data API (with `dataset.py`, which
+builds the InTune datasets on TF's dataset classes), and `tune`, the one
+place that sets the option on a dataset.
 
 `import intune_tf` adds the `experimental_intune` option to `tf.data.Options`
 and makes every iterator creation of a dataset with the option on go through
@@ -17,6 +18,8 @@ and makes every iterator creation of a dataset with the option on go through
   returns the dataset under the InTune root.
 - `OwnedIterator._create_iterator` (eager `iter()`): remembers on the
   iterator the sessions its creation made, for `intune_tf.session_of`.
+- `OwnedIterator._restore_from_tensors` (a checkpoint restored into an
+  eager iterator rebuilds its pipeline): remembers the new sessions.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from tensorflow.python.data.ops import options as options_lib
 from tensorflow.python.data.util import options as options_base
 
 from intune_tf import options as intune_options
+from intune_tf.ops import dataset as dataset_lib
+from intune_tf.ops import session as session_lib
 
 TESTED_TF = ("2.16", "2.21")
 _OPTION = "experimental_intune"
@@ -49,6 +54,7 @@ class HookError(ImportError):
 def check() -> None:
   """Raises HookError if a hook point is missing from the installed TF."""
   for owner, name in ((iterator_ops.OwnedIterator, "_create_iterator"),
+                      (iterator_ops.OwnedIterator, "_restore_from_tensors"),
                       (dataset_ops.DatasetV2, "_apply_debug_options"),
                       (dataset_ops.DatasetV2, "with_options"),
                       (dataset_ops.DatasetV2, "options"),
@@ -102,7 +108,6 @@ def find(dataset: tf.data.Dataset) -> tuple[Any, bool]:
   Returns:
     (value or None, hidden).
   """
-  from intune_tf.ops import dataset as _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
 
   memo: dict[int, Any] = {}
   hidden = False
@@ -113,7 +118,7 @@ def find(dataset: tf.data.Dataset) -> tuple[Any, bool]:
     if key in memo:
       return memo[key]
     memo[key] = None
-    if isinstance(ds, _root.IntuneOptionsDataset):
+    if isinstance(ds, dataset_lib.IntuneOptionsDataset):
       result = ds.intune_value
     else:
       result = None
@@ -137,6 +142,40 @@ def _opaque(dataset: tf.data.Dataset) -> bool:
                                     "LoadDataset")
 
 
+def tune(dataset: tf.data.Dataset,
+         options: intune_options.IntuneOptions | bool = True,
+         **fields: Any) -> tf.data.Dataset:
+  """Returns `dataset` with `tf.data.Options().experimental_intune` set.
+
+      ds = intune_tf.tune(ds, cpu_budget=4)
+      # the same as
+      options = tf.data.Options()
+      options.experimental_intune = intune_tf.IntuneOptions(cpu_budget=4)
+      ds = ds.with_options(options)
+
+  Args:
+    dataset: Any `tf.data.Dataset`.
+    options: `True` (default) for `IntuneOptions()`, an `IntuneOptions`, or
+      `False` to turn InTune off below this point.
+    **fields: Fields of `IntuneOptions` (policy, budgets, ...); only with
+      `options=True`. Default: none.
+
+  Returns:
+    The dataset with the option set.
+
+  Raises:
+    TypeError: `fields` given with an `IntuneOptions` or `False`.
+  """
+  if fields:
+    if options is not True:
+      raise TypeError("intune_tf.tune: pass either an IntuneOptions or its "
+                      f"fields, not both (got {options!r} and {fields}).")
+    options = intune_options.IntuneOptions(**fields)
+  tf_options = tf.data.Options()
+  tf_options.experimental_intune = options
+  return dataset.with_options(tf_options)
+
+
 def install() -> None:
   """Installs the hooks (idempotent)."""
   global _installed
@@ -155,8 +194,7 @@ def install() -> None:
     value = _get(options) if isinstance(options, options_lib.Options) else None
     if value is None:
       return result
-    from intune_tf.ops import dataset as _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
-    return _root.declare(result, value)
+    return dataset_lib.declare(result, value)
 
   @functools.wraps(original_options)
   def options(self):
@@ -169,16 +207,14 @@ def install() -> None:
   @functools.wraps(original_apply)
   def _apply_debug_options(self):
     dataset = original_apply(self)
-    from intune_tf.ops import dataset as _root  # pylint: disable=g-import-not-at-top  # cycle: _root -> tuner -> session -> options -> policies
-    if isinstance(dataset, _root.IntuneDataset):
+    if isinstance(dataset, dataset_lib.IntuneDataset):
       return dataset
     value, hidden = find(dataset)
     if value is None and not hidden:
       return dataset
     if tf.executing_eagerly():
-      from intune_tf.ops import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
       _creating.after = session_lib.newest_session_id()
-    return _root.tune(dataset)
+    return dataset_lib.tune(dataset)
 
   original_create = iterator_ops.OwnedIterator._create_iterator  # pylint: disable=protected-access
 
@@ -188,11 +224,24 @@ def install() -> None:
     original_create(self, dataset)
     after, _creating.after = getattr(_creating, "after", None), None
     if after is not None:
-      from intune_tf.ops import session as session_lib  # pylint: disable=g-import-not-at-top  # cycle: session -> options -> policies -> observation -> session
       session_lib.record_sessions(self, after)
+
+  original_restore = iterator_ops.OwnedIterator._restore_from_tensors  # pylint: disable=protected-access
+
+  @functools.wraps(original_restore)
+  def _restore_from_tensors(self, restored_tensors):
+    tracked = getattr(self, session_lib.SESSION_IDS_ATTR, None)
+    if not tracked or not tf.executing_eagerly():
+      return original_restore(self, restored_tensors)
+    before = session_lib.newest_session_id()
+    result = original_restore(self, restored_tensors)
+    if session_lib.sessions_made_by_this_thread(before):
+      session_lib.record_sessions(self, before)
+    return result
 
   dataset_ops.DatasetV2.with_options = with_options
   dataset_ops.DatasetV2.options = options
   dataset_ops.DatasetV2._apply_debug_options = _apply_debug_options  # pylint: disable=protected-access
   iterator_ops.OwnedIterator._create_iterator = _create_iterator  # pylint: disable=protected-access
+  iterator_ops.OwnedIterator._restore_from_tensors = _restore_from_tensors  # pylint: disable=protected-access
   _installed = True

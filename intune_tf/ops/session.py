@@ -30,15 +30,21 @@ from intune_tf.records import input_first
 from intune_tf.records import split_knob
 
 _CONFIG_FORMAT = "intune_tf.config/1"
-# Order of the counters returned by the IntuneSessionStats op.
-_COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
-             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
-             "guard_shrinks", "guard_over_budget", "created_us")
-# Columns of the per-node statistics returned by the IntuneObserve op (then
-# the node's id, which tells two instances of one stage apart).
-_STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
-                  "buffered_elements", "bytes_produced", "bytes_consumed")
-_NODE_ID_COLUMN = len(_STAGE_COLUMNS)
+# The control ops' table layout, as intune_tf/cc/layout.h defines it (the
+# IntuneLayout op returns the C++ names; tests/test_session.py compares).
+# The counters of IntuneSessionCounters and IntuneObserve, in order.
+COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
+            "buffered_bytes", "peak_buffered_bytes", "ram_budget",
+            "guard_shrinks", "guard_over_budget", "created_us")
+# The columns of IntuneObserve's per-node statistics; the node id tells two
+# instances of one stage apart. `StageStats` starts with the same fields.
+STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
+                 "buffered_elements", "bytes_produced", "bytes_consumed",
+                 "node_id")
+STAGE_COLUMN = {name: i for i, name in enumerate(STAGE_COLUMNS)}
+NODE_ID_COLUMN = STAGE_COLUMN["node_id"]
+# The columns of IntuneObserve's knob values.
+KNOB_COLUMNS = ("value", "min", "max")
 # Most tuples of (knob name, value) pairs a session keeps as tensors for
 # `Session.set`.
 _SET_TENSORS = 256
@@ -97,11 +103,11 @@ def proto_stage_names(proto: model_pb2.ModelProto,
 @dataclasses.dataclass(frozen=True)
 class _Snapshot:
   """One `IntuneObserve` reading: knobs, nodes breadth first from the output
-  (stage names; columns `_STAGE_COLUMNS`, then the node id), and the
+  (stage names; columns `STAGE_COLUMNS`), and the
   counters."""
   knobs: tuple[Knob, ...]
   stage_names: tuple[str, ...]
-  stage_stats: Any  # np.ndarray [nodes, len(_STAGE_COLUMNS) + 1], int64
+  stage_stats: Any  # np.ndarray [nodes, len(STAGE_COLUMNS)], int64
   counters: dict[str, int]
 
 
@@ -224,14 +230,13 @@ class Session:
     key = (names, kv.tobytes(), displays)
     cached = self._last_knobs
     if cached is None or cached[0] != key:
-      cached = (key, tuple(_make_knobs(names, kv[:, 0], kv[:, 1], kv[:, 2],
-                                       displays)))
+      cached = (key, tuple(_make_knobs(names, *kv.T, displays)))  # KNOB_COLUMNS
       self._last_knobs = cached
     return _Snapshot(
         knobs=cached[1],
         stage_names=tuple(map(bytes.decode, stage_names.numpy().tolist())),
         stage_stats=stage_stats.numpy(),
-        counters=dict(zip(_COUNTERS, counters.numpy().tolist())))
+        counters=dict(zip(COUNTERS, counters.numpy().tolist())))
 
   def set(self, values: Mapping[str, float]) -> dict[str, float]:
     """Sets several knobs at once: all of them, or none if one is invalid.
@@ -300,14 +305,14 @@ class Session:
     snap = self._snapshot()
     proto = self.model_proto()
     nodes = dict(proto.nodes.items())  # one pass over the proto map
-    ids = snap.stage_stats[:, _NODE_ID_COLUMN].tolist()
+    ids = snap.stage_stats[:, NODE_ID_COLUMN].tolist()
     names = dict(zip(ids, snap.stage_names))
     result = []
     for nid, name, row in zip(ids, snap.stage_names,
                               snap.stage_stats.tolist()):
       node = nodes.get(nid)
       result.append(StageStats(
-          name, *row[:_NODE_ID_COLUMN],
+          name, *row[:NODE_ID_COLUMN],
           parameters=({p.name: p.value for p in node.parameters}
                       if node is not None else {}),
           inputs=(tuple(names[i] for i in node.inputs if i in names)
@@ -319,8 +324,8 @@ class Session:
     """Session counters: elements returned, consumer gap time (us), time in
     GetNext (us), buffered and peak buffered bytes, RAM budget, guard
     actions."""
-    values = self._call(_kernels.ops().intune_session_stats).numpy()
-    return dict(zip(_COUNTERS, (int(v) for v in values)))
+    values = self._call(_kernels.ops().intune_session_counters).numpy()
+    return dict(zip(COUNTERS, (int(v) for v in values)))
 
   def set_ram_budget(self, ram_budget: int) -> None:
     """Changes the RAM budget that the guard enforces, in bytes (> 0). From
@@ -394,7 +399,9 @@ def newest_session_id() -> int:
   return max(ids) if ids else 0
 
 
-_SESSION_IDS_ATTR = "_intune_session_ids"
+# The iterator attribute holding the ids of the sessions its creation (or
+# its latest checkpoint restore) made.
+SESSION_IDS_ATTR = "_intune_session_ids"
 
 
 def session_of(iterator: Any) -> Session:
@@ -411,9 +418,10 @@ def session_of(iterator: Any) -> Session:
     ValueError: the iterator has no session (InTune is off for its dataset,
       or it was not made by `iter()` in eager mode: inside a `tf.function`,
       or by tf.data service, use `sessions()`).
-    SessionGoneError: its session ended (the iterator was exhausted).
+    SessionGoneError: its session ended (the iterator was exhausted). After a
+      checkpoint is restored into the iterator, its new session is returned.
   """
-  ids = getattr(iterator, _SESSION_IDS_ATTR, None)
+  ids = getattr(iterator, SESSION_IDS_ATTR, None)
   if not ids:
     raise ValueError(
         f"{type(iterator).__name__} has no InTune session: make it with "
@@ -430,7 +438,7 @@ def session_of(iterator: Any) -> Session:
 def record_sessions(iterator: Any, after: int) -> None:
   """Remembers on `iterator` the sessions this thread made since `after`
   (called right after the iterator was made)."""
-  object.__setattr__(iterator, _SESSION_IDS_ATTR,
+  object.__setattr__(iterator, SESSION_IDS_ATTR,
                      sessions_made_by_this_thread(after))
 
 

@@ -105,7 +105,8 @@ def _costs(observations: Sequence[dict]) -> dict[str, float]:
     if out <= 0:
       continue
     for st in obs["stages"]:
-      per_stage[st["name"]].append(st["cpu_per_element_s"] * st["rate"] / out)
+      per_stage[st["name"]].append(records.stage_cost(
+          st["cpu_per_element_s"], st["rate"], out))
   return {name: float(np.median(v)) for name, v in per_stage.items()}
 
 

@@ -3,12 +3,15 @@
 `intune pretrain --seed S --out PATH` trains a fresh agent on randomized
 simulated pipelines (`simulator.random_pipeline`: 3-8 stages, 2-128 CPUs,
 heavy-tailed costs, resize and memory events) on randomized machines
-(`simulator.random_params`: oversubscription cost, pipelining). `intune simulate` scores
-policies against the simulator's optimum on random pipelines.
+(`simulator.random_params`: oversubscription cost, pipelining). `intune simulate`
+(`compare`) scores the agent and the non-learning baselines (`BASELINES`)
+against the simulator's optimum on random pipelines, and each against the
+best baseline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Callable
@@ -20,6 +23,7 @@ from intune_tf.agent import dqn
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim_lib
 from intune_tf.tuning import policies
+from intune_tf.tuning import search
 
 EPISODE_STEPS = 120
 # Share of exploratory moves that follow `guided_action`.
@@ -55,9 +59,9 @@ def guided_action(obs, mask: np.ndarray, rng: np.random.Generator) -> int:
     gap = gaps[i]
     if gap == 0:
       break
-    j = (3 if gap >= 5 else 2) if gap > 0 else (0 if gap <= -5 else 1)
-    if mask[4 * i + j]:
-      return 4 * i + j
+    move = (5 if gap >= 5 else 1) if gap > 0 else (-5 if gap <= -5 else -1)
+    if mask[dqn.action_of(i, move)]:
+      return dqn.action_of(i, move)
   return int(rng.choice(np.flatnonzero(mask)))
 
 
@@ -163,19 +167,107 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
   return agent, stats
 
 
+@dataclasses.dataclass(frozen=True)
+class Episode:
+  """What one policy did on one simulated pipeline.
+
+  Attributes:
+    rate: mean noise-free throughput of the last `tail` steps (0 after an
+      OOM).
+    of_optimum: `rate` / the optimum at the end.
+    steps_to_95: the first step whose noise-free throughput reached 95% of
+      the optimum in force (recomputed every `OPTIMUM_EVERY` steps when
+      costs drift), or None if none did.
+    changes: steps that changed the configuration in force.
+    tail_changes: those among the last `tail` steps.
+  """
+  rate: float
+  of_optimum: float
+  steps_to_95: int | None
+  changes: int
+  tail_changes: int
+
+
+# Steps between recomputations of the optimum of a pipeline whose costs
+# drift, for `Episode.steps_to_95`.
+OPTIMUM_EVERY = 5
+
+
+class _Optima:
+  """`simulator.optimum` of a pipeline's state, computed once per state
+  (CPUs and costs): the policies of one comparison see the same cost path
+  (the noise and drift of a seeded simulator do not depend on the policy),
+  so they share the computations."""
+
+  def __init__(self):
+    self._cache: dict[tuple, float] = {}
+
+  def __call__(self, sim: sim_lib.Simulator) -> float:
+    key = (id(sim.pipeline), sim.cpus, tuple(sim.costs))
+    if key not in self._cache:
+      self._cache[key] = sim.optimum()[0]
+    return self._cache[key]
+
+
+def run_episode(policy: policies.Policy, sim: sim_lib.Simulator,
+                steps: int = EPISODE_STEPS, tail: int = 20,
+                optima: Callable[[sim_lib.Simulator], float] | None = None
+                ) -> Episode:
+  """Steps `policy` on `sim` for `steps` tuning periods.
+
+  Args:
+    policy: the policy.
+    sim: the simulator, at the start configuration.
+    steps: tuning periods. Default `EPISODE_STEPS` (120).
+    tail: last steps whose throughput is the score. Default 20.
+    optima: the optimum of a simulator's state (a shared `_Optima` cache).
+      Default: computed.
+  """
+  optima = optima or (lambda s: s.optimum()[0])
+  rates, changed = [], []
+  reached, optimum = None, None
+  for t in range(steps):
+    obs = sim.observe()
+    values = policy.step(obs)
+    before = (list(sim.parallelism), list(sim.buffers))
+    if values:
+      sim.set(values)
+    changed.append((list(sim.parallelism), list(sim.buffers)) != before)
+    sim.advance()
+    rates.append(sim.true_rate())
+    if reached is None:
+      if optimum is None or (sim.pipeline.drift and t % OPTIMUM_EVERY == 0):
+        optimum = optima(sim)
+      if rates[-1] >= 0.95 * optimum:
+        reached = t + 1
+  rate = float(np.mean(rates[-tail:]))
+  opt = optima(sim)
+  return Episode(rate=rate, of_optimum=rate / opt if opt > 0 else 1.0,
+                 steps_to_95=reached, changes=int(sum(changed)),
+                 tail_changes=int(sum(changed[-tail:])))
+
+
 def run_policy(policy: policies.Policy, sim: sim_lib.Simulator,
                steps: int = EPISODE_STEPS, tail: int = 20) -> float:
   """Steps `policy` on `sim`; the mean noise-free throughput of the last
   `tail` steps (0 after an OOM)."""
-  rates = []
-  for _ in range(steps):
-    obs = sim.observe()
-    values = policy.step(obs)
-    if values:
-      sim.set(values)
-    sim.advance()
-    rates.append(sim.true_rate())
-  return float(np.mean(rates[-tail:]))
+  return run_episode(policy, sim, steps, tail).rate
+
+
+def episodes(make_policy: Callable[[], policies.Policy], pipelines,
+             seed: int = 0, steps: int = EPISODE_STEPS, start: str = "even",
+             optima: Callable[[sim_lib.Simulator], float] | None = None
+             ) -> list[Episode]:
+  """One `Episode` of a fresh policy per (pipeline, params) pair of
+  `pipelines`, each simulator seeded `seed + i` (the same noise for every
+  policy), from the even split (`start="even"`) or one thread each."""
+  out = []
+  for i, (pipe, params) in enumerate(pipelines):
+    sim = sim_lib.Simulator(pipe, seed=seed + i, params=params)
+    if start == "even":
+      sim.set(policies.EvenPolicy(IntuneOptions()).step(sim.observe()))
+    out.append(run_episode(make_policy(), sim, steps, optima=optima))
+  return out
 
 
 def score(make_policy: Callable[[], policies.Policy], pipelines,
@@ -183,15 +275,8 @@ def score(make_policy: Callable[[], policies.Policy], pipelines,
           start: str = "even") -> np.ndarray:
   """Each policy's steady throughput / the optimum, per (pipeline, params)
   pair of `pipelines`."""
-  ratios = []
-  for i, (pipe, params) in enumerate(pipelines):
-    sim = sim_lib.Simulator(pipe, seed=seed + i, params=params)
-    if start == "even":
-      sim.set(policies.EvenPolicy(IntuneOptions()).step(sim.observe()))
-    rate = run_policy(make_policy(), sim, steps)
-    opt = sim.optimum()[0]
-    ratios.append(rate / opt if opt > 0 else 1.0)
-  return np.asarray(ratios)
+  return np.asarray([e.of_optimum for e in episodes(
+      make_policy, pipelines, seed, steps, start)])
 
 
 def evaluation_pipelines(count: int = 200, seed: int = 1234,
@@ -207,34 +292,122 @@ def evaluation_pipelines(count: int = 200, seed: int = 1234,
            sim_lib.random_params(rng)) for _ in range(count)]
 
 
+# The non-learning baselines `compare` scores the agent against.
+BASELINES = ("climb", "coordinate", "plumber", "analytic", "even")
+POLICIES = ("intune",) + BASELINES
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, seed: int = 0,
+                      resamples: int = 10_000) -> tuple[float, float, float]:
+  """Mean of the paired differences a - b and its 95% confidence interval
+  (percentile bootstrap over the pairs, seeded).
+
+  Returns:
+    (mean, low, high).
+  """
+  d = np.asarray(a, float) - np.asarray(b, float)
+  rng = np.random.default_rng(seed)
+  means = d[rng.integers(0, len(d), (resamples, len(d)))].mean(axis=1)
+  return float(d.mean()), float(np.percentile(means, 2.5)), float(
+      np.percentile(means, 97.5))
+
+
+def describe_pipeline(pipe: sim_lib.SimPipeline,
+                      params: sim_lib.SimParams) -> str:
+  """A pipeline's shape in one line: stages (costs relative to the
+  cheapest, "f" fixed, "b" buffered, "cv" variability), CPUs, machine
+  constants, consumer, RAM budget."""
+  low = min(st.cost_s for st in pipe.stages)
+  parts = []
+  for st in pipe.stages:
+    tags = ("" if st.tunable else "f") + ("b" if st.buffer else "")
+    cv = f" cv{st.cv:g}" if st.cv else ""
+    parts.append(f"{st.cost_s / low:.1f}{tags}{cv}")
+  ceiling = pipe.cpus / sum(st.cost_s for st in pipe.stages)
+  consumer = (f", consumer at {1 / pipe.consumer_step_s / ceiling:.2f} of "
+              "the work ceiling" if pipe.consumer_step_s else "")
+  bpe = sum(st.bytes_per_element for st in pipe.stages if st.buffer)
+  return (f"{len(pipe.stages)} stages [{' '.join(parts)}], {pipe.cpus} CPUs, "
+          f"k={params.pipelining:g}, oversubscription "
+          f"{params.oversubscription:.2f}{consumer}, RAM budget "
+          f"{pipe.ram_budget / bpe:g}x the buffered elements"
+          + (", costs drift" if pipe.drift else ""))
+
+
 def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
-            steps: int = EPISODE_STEPS) -> dict:
-  """Scores intune, analytic and even on the same random pipelines."""
-  # Deferred: the online policy loads TensorFlow (warm start, rewrites);
-  # the simulation part must not at import.
-  from intune_tf.agent import policy as agent_lib
+            steps: int = EPISODE_STEPS,
+            names: tuple[str, ...] = POLICIES) -> dict:
+  """Scores the policies `names` on the same random pipelines
+  (`evaluation_pipelines`), each against the simulator's optimum, and each
+  against the best non-learning baseline (the one of `BASELINES` among
+  `names` with the highest mean of-optimum).
+
+  Returns:
+    {"policies": {name: summary}, "best_baseline": name, "pipelines",
+    "steps", "shapes": [pipeline descriptions]}; a summary holds median,
+    p10, min, mean of the of-optimum ratios, per-pipeline ratios,
+    steps_to_95 (median, never counted as infinite: None when more than
+    half never reached it; `reached`: the share that did), changes and
+    tail_changes (medians per pipeline), the pipelines at the minimum and
+    the 10th percentile, and `vs_best`: the paired difference to the best
+    baseline (mean, 95% CI low and high, share of pipelines where better).
+  """
   pipes = evaluation_pipelines(count, seed)
   opts = IntuneOptions()
-  agent = dqn.Agent(seed=seed, replay_capacity=5_000, batch_size=32)
-  agent.load(weights or agent_lib.DEFAULT_WEIGHTS)
-  pretrained = agent.get_weights()
+  optima = _Optima()
+  makers: dict[str, Callable[[], policies.Policy]] = {
+      "analytic": lambda: policies.AnalyticPolicy(opts),
+      "even": lambda: policies.EvenPolicy(opts),
+      "climb": lambda: search.ClimbPolicy(opts),
+      "coordinate": lambda: search.CoordinatePolicy(opts),
+      "plumber": lambda: search.PlumberPolicy(opts),
+  }
+  if "intune" in names:
+    # Deferred: the online policy loads TensorFlow (warm start, rewrites);
+    # the simulation part must not at import.
+    from intune_tf.agent import policy as agent_lib
+    agent = dqn.Agent(seed=seed, replay_capacity=5_000, batch_size=32)
+    agent.load(weights or agent_lib.DEFAULT_WEIGHTS)
+    pretrained = agent.get_weights()
 
-  def make_intune():
-    agent.set_weights(pretrained)
-    agent.replay = dqn.Replay(5_000)
-    return agent_lib.IntunePolicy(opts, agent=agent)
-
-  result = {}
-  for name, make in (("intune", make_intune),
-                     ("analytic", lambda: policies.AnalyticPolicy(opts)),
-                     ("even", lambda: policies.EvenPolicy(opts))):
-    ratios = score(make, pipes, seed=seed, steps=steps)
-    result[name] = {"median": float(np.median(ratios)),
-                    "p10": float(np.percentile(ratios, 10)),
-                    "min": float(ratios.min()),
-                    "mean": float(ratios.mean())}
-  result["pipelines"] = count
-  result["steps"] = steps
+    def make_intune():
+      agent.set_weights(pretrained)
+      agent.replay = dqn.Replay(5_000)
+      return agent_lib.IntunePolicy(opts, agent=agent)
+    makers["intune"] = make_intune
+  unknown = [n for n in names if n not in makers]
+  if unknown:
+    raise ValueError(f"Unknown policies {unknown}; valid: {list(makers)}.")
+  runs = {name: episodes(makers[name], pipes, seed=seed, steps=steps,
+                         optima=optima) for name in names}
+  result: dict = {"policies": {}, "pipelines": count, "steps": steps,
+                  "shapes": [describe_pipeline(*p) for p in pipes]}
+  ratios = {n: np.asarray([e.of_optimum for e in runs[n]]) for n in names}
+  baselines = [n for n in names if n in BASELINES]
+  best = max(baselines, key=lambda n: ratios[n].mean()) if baselines else None
+  result["best_baseline"] = best
+  for name in names:
+    r, eps = ratios[name], runs[name]
+    times = np.asarray([np.inf if e.steps_to_95 is None else e.steps_to_95
+                        for e in eps], float)
+    median_time = float(np.median(times))
+    order = np.argsort(r, kind="stable")
+    p10_index = int(order[min(len(r) - 1, int(round(0.1 * (len(r) - 1))))])
+    summary = {
+        "median": float(np.median(r)), "p10": float(np.percentile(r, 10)),
+        "min": float(r.min()), "mean": float(r.mean()),
+        "ratios": [float(x) for x in r],
+        "steps_to_95": median_time if np.isfinite(median_time) else None,
+        "reached_95": float(np.isfinite(times).mean()),
+        "changes": float(np.median([e.changes for e in eps])),
+        "tail_changes": float(np.median([e.tail_changes for e in eps])),
+        "min_pipeline": int(order[0]), "p10_pipeline": p10_index,
+    }
+    if best is not None:
+      mean, low, high = paired_difference(r, ratios[best], seed)
+      summary["vs_best"] = {"mean": mean, "low": low, "high": high,
+                            "better": float((r > ratios[best]).mean())}
+    result["policies"][name] = summary
   return result
 
 
@@ -248,13 +421,46 @@ def main_pretrain(args) -> int:
   return 0
 
 
+def format_comparison(result: dict) -> str:
+  """`compare`'s result as the table `intune simulate` prints."""
+  best = result["best_baseline"]
+  lines = [f"{result['pipelines']} pipelines, {result['steps']} steps; "
+           "steady throughput / the optimum; vs best: the paired difference "
+           f"to the best non-learning baseline ({best}, highest mean), mean "
+           "[95% CI] and the share of pipelines where better; steps to 95%: "
+           "median (- when most never reach it) and the share that do; "
+           "changes: configuration changes per pipeline (median), over the "
+           "run / the last 20 steps.",
+           f"{'policy':11}{'median':>7}{'p10':>7}{'min':>7}{'mean':>7}"
+           f"{'vs best [95% CI]':>28}{'better':>7}{'to 95%':>8}{'reach':>6}"
+           f"{'changes':>9}"]
+  for name, r in result["policies"].items():
+    vs = r.get("vs_best")
+    vs_text = (f"{vs['mean']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}]"
+               if vs and name != best else "-")
+    better = f"{vs['better']:.2f}" if vs and name != best else "-"
+    t = r["steps_to_95"]
+    lines.append(
+        f"{name:11}{r['median']:7.3f}{r['p10']:7.3f}{r['min']:7.3f}"
+        f"{r['mean']:7.3f}{vs_text:>28}{better:>7}"
+        f"{'-' if t is None else f'{t:.0f}':>8}{r['reached_95']:6.2f}"
+        f"{r['changes']:5.0f} /{r['tail_changes']:2.0f}")
+  lines.append("Where the low cases come from (pipeline #: stage costs "
+               "relative to the cheapest, f fixed, b buffered):")
+  for name, r in result["policies"].items():
+    for what in ("min", "p10"):
+      i = r[f"{what}_pipeline"]
+      others = ", ".join(f"{n} {o['ratios'][i]:.3f}"
+                         for n, o in result["policies"].items() if n != name)
+      lines.append(f"  {name} {what} {r['ratios'][i]:.3f} on #{i}: "
+                   f"{result['shapes'][i]} ({others})")
+  return "\n".join(lines)
+
+
 def main_simulate(args) -> int:
-  result = compare(args.weights, args.pipelines, args.seed, args.steps)
-  print(f"{'policy':10} {'median':>8} {'p10':>8} {'min':>8}   (of the optimum, "
-        f"{result['pipelines']} pipelines, {result['steps']} steps)")
-  for name in ("intune", "analytic", "even"):
-    r = result[name]
-    print(f"{name:10} {r['median']:8.3f} {r['p10']:8.3f} {r['min']:8.3f}")
+  names = tuple(n for n in args.policies.split(",") if n)
+  result = compare(args.weights, args.pipelines, args.seed, args.steps, names)
+  print(format_comparison(result))
   if args.json:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=1)
@@ -270,11 +476,15 @@ def add_parser(subparsers) -> None:
   p.add_argument("--out", required=True, help="Weights file to write (.npz).")
   p.set_defaults(func=main_pretrain)
   p = subparsers.add_parser(
-      "simulate", help="Score intune, analytic and even against the "
-      "simulator's optimum on random pipelines.")
+      "simulate", help="Score the agent and the non-learning baselines "
+      "against the simulator's optimum and the best baseline on random "
+      "pipelines.")
   p.add_argument("--weights", default=None, help="Agent weights (.npz).")
   p.add_argument("--pipelines", type=int, default=200)
   p.add_argument("--seed", type=int, default=1234)
   p.add_argument("--steps", type=int, default=EPISODE_STEPS)
+  p.add_argument("--policies", default=",".join(POLICIES),
+                 help="Comma-separated policies (default: intune and every "
+                 "baseline).")
   p.add_argument("--json", default=None, help="Write the scores here.")
   p.set_defaults(func=main_simulate)

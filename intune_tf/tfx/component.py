@@ -54,7 +54,7 @@ class IntuneTunerSpec(component_spec.ComponentSpec):
           component_spec.ChannelParameter(type=standard_artifacts.Examples),
   }
   OUTPUTS = {
-      executor.TUNED_INPUT_CONFIG_KEY:
+      executor.TUNED_INPUT_CONFIG_CHANNEL:
           component_spec.ChannelParameter(type=TunedInputConfig),
   }
 
@@ -138,7 +138,7 @@ class TrainerSpec(standard_component_specs.TrainerSpec):
 
   INPUTS = {
       **standard_component_specs.TrainerSpec.INPUTS,
-      executor.TUNED_INPUT_CONFIG_KEY:
+      executor.TUNED_INPUT_CONFIG_CHANNEL:
           component_spec.ChannelParameter(type=TunedInputConfig,
                                           optional=True),
   }

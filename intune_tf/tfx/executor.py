@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable
 
 from absl import logging
@@ -40,6 +39,7 @@ from tfx.types import artifact_utils
 from tfx.types import standard_artifact_utils
 
 import intune_tf
+from intune_tf.bench import meter as meter_lib
 from intune_tf.tfx import artifacts
 from intune_tf.tfx import tuned_config
 from intune_tf.tuning import host
@@ -49,7 +49,9 @@ from intune_tf.tuning import warmstart
 
 # Keys of the component spec.
 EXAMPLES_KEY = "examples"
-TUNED_INPUT_CONFIG_KEY = "tuned_input_config"
+# The channel the tuner writes and the trainer reads; the trainer passes its
+# uri to `run_fn` under `tuned_config.TUNED_INPUT_CONFIG_KEY`.
+TUNED_INPUT_CONFIG_CHANNEL = "tuned_input_config"
 MODULE_FILE_KEY = "module_file"
 INPUT_FN_KEY = "input_fn"
 TUNE_SECONDS_KEY = "tune_seconds"
@@ -233,10 +235,7 @@ def export_agent(session: "intune_tf.Session", config: dict[str, Any],
   Returns:
     The files written, relative to the artifact's uri.
   """
-  agent = getattr(_policy_of(session), "agent", None)
-  weights = None
-  if agent is not None and getattr(agent, "gradient_steps", 0):
-    weights = agent.get_weights()
+  weights = warmstart.fine_tuned_weights(_policy_of(session))
   saved = warmstart.save(session, config["knobs"], rows_per_s, weights)
   if not saved:
     return []
@@ -272,23 +271,11 @@ def _run(ds: tf.data.Dataset, seconds: float, warmup: float,
   measured window, rows measured, on_end(session) while it is alive)."""
   it = iter(ds)
   session = _session_of(it)
-  rows, start, end_warmup = 0, time.perf_counter(), None
-  t0 = start
-  try:
-    while True:
-      now = time.perf_counter()
-      if end_warmup is None and now - start >= warmup:
-        end_warmup, rows, t0 = now, 0, now
-      if end_warmup is not None and now - t0 >= seconds:
-        break
-      rows += _rows(next(it))
-  except StopIteration:
-    pass
-  elapsed = time.perf_counter() - t0
+  meter = meter_lib.pull(it, seconds, warmup, _rows)
   extra = on_end(session) if on_end is not None else None
   del it
   gc.collect()
-  return (rows / elapsed if elapsed > 0 else 0.0), rows, extra
+  return meter.rows_per_s, meter.rows, extra
 
 
 def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
@@ -316,9 +303,6 @@ def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
   Raises:
     ValueError: the pipeline has no tunable stage, or yields nothing.
   """
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(policy=policy)
-
   def finish_tuning(session):
     if session is None:
       return None, "", [], None
@@ -335,7 +319,7 @@ def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
     return config, source, files, error
 
   tuning_rate, tuning_rows, (config, source, agent_files, agent_error) = _run(
-      make_dataset().with_options(options), tune_seconds, 0.0, finish_tuning)
+      intune_tf.tune(make_dataset(), policy=policy), tune_seconds, 0.0, finish_tuning)
   if tuning_rows == 0:
     raise ValueError("IntuneTuner: the input pipeline yielded no element.")
   if config is None:
@@ -425,7 +409,7 @@ class Executor(base_executor.BaseExecutor):
     self._log_startup(input_dict, output_dict, exec_properties)
     examples = artifact_utils.get_single_instance(input_dict[EXAMPLES_KEY])
     out = artifact_utils.get_single_instance(
-        output_dict[TUNED_INPUT_CONFIG_KEY])
+        output_dict[TUNED_INPUT_CONFIG_CHANNEL])
     split = exec_properties.get(SPLIT_KEY) or DEFAULT_SPLIT
     policy = (exec_properties.get(POLICY_KEY) or
               intune_tf.IntuneOptions().policy)
@@ -488,7 +472,7 @@ class TrainerExecutor(trainer_executor.GenericExecutor):
 
   def _GetFnArgs(self, input_dict, output_dict, exec_properties):
     fn_args = super()._GetFnArgs(input_dict, output_dict, exec_properties)
-    tuned = input_dict.get(TUNED_INPUT_CONFIG_KEY)
+    tuned = input_dict.get(TUNED_INPUT_CONFIG_CHANNEL)
     if tuned:
       fn_args.custom_config = dict(fn_args.custom_config or {})
       fn_args.custom_config[tuned_config.TUNED_INPUT_CONFIG_KEY] = (

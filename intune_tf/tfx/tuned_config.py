@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import tensorflow as tf
 
 from intune_tf import records
+from intune_tf.ops import hooks
 from intune_tf.options import IntuneOptions
 from intune_tf.records import Knob
 from intune_tf.tuning import policies
@@ -234,10 +235,8 @@ def apply_tuned_config(dataset: tf.data.Dataset,
       raise TypeError(f"apply_tuned_config sets IntuneOptions.{field} itself; "
                       "use then= to name the policy to continue with.")
   policy = _register_then(then) if then else TUNED_POLICY
-  options = tf.data.Options()
-  options.experimental_intune = IntuneOptions(
-      policy=policy, config=config["knobs"], **option_fields)
-  return dataset.with_options(options)
+  return hooks.tune(dataset, policy=policy, config=config["knobs"],
+                    **option_fields)
 
 
 def read_records(file_pattern: str | Sequence[str],

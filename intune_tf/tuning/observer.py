@@ -154,10 +154,8 @@ class Observer:
     for k in knobs:
       (parallelism if k.kind == "parallelism" else buffer_size)[k.stage] = (
           k.value)
-    # Columns as in `session._STAGE_COLUMNS`: elements, processing_time_ns,
-    # buffered_bytes, buffered_elements, bytes_produced, bytes_consumed; then
-    # the node id.
-    ncol = session_lib._NODE_ID_COLUMN  # pylint: disable=protected-access
+    col = session_lib.STAGE_COLUMN
+    ncol = session_lib.NODE_ID_COLUMN  # the statistics come before it
     stats = table[:, :ncol]
     ids = tuple(table[:, ncol].tolist())
     delta = np.maximum(stats - self._previous(ids, stats.shape), 0)
@@ -169,15 +167,21 @@ class Observer:
       delta, stats_now = summed
     else:
       stats_now = stats
-    elements, ptime, produced = delta[:, 0], delta[:, 1], delta[:, 4]
+    elements = delta[:, col["elements"]]
+    ptime = delta[:, col["processing_time_ns"]]
+    produced = delta[:, col["bytes_produced"]]
     total_time = float(ptime.sum()) or 1.0
     per_element = np.zeros((2, len(names)))
     cpu_per_element = np.divide(ptime / 1e9, elements, out=per_element[0],
                                 where=elements > 0)
-    bpe = np.divide(stats_now[:, 4], stats_now[:, 0], out=per_element[1],
-                    where=stats_now[:, 0] > 0)
-    np.divide(stats_now[:, 2], stats_now[:, 3], out=bpe,
-              where=stats_now[:, 3] > 0)
+    produced_now = stats_now[:, col["bytes_produced"]]
+    elements_now = stats_now[:, col["elements"]]
+    buffered_now = stats_now[:, col["buffered_bytes"]]
+    held_now = stats_now[:, col["buffered_elements"]]
+    # Bytes per element: of what is buffered, else of what was produced.
+    bpe = np.divide(produced_now, elements_now, out=per_element[1],
+                    where=elements_now > 0)
+    np.divide(buffered_now, held_now, out=bpe, where=held_now > 0)
     rates = elements / interval
     produced_rates = produced / interval
     shares = ptime / total_time
@@ -188,9 +192,9 @@ class Observer:
         for (name, threads, size, rate, cpe, held, b, produced_rate, buffered,
              share) in zip(names, map(parallelism.get, names),
                            map(buffer_size.get, names), rates.tolist(),
-                           cpu_per_element.tolist(), stats_now[:, 3].tolist(),
+                           cpu_per_element.tolist(), held_now.tolist(),
                            bpe.tolist(), produced_rates.tolist(),
-                           stats_now[:, 2].tolist(), shares.tolist())])
+                           buffered_now.tolist(), shares.tolist())])
     last = self._last_counters or {k: 0 for k in counters}
     d_elements = counters["elements"] - last["elements"]
     d_gaps = counters["gap_count"] - last["gap_count"]

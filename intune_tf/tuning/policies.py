@@ -10,8 +10,12 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from intune_tf import records
+
 if TYPE_CHECKING:
+  from intune_tf.ops.session import Session
   from intune_tf.options import IntuneOptions
+  from intune_tf.records import Decision
   from intune_tf.records import Observation
 
 # Largest prefetch buffer (elements) the "even" policy gives a stage.
@@ -31,9 +35,17 @@ class Policy(abc.ABC):
   # A static policy decides from the knobs alone (not from statistics): the
   # tuner steps it again only when the pipeline's set of knobs changes.
   static = False
+  # What the last step did, for the decision log; None: nothing to say.
+  last_decision: "Decision | None" = None
 
   def __init__(self, options: IntuneOptions):
     self.options = options
+
+  def bind(self, session: "Session") -> None:
+    """Called once by the tuner, before the first step, with the session the
+    policy tunes (for state kept between runs, such as warm start). A
+    failure is logged and tuning goes on. Default: does nothing."""
+    del session
 
   @abc.abstractmethod
   def step(self, obs: "Observation") -> dict[str, float]:
@@ -166,7 +178,8 @@ class AnalyticPolicy(Policy):
       st = obs.stage(k.stage)
       if st is None or st.rate <= 0 or obs.output_rate <= 0:
         continue
-      cost = st.cpu_per_element_s * st.rate / obs.output_rate
+      cost = records.stage_cost(st.cpu_per_element_s, st.rate,
+                                obs.output_rate)
       old = self._cost.get(k.stage)
       self._cost[k.stage] = cost if old is None else (
           self.SMOOTHING * cost + (1 - self.SMOOTHING) * old)

@@ -56,12 +56,11 @@ class _Tuned:
     if session.options_error is not None:
       raise ValueError(f"its options could not be read ({session.options_error})")
     self.policy = policies.create(session.options)
-    bind = getattr(self.policy, "bind", None)
-    if bind is not None:
-      try:
-        bind(session)
-      except Exception as e:  # pylint: disable=broad-except
-        logging.warning("InTune: warm start of %r failed: %r", session, e)
+    try:
+      self.policy.bind(session)
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning("InTune: %s.bind(%r) failed (tuning goes on): %r",
+                      type(self.policy).__name__, session, e)
     self.observer = observation_lib.Observer(session)
     self.last_good: dict[str, float] | None = None
     self.reported_error = False  # by the policy's step

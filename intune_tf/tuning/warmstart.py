@@ -18,13 +18,13 @@ import hashlib
 import json
 import math
 import os
-import pathlib
 import time
 from typing import Mapping, Sequence
 
 from absl import logging
 import numpy as np
 
+from intune_tf import files
 from intune_tf import rewrites
 from intune_tf.agent import dqn
 from intune_tf.observe import status
@@ -81,13 +81,23 @@ def _fingerprint_of(session) -> str | None:
   return fp or None
 
 
+def fine_tuned_weights(policy) -> list[np.ndarray] | None:
+  """The weights of `policy`'s agent if online fine-tuning changed them (at
+  least one gradient step), else None: saving unchanged weights beside a
+  configuration would hide the ones the agent saved itself."""
+  agent = getattr(policy, "agent", None)
+  if agent is None or not getattr(agent, "gradient_steps", 0):
+    return None
+  return agent.get_weights()
+
+
 def save(session, config: Mapping[str, float] | None = None,
          rows_per_s: float = 0.0,
          weights: Sequence[np.ndarray] | None = None) -> str | None:
   """Saves a session's configuration (default: its knobs now) and, when
-  given, agent weights. Returns the JSON path, or None when the session has
-  no graph fingerprint (a dataset built inside a tf.function) or options
-  turn warm start off."""
+  given, agent weights (see `fine_tuned_weights`). Returns the JSON path, or
+  None when the session has no graph fingerprint (a dataset built inside a
+  tf.function) or options turn warm start off."""
   fp = _fingerprint_of(session)
   if fp is None or not getattr(session.options, "warm_start", True):
     return None
@@ -101,7 +111,7 @@ def save(session, config: Mapping[str, float] | None = None,
           "config": {k: float(v) for k, v in config.items()},
           "rows_per_s": float(rows_per_s), "saved": time.time(),
           "weights": weights is not None}
-  status.write_json_atomic(pathlib.Path(base + ".json"), data)
+  files.write_json(base + ".json", data)
   return base + ".json"
 
 

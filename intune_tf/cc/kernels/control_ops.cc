@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "intune_tf/cc/kernels/session_registry.h"
+#include "intune_tf/cc/layout.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -130,13 +131,21 @@ class IntuneSetKnobsOp : public OpKernel {
   }
 };
 
-// The counters in the order IntuneSessionStats documents.
+// The counters in the order IntuneSessionCounters documents.
 std::vector<int64_t> CounterFields(const TuningSession& session) {
   const SessionCounters c = session.Counters();
-  return {c.elements,       c.gap_time_us,         c.gap_count,
-          c.get_next_time_us, c.buffered_bytes,    c.peak_buffered_bytes,
-          c.ram_budget,     c.guard_shrinks,       c.guard_over_budget,
-          c.created_us};
+  std::vector<int64_t> fields(kNumCounters);
+  fields[kCounterElements] = c.elements;
+  fields[kCounterGapTimeUs] = c.gap_time_us;
+  fields[kCounterGapCount] = c.gap_count;
+  fields[kCounterGetNextTimeUs] = c.get_next_time_us;
+  fields[kCounterBufferedBytes] = c.buffered_bytes;
+  fields[kCounterPeakBufferedBytes] = c.peak_buffered_bytes;
+  fields[kCounterRamBudget] = c.ram_budget;
+  fields[kCounterGuardShrinks] = c.guard_shrinks;
+  fields[kCounterGuardOverBudget] = c.guard_over_budget;
+  fields[kCounterCreatedUs] = c.created_us;
+  return fields;
 }
 
 Status OutputCounters(OpKernelContext* ctx, int index,
@@ -149,7 +158,7 @@ Status OutputCounters(OpKernelContext* ctx, int index,
   return OkStatus();
 }
 
-class IntuneSessionStatsOp : public OpKernel {
+class IntuneSessionCountersOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
@@ -176,34 +185,54 @@ class IntuneObserveOp : public OpKernel {
         *knob_displays;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &knob_names));
     OP_REQUIRES_OK(ctx,
-                   ctx->allocate_output(1, TensorShape({k, 3}), &knob_values));
+                   ctx->allocate_output(
+                            1, TensorShape({k, kNumKnobColumns}), &knob_values));
     OP_REQUIRES_OK(ctx,
                    ctx->allocate_output(2, TensorShape({s}), &stage_names));
     OP_REQUIRES_OK(ctx,
-                   ctx->allocate_output(3, TensorShape({s, 7}), &stage_stats));
+                   ctx->allocate_output(
+                            3, TensorShape({s, kNumStageColumns}), &stage_stats));
     OP_REQUIRES_OK(ctx,
                    ctx->allocate_output(5, TensorShape({k}), &knob_displays));
     auto values = knob_values->matrix<double>();
     for (int64_t i = 0; i < k; ++i) {
       knob_names->vec<tstring>()(i) = knobs[i].name;
       knob_displays->vec<tstring>()(i) = knobs[i].display;
-      values(i, 0) = knobs[i].value;
-      values(i, 1) = knobs[i].min;
-      values(i, 2) = knobs[i].max;
+      values(i, kKnobValue) = knobs[i].value;
+      values(i, kKnobMin) = knobs[i].min;
+      values(i, kKnobMax) = knobs[i].max;
     }
     auto stats = stage_stats->matrix<int64_t>();
     for (int64_t i = 0; i < s; ++i) {
       const StageSample& st = stages[i];
       stage_names->vec<tstring>()(i) = st.name;
-      stats(i, 0) = st.elements;
-      stats(i, 1) = st.processing_time_ns;
-      stats(i, 2) = st.buffered_bytes;
-      stats(i, 3) = st.buffered_elements;
-      stats(i, 4) = st.bytes_produced;
-      stats(i, 5) = st.bytes_consumed;
-      stats(i, 6) = st.node_id;
+      stats(i, kStageElements) = st.elements;
+      stats(i, kStageProcessingTimeNs) = st.processing_time_ns;
+      stats(i, kStageBufferedBytes) = st.buffered_bytes;
+      stats(i, kStageBufferedElements) = st.buffered_elements;
+      stats(i, kStageBytesProduced) = st.bytes_produced;
+      stats(i, kStageBytesConsumed) = st.bytes_consumed;
+      stats(i, kStageNodeId) = st.node_id;
     }
     OP_REQUIRES_OK(ctx, OutputCounters(ctx, 4, *session));
+  }
+};
+
+class IntuneLayoutOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    Tensor *counters, *columns;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({kNumCounters}),
+                                             &counters));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            1, TensorShape({kNumStageColumns}), &columns));
+    for (int i = 0; i < kNumCounters; ++i) {
+      counters->vec<tstring>()(i) = kCounterNames[i];
+    }
+    for (int i = 0; i < kNumStageColumns; ++i) {
+      columns->vec<tstring>()(i) = kStageColumnNames[i];
+    }
   }
 };
 
@@ -233,10 +262,12 @@ REGISTER_KERNEL_BUILDER(Name("IntuneListKnobs").Device(DEVICE_CPU),
                         IntuneListKnobsOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSetKnobs").Device(DEVICE_CPU),
                         IntuneSetKnobsOp);
-REGISTER_KERNEL_BUILDER(Name("IntuneSessionStats").Device(DEVICE_CPU),
-                        IntuneSessionStatsOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneSessionCounters").Device(DEVICE_CPU),
+                        IntuneSessionCountersOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneObserve").Device(DEVICE_CPU),
                         IntuneObserveOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneLayout").Device(DEVICE_CPU),
+                        IntuneLayoutOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSetRamBudget").Device(DEVICE_CPU),
                         IntuneSetRamBudgetOp);
 

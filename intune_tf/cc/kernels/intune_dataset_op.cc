@@ -317,6 +317,17 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
   const std::string tag_;
 };
 
+// Runs the rewrite passes `options` selects on `input`'s graph, collecting
+// what they report.
+Status Rewrite(OpKernelContext* ctx, data::DatasetBase* input,
+               const rewrites::Options& options, rewrites::Report* report,
+               core::RefCountPtr<data::DatasetBase>* output) {
+  rewrites::ScopedReport scoped(report);
+  return data::RewriteDataset(
+      ctx, input, [&options]() { return rewrites::MakeRewriterConfig(options); },
+      /*record_fingerprint=*/false, output);
+}
+
 // `input` without its declarations (IntuneOptionsDataset), for a pipeline
 // whose option is off: left on top, a declaration is the last dataset that
 // TF's inject_prefetch sees (it skips only TF's own wrappers, such as
@@ -328,14 +339,7 @@ void StripDeclarations(OpKernelContext* ctx, data::DatasetBase* input,
   options.tune = false;
   rewrites::Report report;
   core::RefCountPtr<data::DatasetBase> stripped;
-  Status status;
-  {
-    rewrites::ScopedReport scoped(&report);
-    status = data::RewriteDataset(
-        ctx, input,
-        [&options]() { return rewrites::MakeRewriterConfig(options); },
-        /*record_fingerprint=*/false, &stripped);
-  }
+  const Status status = Rewrite(ctx, input, options, &report, &stripped);
   if (!status.ok()) {
     WarnOnce(absl::StrCat("InTune could not remove its option from this "
                           "pipeline (",
@@ -374,14 +378,7 @@ void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
   rewrites::SelectTfOptimizations(input->options(), &options);
   rewrites::Report report;
   core::RefCountPtr<data::DatasetBase> rewritten;
-  Status status;
-  {
-    rewrites::ScopedReport scoped(&report);
-    status = data::RewriteDataset(
-        ctx, input,
-        [&options]() { return rewrites::MakeRewriterConfig(options); },
-        /*record_fingerprint=*/false, &rewritten);
-  }
+  const Status status = Rewrite(ctx, input, options, &report, &rewritten);
   if (!status.ok()) {
     WarnOnce(absl::StrCat(
         "InTune could not rewrite this pipeline (", status.message(),

@@ -76,7 +76,7 @@ struct StageSample {
   int64_t bytes_consumed;
 };
 
-// Counters of a session, exported in this order by IntuneSessionStats.
+// Counters of a session, exported in this order by IntuneSessionCounters.
 struct SessionCounters {
   int64_t elements = 0;           // elements returned by the root
   int64_t gap_time_us = 0;        // total consumer time between GetNext calls

@@ -1,4 +1,5 @@
 // Op registrations of the InTune kernel library (kernels live in kernels/).
+#include "intune_tf/cc/layout.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -159,13 +160,13 @@ knob's range; it is rounded, written to every live instance of the knob and
 remembered for the instances created later. Returns the values in force.
 )doc");
 
-REGISTER_OP("IntuneSessionStats")
+REGISTER_OP("IntuneSessionCounters")
     .Input("session_id: int64")
     .Output("counters: int64")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
-      c->set_output(0, c->Vector(10));
+      c->set_output(0, c->Vector(kNumCounters));
       return OkStatus();
     });
 
@@ -181,19 +182,33 @@ REGISTER_OP("IntuneObserve")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
       c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
-      c->set_output(1, c->Matrix(InferenceContext::kUnknownDim, 3));
+      c->set_output(1, c->Matrix(InferenceContext::kUnknownDim,
+                                   kNumKnobColumns));
       c->set_output(2, c->Vector(InferenceContext::kUnknownDim));
-      c->set_output(3, c->Matrix(InferenceContext::kUnknownDim, 7));
-      c->set_output(4, c->Vector(10));
+      c->set_output(3, c->Matrix(InferenceContext::kUnknownDim,
+                                   kNumStageColumns));
+      c->set_output(4, c->Vector(kNumCounters));
       c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
       return OkStatus();
     })
     .Doc(R"doc(
 One tuning step's reading of a session: knob names and [value, min, max]
 (as IntuneListKnobs); the model's nodes breadth first from the output, by
-stage name, with [elements, processing_time_ns, buffered_bytes,
-buffered_elements, bytes_produced, bytes_consumed, node_id]; the counters of
-IntuneSessionStats; the knobs' node long names (as IntuneListKnobs).
+stage name, with the columns IntuneLayout names; the counters of
+IntuneSessionCounters; the knobs' node long names (as IntuneListKnobs).
+)doc");
+
+REGISTER_OP("IntuneLayout")
+    .Output("counters: string")
+    .Output("stage_columns: string")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(kNumCounters));
+      c->set_output(1, c->Vector(kNumStageColumns));
+      return OkStatus();
+    })
+    .Doc(R"doc(
+The names of the counters (IntuneSessionCounters, IntuneObserve) and of the
+stage_stats columns (IntuneObserve), in output order.
 )doc");
 
 REGISTER_OP("IntuneSetRamBudget")

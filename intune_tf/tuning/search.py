@@ -1,0 +1,464 @@
+"""Search baselines: policies that try a change and keep it only when the
+measured throughput says it helped.
+
+- `climb` (`ClimbPolicy`): a bottleneck-first hill climber: the busiest
+  stage's knobs are tried first.
+- `coordinate` (`CoordinatePolicy`): a coordinate climber: each knob in
+  turn, up then down.
+- `plumber` (`PlumberPolicy`): parallelism in proportion to each stage's
+  measured cost, with the total number of threads searched.
+
+They are the non-learning baselines `intune simulate` scores the agent
+against, and they run live like any policy (`IntuneOptions(policy="climb")`,
+`intune bench --policies climb,...`). They move within the agent's limits:
+`climb` and `coordinate` take only the agent's own moves (`dqn.MOVES`) that
+`dqn.action_mask` allows; `plumber` sets whole configurations, every knob
+within `dqn.knob_bounds`, the threads within `dqn.cpu_limit` and the buffers
+within the RAM budget.
+
+Measurement and accept/revert (`MeasuredSearch`): a measurement is the
+output rate over `samples` tuning steps (and at least `min_elements`
+elements). The configuration in force (the "base") is measured; a change
+is applied and measured; it is kept when its rate beats the base's by more
+than `threshold`, else the previous values are restored and the next
+candidate is tried after the base is measured again (each measurement of
+the base is averaged into its estimate). When no candidate is left the
+search has converged and holds; it starts again when the rate of the held
+configuration moves by more than `restart` from its estimate, or when the
+knobs or the CPU budget change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from intune_tf import records
+from intune_tf.agent import dqn
+from intune_tf.tuning import policies
+
+if TYPE_CHECKING:
+  from intune_tf.options import IntuneOptions
+  from intune_tf.records import Observation
+
+# Defaults of the measured search (see `MeasuredSearch`). Threshold and
+# samples were chosen by the simulator's score on a tuning set apart from
+# `intune simulate`'s (60 pipelines of `evaluation_pipelines(seed=99)`):
+# thresholds 0.01, 0.02, 0.04 and 1 or 2 steps per measurement; 0.02 and 1
+# scored best for all three policies, or within 0.01 of the best median.
+THRESHOLD = 0.02
+SAMPLES = 1
+MIN_ELEMENTS = 16
+RESTART = 0.1
+# Measurements of the base averaged into its estimate (the newest weigh
+# more once there are this many).
+BASE_WINDOW = 4
+
+
+@dataclasses.dataclass
+class _Trial:
+  """A change on trial: what it set, what restores the base, its label."""
+  values: dict[str, float]
+  revert: dict[str, float]
+  label: str
+
+
+class MeasuredSearch(policies.Policy):
+  """Accept/revert on measured throughput (module docstring); subclasses
+  propose the changes (`propose`) and hear what became of them
+  (`accepted`, `rejected`).
+
+  Args:
+    options: the session's options.
+    threshold: relative rise of the measured rate over the base's that
+      keeps a change. Default 0.02.
+    samples: tuning steps per measurement. Default 1.
+    min_elements: output elements a measurement waits for (up to 6 steps
+      more), so a rate of few large batches is not quantization noise.
+      Default 16.
+    restart: relative move of the converged configuration's rate that
+      starts the search again. Default 0.1.
+  """
+
+  def __init__(self, options: "IntuneOptions", threshold: float = THRESHOLD,
+               samples: int = SAMPLES, min_elements: float = MIN_ELEMENTS,
+               restart: float = RESTART):
+    super().__init__(options)
+    self.threshold = threshold
+    self.samples = max(1, int(samples))
+    self.min_elements = min_elements
+    self.restart = restart
+    self._context: tuple | None = None
+    self._reset(None)
+
+  def _reset(self, context: tuple | None) -> None:
+    self._context = context
+    self._steps = self._elements = self._seconds = 0.0
+    self._base: float | None = None
+    self._base_n = 0
+    self._trial: _Trial | None = None
+    self._converged = False
+    self.restart_search()
+
+  # --- for subclasses ---------------------------------------------------
+  def restart_search(self) -> None:
+    """Forgets the candidates tried (a new search from the base)."""
+
+  def propose(self, obs: "Observation") -> tuple[str, dict[str, float]] | None:
+    """The next change to try from the base `obs`: (label, knob values),
+    or None when none is left (converged)."""
+    raise NotImplementedError
+
+  def accepted(self, obs: "Observation", label: str) -> None:
+    """The change `label` raised the rate and is the new base."""
+
+  def rejected(self, obs: "Observation", label: str) -> None:
+    """The change `label` did not raise the rate and was reverted."""
+
+  # --- the step ---------------------------------------------------------
+  @property
+  def base_rate(self) -> float | None:
+    """The estimate of the base configuration's rate (None before it was
+    measured)."""
+    return self._base
+
+  @property
+  def converged(self) -> bool:
+    return self._converged
+
+  def _measure(self, obs: "Observation") -> float | None:
+    self._steps += 1
+    self._elements += obs.output_rate * obs.interval_s
+    self._seconds += obs.interval_s
+    if self._steps < self.samples or (
+        self._elements < self.min_elements and self._steps < self.samples + 6):
+      return None
+    rate = self._elements / max(self._seconds, 1e-9)
+    self._steps = self._elements = self._seconds = 0.0
+    return rate
+
+  def _credit_base(self, rate: float) -> None:
+    n = min(self._base_n, BASE_WINDOW - 1)
+    self._base = rate if self._base is None else (
+        (self._base * n + rate) / (n + 1))
+    self._base_n += 1
+
+  def step(self, obs: "Observation") -> dict[str, float]:
+    context = (tuple(k.name for k in obs.knobs), obs.cpu_budget)
+    if context != self._context:
+      self._reset(context)
+    if not obs.knobs:
+      return {}
+    rate = self._measure(obs)
+    if rate is None:
+      return {}
+    if self._trial is not None:
+      trial, self._trial = self._trial, None
+      if rate > self._base * (1 + self.threshold):
+        self._base, self._base_n = rate, 1
+        self.accepted(obs, trial.label)
+        self.last_decision = records.Decision(
+            int(self._steps), f"keep {trial.label}", rate=rate)
+      else:
+        self.rejected(obs, trial.label)
+        self.last_decision = records.Decision(
+            int(self._steps), f"revert {trial.label}", rate=rate)
+        return dict(trial.revert)
+    else:
+      if (self._converged and self._base and
+          abs(rate / self._base - 1) > self.restart):
+        self._converged = False
+        self._base, self._base_n = None, 0
+        self.restart_search()
+      self._credit_base(rate)
+      if self._converged:
+        self.last_decision = records.Decision(
+            int(self._steps), "hold", rate=rate)
+        return {}
+    proposal = self.propose(obs)
+    if proposal is None:
+      self._converged = True
+      self.last_decision = records.Decision(int(self._steps), "converged",
+                                            rate=rate)
+      return {}
+    label, values = proposal
+    current = {k.name: k.value for k in obs.knobs}
+    self._trial = _Trial(values, {n: current[n] for n in values}, label)
+    self.last_decision = records.Decision(int(self._steps), f"try {label}",
+                                          rate=rate)
+    return dict(values)
+
+
+def _move_label(knob: "records.Knob", move: int) -> str:
+  return f"{knob.name} {move:+d}"
+
+
+def _moved(obs: "Observation", values: dict[str, float]) -> "Observation":
+  """`obs` with `values` in place of its knobs' values."""
+  knobs = tuple(dataclasses.replace(k, value=float(values[k.name]))
+                if k.name in values else k for k in obs.knobs)
+  return dataclasses.replace(obs, knobs=knobs)
+
+
+def stage_utilizations(obs: "Observation") -> dict[str, float]:
+  """`records.stage_utilization` of every stage that has a knob, at its
+  parallelism knob's value (1 thread without one); 0 for a stage without
+  statistics."""
+  threads = {k.stage: k.value for k in obs.knobs if k.kind == "parallelism"}
+  busy = {}
+  for k in obs.knobs:
+    st = obs.stage(k.stage)
+    busy[k.stage] = (records.stage_utilization(
+        st.cpu_per_element_s, st.rate, threads.get(k.stage)) if st else 0.0)
+  return busy
+
+
+class ClimbPolicy(MeasuredSearch):
+  """A bottleneck-first hill climber with measured accept/revert.
+
+  Candidates, in order, from the base configuration (only the moves
+  `dqn.action_mask` allows; each tried once per base):
+
+  1. for each stage from the busiest down (`stage_utilizations`: output
+     rate x CPU-seconds per element / threads; ties: the costlier stage):
+     its parallelism +5, +1, or, when the thread limit (`dqn.cpu_limit`)
+     forbids them, the same number of threads moved from the least busy
+     stage that can give them (-5 there, +5 here; then -1, +1); then its
+     buffer +5, +1;
+  2. for each stage from the least busy up: its parallelism -5, -1 (fewer
+     threads, less contention), its buffer -5, -1.
+
+  A kept change makes a new base and the list starts again from its top
+  (the busiest stage may have changed).
+
+  Args: as `MeasuredSearch` (defaults: threshold 0.02, 1 step per
+  measurement).
+  """
+
+  def restart_search(self) -> None:
+    self._tried: set[str] = set()
+
+  def accepted(self, obs, label):
+    self._tried = set()
+
+  def candidates(self, obs: "Observation") -> list[tuple[str,
+                                                         dict[str, float]]]:
+    """Every candidate change from `obs`, in the order they are tried."""
+    busy = stage_utilizations(obs)
+    costs = dqn.stage_costs(obs)
+    order = sorted(busy, key=lambda s: (-busy[s], -costs.get(s, 0.0), s))
+    mask = dqn.action_mask(obs)
+    index = {k.name: i for i, k in enumerate(obs.knobs)}
+    by_stage: dict[str, dict[str, records.Knob]] = {}
+    for k in obs.knobs:
+      by_stage.setdefault(k.stage, {})[k.kind] = k
+
+    def single(knob, move):
+      if mask[dqn.action_of(index[knob.name], move)]:
+        return [(_move_label(knob, move), {knob.name: knob.value + move})]
+      return []
+
+    out = []
+    for stage in order:
+      knob = by_stage[stage].get("parallelism")
+      if knob is not None:
+        for move in (5, 1):
+          ups = single(knob, move)
+          if not ups and knob.value + move <= dqn.knob_bounds(
+              knob, obs.cpu_budget)[1]:
+            ups = self._transfers(obs, knob, move, order[::-1], by_stage)
+          out += ups
+      knob = by_stage[stage].get("buffer_size")
+      if knob is not None:
+        out += single(knob, 5) + single(knob, 1)
+    for stage in order[::-1]:
+      for kind in ("parallelism", "buffer_size"):
+        knob = by_stage[stage].get(kind)
+        if knob is not None:
+          out += single(knob, -5) + single(knob, -1)
+    return out
+
+  def _transfers(self, obs, knob, move, donors, by_stage):
+    """`move` threads from the first donor stage that can give them (its
+    -move allowed by the mask) to `knob`, if the mask then allows +move."""
+    for stage in donors:
+      donor = by_stage[stage].get("parallelism")
+      if donor is None or donor.name == knob.name:
+        continue
+      index = {k.name: i for i, k in enumerate(obs.knobs)}
+      if not dqn.action_mask(obs)[dqn.action_of(index[donor.name], -move)]:
+        continue
+      after = _moved(obs, {donor.name: donor.value - move})
+      if dqn.action_mask(after)[dqn.action_of(index[knob.name], move)]:
+        return [(f"{donor.name} {-move:+d}, {knob.name} {move:+d}",
+                 {donor.name: donor.value - move, knob.name: knob.value + move})]
+    return []
+
+  def propose(self, obs):
+    for label, values in self.candidates(obs):
+      if label not in self._tried:
+        self._tried.add(label)
+        return label, values
+    return None
+
+
+class CoordinatePolicy(MeasuredSearch):
+  """A coordinate climber with measured accept/revert.
+
+  Goes over the knobs in their order (input first), trying on each +step
+  then -step (moves `dqn.action_mask` forbids are skipped); a kept move is
+  tried again in the same direction, a reverted one gives way to the other
+  direction, then to the next knob. A pass over all knobs without a kept
+  move lowers the step from 5 to 1; a pass at 1 without one converges.
+
+  Args: as `MeasuredSearch` (defaults: threshold 0.02, 1 step per
+  measurement).
+  """
+
+  STEPS = (5, 1)
+
+  def restart_search(self) -> None:
+    self._knob = 0
+    self._direction = 0          # index into (+1, -1)
+    self._size = 0               # index into STEPS
+    self._since_kept = 0         # knobs passed since the last kept move
+
+  def accepted(self, obs, label):
+    self._since_kept = 0
+
+  def rejected(self, obs, label):
+    self._advance(len(obs.knobs))
+
+  def _advance(self, n: int) -> None:
+    """The next (knob, direction); a finished pass shrinks the step."""
+    self._direction += 1
+    if self._direction < 2:
+      return
+    self._direction = 0
+    self._knob += 1
+    self._since_kept += 1
+    if self._knob >= n:
+      self._knob = 0
+    if self._since_kept >= n:
+      self._since_kept = 0
+      self._size += 1
+
+  def propose(self, obs):
+    n = len(obs.knobs)
+    mask = dqn.action_mask(obs)
+    for _ in range(2 * n + 1):
+      if self._size >= len(self.STEPS):
+        return None
+      knob = obs.knobs[self._knob]
+      move = self.STEPS[self._size] * (1, -1)[self._direction]
+      if mask[dqn.action_of(self._knob, move)]:
+        return _move_label(knob, move), {knob.name: knob.value + move}
+      self._advance(n)
+    return None
+
+
+class PlumberPolicy(MeasuredSearch):
+  """Plumber-style allocation with the thread total searched.
+
+  Each parallel stage gets threads in proportion to its measured cost
+  (CPU-seconds per output element, `records.stage_cost`, smoothed over
+  measurements of the base), for a total T of threads
+  (`policies.proportional_allocation`, each stage within
+  `dqn.knob_bounds`). The buffers share the RAM budget evenly, each at most
+  `dqn.MAX_BUFFER` elements. The first change tried is that allocation at
+  T = the CPU budget; then T is searched with accept/revert on the measured
+  rate: T + s, and while kept, further up; else T - s, and while kept,
+  further down; then s is halved, down to 1 (s starts at a quarter of the
+  CPU budget, at least 1). T ranges from the fewest threads the stages may
+  hold to `dqn.cpu_limit`, the agent's limit.
+
+  Args: as `MeasuredSearch` (defaults: threshold 0.02, 1 step per
+  measurement).
+  """
+
+  SMOOTHING = 0.5
+
+  def restart_search(self) -> None:
+    self._cost: dict[str, float] = {}
+    self._total: int | None = None
+    self._step = 0
+    self._direction = 1
+    self._tried_other = False
+    self._pending: int | None = None
+
+  def allocation(self, obs: "Observation", total: int) -> dict[str, float]:
+    """Knob values for `total` threads at the smoothed costs."""
+    parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+    buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
+    bounds = [dqn.knob_bounds(k, obs.cpu_budget) for k in parallel]
+    costs = [self._cost.get(k.stage, 0.0) for k in parallel]
+    if any(c <= 0 for c in costs):
+      costs = [0.0] * len(parallel)
+    shares = policies.proportional_allocation(costs, total,
+                                              [hi for _, hi in bounds])
+    values = {k.name: float(min(max(p, lo), hi))
+              for k, p, (lo, hi) in zip(parallel, shares, bounds)}
+    bpe = obs.bytes_per_element
+    for k in buffers:
+      lo, hi = dqn.knob_bounds(k, obs.cpu_budget)
+      n = policies.buffer_elements(obs.ram_budget / len(buffers),
+                                   bpe.get(k.stage, 0.0), int(hi))
+      values[k.name] = float(min(max(n, lo), hi))
+    return values
+
+  def _limits(self, obs: "Observation") -> tuple[int, int]:
+    parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+    low = int(sum(dqn.knob_bounds(k, obs.cpu_budget)[0] for k in parallel))
+    return low, dqn.cpu_limit(len(parallel), obs.cpu_budget)
+
+  def _measure_costs(self, obs: "Observation") -> None:
+    for st in obs.stages:
+      cost = records.stage_cost(st.cpu_per_element_s, st.rate,
+                                obs.output_rate)
+      if cost <= 0:
+        continue
+      old = self._cost.get(st.name)
+      self._cost[st.name] = cost if old is None else (
+          self.SMOOTHING * cost + (1 - self.SMOOTHING) * old)
+
+  def accepted(self, obs, label):
+    self._total = self._pending
+
+  def rejected(self, obs, label):
+    if self._total is None:
+      # The proportional start lost to the configuration in force: search
+      # T from the threads in force.
+      self._total = int(sum(k.value for k in obs.knobs
+                            if k.kind == "parallelism"))
+      return
+    if not self._tried_other:
+      self._direction, self._tried_other = -self._direction, True
+    else:
+      self._step //= 2
+      self._direction, self._tried_other = 1, False
+
+  def propose(self, obs):
+    self._measure_costs(obs)
+    low, high = self._limits(obs)
+    current = {k.name: k.value for k in obs.knobs}
+    if self._total is None:
+      self._step = max(1, obs.cpu_budget // 4)
+      self._pending = max(low, min(high, obs.cpu_budget))
+      values = self.allocation(obs, self._pending)
+      if any(current[n] != v for n, v in values.items()):
+        return f"proportional at {self._pending} threads", values
+      self._total = self._pending
+    while self._step >= 1:
+      total = self._total + self._direction * self._step
+      if low <= total <= high:
+        values = self.allocation(obs, total)
+        if any(current[n] != v for n, v in values.items()):
+          self._pending = total
+          return f"proportional at {total} threads", values
+      self.rejected(obs, "")
+    return None
+
+
+policies.register("climb", ClimbPolicy)
+policies.register("coordinate", CoordinatePolicy)
+policies.register("plumber", PlumberPolicy)

@@ -1,0 +1,198 @@
+"""The search baselines (intune_tf.tuning.search), step by step on
+hand-built observations, and on simulated pipelines for the limits."""
+
+import dataclasses
+
+from _observations import knob
+from _observations import obs
+import numpy as np
+import pytest
+
+from intune_tf.agent import dqn
+from intune_tf.options import IntuneOptions
+from intune_tf.sim import simulator as sim_lib
+from intune_tf.tuning import policies
+from intune_tf.tuning import search
+
+
+def _at(o, rate, **values):
+  """`o` with knob values changed and every rate at `rate`."""
+  knobs = tuple(dataclasses.replace(k, value=float(values[k.stage]))
+                if k.stage in values else k for k in o.knobs)
+  stages = tuple(dataclasses.replace(s, rate=rate) for s in o.stages)
+  return dataclasses.replace(o, knobs=knobs, stages=stages, output_rate=rate)
+
+
+@pytest.mark.parametrize("name,cls", [("climb", search.ClimbPolicy),
+                                      ("coordinate", search.CoordinatePolicy),
+                                      ("plumber", search.PlumberPolicy)])
+def test_registered(name, cls):
+  assert isinstance(policies.create(IntuneOptions(policy=name)), cls)
+
+
+def test_climb_tries_the_busiest_stage_first_and_reverts_what_did_not_help():
+  policy = search.ClimbPolicy(IntuneOptions())
+  o = obs([knob("A/parallelism", "parallelism", 2, hi=8),
+           knob("B/parallelism", "parallelism", 2, hi=8)],
+          cpu_budget=8, costs={"A": 0.01, "B": 0.03})
+  # Utilization at 100/s: A 0.01 x 100 / 2 = 0.5, B 0.03 x 100 / 2 = 1.5:
+  # B is the busiest; +5 first (7 <= 8 CPUs; 9 threads <= cpu_limit 18).
+  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  # 101 is 1% above the base's 100, not more than 2%: reverted.
+  assert policy.step(_at(o, 101.0, B=7)) == {"B/parallelism": 2.0}
+  # The base measured again (100), then the next candidate: B +1.
+  assert policy.step(_at(o, 100.0, B=2)) == {"B/parallelism": 3.0}
+  assert policy.base_rate == pytest.approx(100.0)
+  # 110 > 102: kept; the new base is 110. B is still the busiest
+  # (0.03 x 110 / 3 = 1.1 against A's 0.55): B +5 again (8 <= 8).
+  assert policy.step(_at(o, 110.0, B=3)) == {"B/parallelism": 8.0}
+  assert policy.base_rate == pytest.approx(110.0)
+  # 111 is not above 110 x 1.02 = 112.2: back to 3.
+  assert policy.step(_at(o, 111.0, B=8)) == {"B/parallelism": 3.0}
+
+
+def test_climb_moves_threads_from_the_least_busy_stage_at_the_limit():
+  policy = search.ClimbPolicy(IntuneOptions())
+  o = obs([knob("A/parallelism", "parallelism", 8, hi=8),
+           knob("B/parallelism", "parallelism", 8, hi=8),
+           knob("C/parallelism", "parallelism", 4, hi=8)],
+          cpu_budget=8, costs={"A": 0.01, "B": 0.02, "C": 0.1})
+  # cpu_limit(3, 8) = 2 (8 + 3 - 1) = 20 threads, all in use. Utilization
+  # at 100/s: A 0.125, B 0.25, C 2.5. C +5 would be 9 > 8 CPUs (out of
+  # range); C +1 exceeds the limit, so one thread moves from A, the least
+  # busy: A 7, C 5 (20 threads).
+  mask = dqn.action_mask(o)
+  assert not mask[dqn.action_of(2, 1)] and mask[dqn.action_of(0, -1)]
+  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 7.0,
+                                        "C/parallelism": 5.0}
+
+
+def test_climb_never_proposes_a_masked_move():
+  policy = search.ClimbPolicy(IntuneOptions())
+  mb = 1 << 20
+  o = obs([knob("A/parallelism", "parallelism", 2, hi=8),
+           knob("B/buffer_size", "buffer_size", 1, lo=0, hi=64)],
+          cpu_budget=2, ram_budget=40 * mb, bytes_per_element=10 * mb,
+          costs={"A": 0.02, "B": 0.001})
+  # On 2 CPUs the thread floor and the per-stage maximum are both 2: A
+  # cannot move. B +5 would commit 6 x 10 MB > 40 MB; B +1 (20 MB) fits.
+  assert policy.step(_at(o, 100.0)) == {"B/buffer_size": 2.0}
+  assert policy.step(_at(o, 100.0, B=2)) == {"B/buffer_size": 1.0}
+  # Then the decreases, least busy first: B -1 -> 0 is below MIN_BUFFER,
+  # B -5 below 0, A -1 below the floor: nothing is left; the search holds.
+  assert policy.step(_at(o, 100.0, B=1)) == {}
+  assert policy.converged
+
+
+def test_coordinate_cycles_knobs_and_shrinks_its_step():
+  policy = search.CoordinatePolicy(IntuneOptions())
+  o = obs([knob("A/parallelism", "parallelism", 4, hi=8),
+           knob("B/parallelism", "parallelism", 4, hi=8)],
+          cpu_budget=8, costs={"A": 0.01, "B": 0.01})
+  # Step 5: A +5 = 9 > 8 CPUs, A -5 = -1 below the floor 2, the same for
+  # B: a pass without a kept move, the step drops to 1: A +1.
+  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 5.0}
+  assert policy.step(_at(o, 100.0, A=5)) == {"A/parallelism": 4.0}
+  # Base again, then the other direction: A -1.
+  assert policy.step(_at(o, 100.0, A=4)) == {"A/parallelism": 3.0}
+  # 105 > 102: kept, and the same move again: A -1.
+  assert policy.step(_at(o, 105.0, A=3)) == {"A/parallelism": 2.0}
+  # 106 is not above 105 x 1.02 = 107.1: reverted; A is done, B +1 next.
+  assert policy.step(_at(o, 106.0, A=2)) == {"A/parallelism": 3.0}
+  assert policy.step(_at(o, 105.0, A=3)) == {"B/parallelism": 5.0}
+
+
+def test_plumber_allocates_by_cost_and_searches_the_total():
+  policy = search.PlumberPolicy(IntuneOptions())
+  o = obs([knob("A/parallelism", "parallelism", 4, hi=16),
+           knob("B/parallelism", "parallelism", 4, hi=16)],
+          cpu_budget=8, costs={"A": 0.03, "B": 0.01})
+  # Costs 0.03 : 0.01 per output element; 8 CPUs in proportion: 6 and 2.
+  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 6.0,
+                                        "B/parallelism": 2.0}
+  # Kept (120 > 102). The total steps by 8 // 4 = 2: 10 threads: one each,
+  # then 8 more at 3:1 -> 6 and 2 -> 7 and 3.
+  assert policy.step(_at(o, 120.0, A=6, B=2)) == {"A/parallelism": 7.0,
+                                                  "B/parallelism": 3.0}
+  # Not above 120 x 1.02: reverted; then the other direction, 6 threads:
+  # one each, 4 more at 3:1 -> 4 and 2.
+  assert policy.step(_at(o, 121.0, A=7, B=3)) == {"A/parallelism": 6.0,
+                                                  "B/parallelism": 2.0}
+  assert policy.step(_at(o, 120.0, A=6, B=2)) == {"A/parallelism": 4.0,
+                                                  "B/parallelism": 2.0}
+  # Reverted too; the step halves to 1: 9 threads: one each, 7 more at 3:1
+  # = 5.25 and 1.75 -> 5 and 1, the last thread to the larger remainder
+  # (B's 0.75) -> 6 and 3.
+  assert policy.step(_at(o, 119.0, A=4, B=2)) == {"A/parallelism": 6.0,
+                                                  "B/parallelism": 2.0}
+  assert policy.step(_at(o, 120.0, A=6, B=2)) == {"A/parallelism": 6.0,
+                                                  "B/parallelism": 3.0}
+
+
+def _random_sims(count):
+  rng = np.random.default_rng(7)
+  for i in range(count):
+    pipe = sim_lib.random_pipeline(rng, cpus=(2, 64), events=False)
+    yield sim_lib.Simulator(pipe, seed=i, params=sim_lib.random_params(rng))
+
+
+@pytest.mark.parametrize("cls", [search.ClimbPolicy, search.CoordinatePolicy])
+def test_single_moves_stay_within_the_agents_mask(cls):
+  tried = 0
+  for sim in _random_sims(12):
+    policy = cls(IntuneOptions())
+    for _ in range(40):
+      o = sim.observe()
+      values = policy.step(o)
+      if values and policy.last_decision.action.startswith("try"):
+        tried += 1
+        index = {k.name: i for i, k in enumerate(o.knobs)}
+        # One move, or a transfer: the decrease first, then the increase,
+        # each allowed by the mask where it is made.
+        moves = sorted(((values[n] - o.knobs[index[n]].value, n)
+                        for n in values))
+        current = o
+        for move, name in moves:
+          mask = dqn.action_mask(current)
+          assert mask[dqn.action_of(index[name], int(move))], (name, move)
+          current = search._moved(current, {name: values[name]})
+      sim.set(values)
+      sim.advance()
+  assert tried > 50
+
+
+def test_plumber_stays_within_the_agents_limits():
+  tried = 0
+  for sim in _random_sims(12):
+    policy = search.PlumberPolicy(IntuneOptions())
+    for _ in range(40):
+      o = sim.observe()
+      values = policy.step(o)
+      if values and policy.last_decision.action.startswith("try"):
+        tried += 1
+        parallel = [k for k in o.knobs if k.kind == "parallelism"]
+        for k in o.knobs:
+          lo, hi = dqn.knob_bounds(k, o.cpu_budget)
+          assert lo <= values[k.name] <= hi
+        assert sum(values[k.name] for k in parallel) <= dqn.cpu_limit(
+            len(parallel), o.cpu_budget)
+        floor = {k.name: dqn.knob_bounds(k, o.cpu_budget)[0]
+                 for k in o.knobs}
+        assert (dqn.committed_bytes(o, values) <= o.ram_budget or
+                dqn.committed_bytes(o, floor) > o.ram_budget)
+      sim.set(values)
+      sim.advance()
+  assert tried > 12
+
+
+def test_a_converged_search_restarts_when_the_rate_moves():
+  policy = search.ClimbPolicy(IntuneOptions())
+  o = obs([knob("A/parallelism", "parallelism", 2, hi=8)], cpu_budget=2,
+          costs={"A": 0.02})
+  # On 2 CPUs A cannot move: converged at once, and holding at 100 +- 5%.
+  assert policy.step(_at(o, 100.0)) == {} and policy.converged
+  assert policy.step(_at(o, 95.0)) == {} and policy.converged
+  # 80 is 15% below the estimate ((100 + 95) / 2): a new search, which
+  # finds nothing either.
+  policy.step(_at(o, 80.0))
+  assert policy.base_rate == pytest.approx(80.0)
