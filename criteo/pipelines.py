@@ -308,8 +308,10 @@ def sharded_pipeline(files: str | Iterable[str],
   parse = _Parse(reader.Parser(specs, "error"), num_buckets)
   cycle = max(1, min(cycle_length or os.cpu_count() or 1, len(specs)))
 
+  check = reader.any_gzip(specs)
+
   def shard(*file):
-    return reader.file_lines(*file).batch(batch_size).map(
+    return reader.file_lines(*file, check=check).batch(batch_size).map(
         parse, num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=deterministic)
 

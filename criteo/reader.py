@@ -26,15 +26,30 @@ I1..I13, a categorical that is not 1-8 hexadecimal digits):
 
 Missing values and unlabelled rows read as documented in `schema`.
 
-Limit: the sniff reads 64 KiB, so a gzip file damaged further in fails while
-iterating with TensorFlow's `DataLossError`, which does not name the file.
+A gzip file damaged beyond the sniff (cut short, a corrupt byte, bytes that
+are not gzip data after its end) is an error in both `on_bad_row` modes,
+raised before any of its rows: iterating fails with
+`tf.errors.InvalidArgumentError` whose message contains `Criteo damaged gzip:
+<file> (<size> bytes): <what is wrong>` and what to do. TensorFlow's own
+reader ends a cut gzip file early without an error, and fails on the other
+damage with a `DataLossError` that does not name the file, so the pipeline
+reads each gzip file through once with Python's `zlib` when it opens it
+(`check_gzip`); an intact file is not checked again in the same process.
+
+Limit: that check is one more decompression of each gzip file (a small part
+of what parsing its rows costs, but with one file read at a time the
+pipeline waits for it at each new file), and it calls Python
+(`tf.py_function`), so a pipeline that reads gzip files does not run on a
+remote tf.data service worker (one without gzip files has no such call).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import re
+import threading
 from typing import Iterable, Sequence
 import zlib
 
@@ -49,6 +64,11 @@ _HEX8 = re.compile(r"[0-9a-fA-F]{8}")
 _INT = re.compile(r"-?[0-9]+")
 _LAYOUT_CODE = {name: i for i, name in enumerate(schema.LAYOUTS)}
 _BAD_ROW_MODES = ("error", "skip")
+# Compressed bytes read, and most bytes decompressed, at a time by `check_gzip`.
+_CHECK_CHUNK = 1 << 20
+# Gzip files found intact by `check_gzip`: (path, size, modification time).
+_intact_gzip: set[tuple[str, int, int]] = set()
+_intact_gzip_lock = threading.Lock()
 
 
 class CriteoFormatError(ValueError):
@@ -254,7 +274,8 @@ def lines_dataset(specs: Sequence[FileSpec],
   if calls is not None and calls != tf.data.AUTOTUNE:
     calls = max(1, min(int(calls), cycle))
   return files_dataset(specs, repeat=repeat).interleave(
-      file_lines, cycle_length=cycle, block_length=1,
+      functools.partial(file_lines, check=any_gzip(specs)),
+      cycle_length=cycle, block_length=1,
       num_parallel_calls=calls, deterministic=deterministic)
 
 
@@ -271,9 +292,108 @@ def files_dataset(specs: Sequence[FileSpec], *,
   return files.repeat() if repeat else files
 
 
+def _damaged(path: str, size: int, what: str) -> str:
+  return (f"Criteo damaged gzip: {path} ({size} bytes): {what}. None of its "
+          "rows were read. Copy or download the file again (`gzip -t FILE` "
+          "checks a copy), or leave it out of the inputs")
+
+
+def check_gzip(path: str) -> str:
+  """Reads a whole gzip file through `zlib` to find damage that TensorFlow's
+  reader would miss or not name.
+
+  TensorFlow's gzip reader ends a file cut short without an error, and fails
+  with an unnamed `DataLossError` on a corrupt byte or on bytes after the
+  gzip data. Files of several gzip members (`cat a.gz b.gz`) are intact. A
+  file found intact is remembered by its path, size and modification time
+  and not read again.
+
+  Args:
+    path: The file, any filesystem `tf.io.gfile` knows.
+
+  Returns:
+    "" when the file is intact (or cannot be opened: the reader then names
+    it); else a message `Criteo damaged gzip: <path> (<size> bytes): <what
+    is wrong>` that says what to do.
+  """
+  try:
+    stat = tf.io.gfile.stat(path)
+  except tf.errors.OpError:
+    return ""
+  key = (path, stat.length, stat.mtime_nsec)
+  with _intact_gzip_lock:
+    if key in _intact_gzip:
+      return ""
+  members, offset = 0, 0
+  member = None  # the zlib decompressor of the gzip member being read
+  member_start = 0
+  with tf.io.gfile.GFile(path, "rb") as f:
+    while True:
+      chunk = f.read(_CHECK_CHUNK)
+      if not chunk:
+        break
+      data = chunk
+      while True:
+        at = offset + len(chunk) - len(data)  # where `data` starts
+        if member is None:
+          if not data:
+            break
+          member, member_start = zlib.decompressobj(16 + zlib.MAX_WBITS), at
+        try:
+          out = member.decompress(data, _CHECK_CHUNK)  # output discarded
+        except zlib.error as e:
+          if members and member_start == at:
+            return _damaged(path, stat.length, (
+                f"the {stat.length - member_start} bytes after the end of its "
+                f"gzip data (byte {member_start} on) are not gzip data: "
+                f"something was appended to the file ({e})"))
+          return _damaged(path, stat.length, (
+              f"corrupt compressed data, found reading bytes {offset}.."
+              f"{offset + len(chunk)} ({e})"))
+        if member.eof:
+          members += 1
+          data, member = member.unused_data, None
+        else:
+          data = member.unconsumed_tail
+          if not data and len(out) < _CHECK_CHUNK:  # no output pending
+            break
+      offset += len(chunk)
+  if member is not None:
+    return _damaged(path, stat.length, (
+        "the gzip data ends before its end marker: the file was cut short "
+        "(an interrupted download or copy)"))
+  with _intact_gzip_lock:
+    _intact_gzip.add(key)
+  return ""
+
+
+def _check_gzip_op(path: tf.Tensor, compression: tf.Tensor) -> tf.Tensor:
+  """`check_gzip` of a GZIP file ("" for others), for `tf.py_function`."""
+  if compression.numpy() != b"GZIP":
+    return tf.constant("")
+  return tf.constant(check_gzip(path.numpy().decode()))
+
+
+def any_gzip(specs: Sequence[FileSpec]) -> bool:
+  """Whether any of the files is gzip-compressed (`file_lines`' `check`)."""
+  return any(s.compression == "GZIP" for s in specs)
+
+
 def file_lines(index: tf.Tensor, path: tf.Tensor, compression: tf.Tensor,
-               header_lines: tf.Tensor) -> tf.data.Dataset:
-  """The rows of one file, as `lines_dataset` gives them."""
+               header_lines: tf.Tensor, *, check: bool = True) -> tf.data.Dataset:
+  """The rows of one file, as `lines_dataset` gives them.
+
+  With `check` (default True), a damaged gzip file fails when it is opened,
+  before its first row (see `check_gzip`), with
+  `tf.errors.InvalidArgumentError`. `check=False` leaves the Python call out
+  of the graph: for inputs without gzip files (`any_gzip`).
+  """
+  if check:
+    problem = tf.py_function(_check_gzip_op, [path, compression], tf.string)
+    problem.set_shape([])
+    assertion = tf.debugging.Assert(tf.equal(problem, ""), [problem])
+    with tf.control_dependencies([assertion]):
+      path = tf.identity(path)
   lines = tf.data.TextLineDataset(path, compression_type=compression,
                                   buffer_size=1 << 20).skip(header_lines)
   return tf.data.Dataset.zip({

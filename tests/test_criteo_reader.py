@@ -2,6 +2,7 @@
 
 import gzip
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -270,6 +271,105 @@ def test_unreadable_gzip_is_named(tmp_path, damage):
   with pytest.raises(reader.CriteoFormatError,
                      match=r"day_2\.gz: unreadable gzip data"):
     reader.read(str(path), batch_size=8)
+
+
+GZIP_ROWS = 20_000
+
+
+def _made_up_rows(n: int, seed: int = 0) -> bytes:
+  """`n` made-up dac rows of varied values: about 1 MB of gzip data, so
+  damage at a quarter of the file is far past the 64 KiB sniff."""
+  rng = np.random.default_rng(seed)
+  dense = rng.integers(0, 1000, size=(n, 13))
+  sparse = rng.integers(0, 1 << 32, size=(n, 26))
+  labels = rng.integers(0, 2, size=n)
+  return "".join(
+      "\t".join([str(labels[i]), *map(str, dense[i]),
+                 *(f"{v:08x}" for v in sparse[i])]) + "\n"
+      for i in range(n)).encode()
+
+
+def _flip_middle_byte(data: bytes) -> bytes:
+  middle = len(data) // 2
+  return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
+
+
+_CUT = "the gzip data ends before its end marker: the file was cut short"
+_CORRUPT = "corrupt compressed data, found reading bytes"
+_APPENDED = "are not gzip data: something was appended to the file"
+# name: (damage done to a whole gzip file, what the error says).
+GZIP_DAMAGE = {
+    "cut_at_a_quarter": (lambda d: d[:len(d) // 4], _CUT),
+    "cut_at_half": (lambda d: d[:len(d) // 2], _CUT),
+    "cut_at_nine_tenths": (lambda d: d[:len(d) * 9 // 10], _CUT),
+    "cut_inside_the_trailer": (lambda d: d[:-4], _CUT),
+    "last_byte_cut": (lambda d: d[:-1], _CUT),
+    "byte_flipped_mid_stream": (_flip_middle_byte, _CORRUPT),
+    "text_appended": (lambda d: d + b"<html>Service Unavailable</html>\n",
+                      _APPENDED),
+    "zeros_appended": (lambda d: d + bytes(512), _APPENDED),
+}
+
+
+@pytest.mark.parametrize("on_bad_row", ["error", "skip"])
+@pytest.mark.parametrize("damage", sorted(GZIP_DAMAGE))
+def test_damaged_gzip_is_an_error_naming_the_file_in_every_mode(
+    tmp_path, on_bad_row, damage):
+  damage_fn, what = GZIP_DAMAGE[damage]
+  intact = tmp_path / "day_0.gz"
+  intact.write_bytes(gzip.compress(_made_up_rows(GZIP_ROWS, seed=0)))
+  damaged = tmp_path / "day_1.gz"
+  damaged.write_bytes(damage_fn(gzip.compress(_made_up_rows(GZIP_ROWS, seed=1))))
+  ds = reader.read([str(intact), str(damaged)], batch_size=GZIP_ROWS // 5,
+                   on_bad_row=on_bad_row)
+  rows = 0
+  with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+    for _, label in ds:
+      rows += int(label.shape[0])
+  assert re.search(r"Criteo damaged gzip: \S*day_1\.gz \(\d+ bytes\): .*"
+                   + re.escape(what), raised.value.message), raised.value.message
+  assert "leave it out of the inputs" in raised.value.message
+  # Every batch of the intact file (5 whole ones), then the error: no row of
+  # the damaged one.
+  assert rows == GZIP_ROWS
+
+
+@pytest.mark.parametrize("on_bad_row", ["error", "skip"])
+def test_gzip_of_several_members_reads_whole(tmp_path, on_bad_row):
+  path = tmp_path / "day_0.gz"  # as `cat a.gz b.gz > day_0.gz` makes
+  path.write_bytes(gzip.compress(_made_up_rows(1000, seed=0))
+                   + gzip.compress(_made_up_rows(2000, seed=1)))
+  _, _, label, ds = _read_all(str(path), on_bad_row=on_bad_row,
+                              batch_size=512)
+  assert label.shape == (3000,)
+  assert int(ds.bad_rows.numpy()) == 0
+
+
+def test_a_gzip_file_damaged_after_a_clean_read_fails_the_next(tmp_path):
+  path = tmp_path / "day_0.gz"
+  data = gzip.compress(_made_up_rows(2000))
+  path.write_bytes(data)
+  assert reader.check_gzip(str(path)) == ""
+  assert _read_all(str(path))[2].shape == (2000,)
+  path.write_bytes(data[:len(data) // 2])  # cut short since
+  assert _CUT in reader.check_gzip(str(path))
+  with pytest.raises(tf.errors.InvalidArgumentError, match=_CUT):
+    _read_all(str(path))
+
+
+def _calls_python(ds: tf.data.Dataset) -> bool:
+  graph = ds._as_serialized_graph().numpy()  # pylint: disable=protected-access
+  return b"EagerPyFunc" in graph
+
+
+def test_only_inputs_with_gzip_files_call_python(tmp_path):
+  plain = tmp_path / "day_0"
+  plain.write_bytes(_made_up_rows(10))
+  packed = tmp_path / "day_1.gz"
+  packed.write_bytes(gzip.compress(_made_up_rows(10)))
+  # A remote tf.data service worker can run the first, not the second.
+  assert not _calls_python(reader.read(str(plain), batch_size=4))
+  assert _calls_python(reader.read([str(plain), str(packed)], batch_size=4))
 
 
 def test_bad_arguments():

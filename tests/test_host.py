@@ -2,11 +2,10 @@
 
 import os
 import pathlib
-import subprocess
 import sys
 import threading
-import uuid
 
+import _cgroups
 import psutil
 import pytest
 
@@ -225,42 +224,9 @@ def test_a_job_in_a_real_child_cgroup_is_budgeted_from_its_own_limit(
   """A real memory cgroup under this process's own (as Slurm or
   `systemd-run -p MemoryMax=` make): a process moved into it reads the
   child's limit, not the host's RAM."""
-  own = host.cgroup_dirs("memory")
-  if not own:
-    pytest.skip("no memory cgroup controller is mounted here")
-  child = pathlib.Path(own[0]) / f"intune-test-{uuid.uuid4().hex[:8]}"
-  limit = 768 << 20  # TensorFlow alone takes about 250 MiB to import
-  v2 = (pathlib.Path(own[0]) / "memory.max").exists()
-  try:
-    child.mkdir()
-  except OSError as e:
-    pytest.skip(f"cannot make a child cgroup under {own[0]}: {e}")
-  try:
-    try:
-      (child / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(
-          str(limit))
-    except OSError as e:  # v2 without memory in the parent's subtree_control
-      pytest.skip(f"cannot limit the memory of a child cgroup here: {e}")
-    procs = str(child / "cgroup.procs")
-
-    def enter():
-      with open(procs, "w") as f:
-        f.write(str(os.getpid()))
-
-    try:
-      out = subprocess.run([sys.executable, "-c", _CHILD_PROBE],
-                           preexec_fn=enter, capture_output=True, text=True,
-                           cwd=tmp_path,
-                           timeout=120, check=True).stdout.split()
-    except subprocess.SubprocessError as e:
-      if "preexec_fn" not in str(e):
-        raise
-      pytest.skip(f"cannot move a process into {child}: {e}")
-    assert [int(v) for v in out[-2:]] == [limit, limit]
-  finally:
-    for _ in range(50):  # the child's exit leaves the cgroup empty shortly
-      try:
-        child.rmdir()
-        break
-      except OSError:
-        threading.Event().wait(0.1)
+  limit = _cgroups.TF_IMPORT_BYTES
+  with _cgroups.memory_cgroup(limit) as cgroup:
+    run = cgroup.run([sys.executable, "-c", _CHILD_PROBE], cwd=tmp_path,
+                     timeout=120)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert [int(v) for v in run.stdout.split()[-2:]] == [limit, limit]

@@ -1,0 +1,206 @@
+"""The RAM budget across pipeline shapes: what the guard counts and holds.
+
+For each case below, a pipeline of large elements is read by a bursty
+consumer (a 0.3 s pause after every 400 MB) for `--seconds`, once with
+InTune under a 64 MB budget and a greedy policy (`manual`, every buffer knob
+asked for 64 elements and every parallelism knob for its maximum right
+after the first element: the guard alone holds the budget), and once as
+plain tf.data AUTOTUNE (the option off: no budget). Each run is a fresh
+Python process, so its resident set starts clean; the two variants are
+interleaved, `--repeats` times.
+
+Printed per case (medians over repeats): the peak of the bytes the guard
+counts (`Session.counters()["peak_buffered_bytes"]`, summed over the
+sessions; the guard samples them every 5 ms), whether it counted more than
+the budget (`guard_over_budget`), the peak growth of the process's resident
+set over its size before the first iterator (sampled every 5 ms) under
+InTune and under AUTOTUNE, and the MB/s the consumer got while reading
+(pauses left out) under each, with the median of paired ratios.
+
+Cases: `prefetch`; `parallel map`; `shuffle` (8 elements) before a
+prefetch; `cache` (16 elements, 128 MB, in memory) then `repeat`;
+`interleave, inner shuffle` (4 inputs, each a map and a `shuffle(4)`);
+`interleave_buffer 256` (a parallel interleave of 256 KB serialized
+records with `interleave_buffer=256`); `two iterators` (the prefetch
+pipeline read through two live iterators at once: a set `ram_budget` is per
+session); `element > budget` (128 MB elements).
+
+Run: `python benchmarks/memory_matrix.py [--repeats 3] [--seconds 6]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+MB = 1 << 20
+BUDGET = 64 * MB
+ELEMENT = 8 * MB
+RECORD = 256 * 1024
+BURST_BYTES = 400 * MB
+PAUSE_S = 0.3
+GREEDY_BUFFER = 64
+CASES = ("prefetch", "parallel map", "shuffle", "cache",
+         "interleave, inner shuffle", "interleave_buffer 256", "two iterators",
+         "element > budget")
+VARIANTS = ("intune", "autotune")
+
+
+def _pipeline(case: str):
+  """(dataset, element bytes, IntuneOptions fields beyond the budget)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  autotune = tf.data.AUTOTUNE
+
+  def fill(size: int):
+    return lambda i: tf.fill([size // 4], tf.cast(i, tf.float32))
+
+  endless = tf.data.Dataset.range(10**9)
+  if case in ("prefetch", "two iterators"):
+    return endless.map(fill(ELEMENT)).prefetch(autotune), ELEMENT, {}
+  if case == "parallel map":
+    return endless.map(fill(ELEMENT), num_parallel_calls=autotune), ELEMENT, {}
+  if case == "shuffle":
+    return (endless.map(fill(ELEMENT)).shuffle(8, seed=1).prefetch(autotune),
+            ELEMENT, {})
+  if case == "cache":
+    return (tf.data.Dataset.range(16).map(fill(ELEMENT)).cache().repeat()
+            .prefetch(autotune), ELEMENT, {})
+  if case == "interleave, inner shuffle":
+    return tf.data.Dataset.range(4).interleave(
+        lambda i: endless.map(fill(ELEMENT)).shuffle(4, seed=1),
+        cycle_length=4, num_parallel_calls=autotune).prefetch(autotune), \
+        ELEMENT, {}
+  if case == "interleave_buffer 256":
+    record = lambda i: tf.io.serialize_tensor(fill(RECORD)(i))
+    return tf.data.Dataset.range(8).interleave(
+        lambda i: endless.map(record), cycle_length=4,
+        num_parallel_calls=autotune).prefetch(autotune), RECORD, {
+            "interleave_buffer": 256}
+  if case == "element > budget":
+    return endless.map(fill(2 * BUDGET)).prefetch(autotune), 2 * BUDGET, {}
+  raise ValueError(f"unknown case {case!r}; valid: {CASES}")
+
+
+def _rss() -> int:
+  with open("/proc/self/statm") as f:
+    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _greedy(session) -> None:
+  """Asks for every buffer knob at 64 elements and every parallelism knob at
+  its maximum: only the guard keeps the budget."""
+  values = {}
+  for knob in session.knobs():
+    if knob.kind == "buffer_size":
+      values[knob.name] = min(knob.max, GREEDY_BUFFER)
+    elif knob.kind == "parallelism":
+      values[knob.name] = knob.max
+  if values:
+    session.set(values)
+
+
+def child(case: str, variant: str, seconds: float) -> dict:
+  """One run in this process; the figures as a dict."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+  import intune_tf  # pylint: disable=import-outside-toplevel
+  ds, element, fields = _pipeline(case)
+  options = tf.data.Options()
+  options.experimental_intune = (
+      intune_tf.IntuneOptions(ram_budget=BUDGET, policy="manual",
+                              warm_start=False, **fields)
+      if variant == "intune" else False)
+  ds = ds.with_options(options)
+  base = _rss()
+  peak, stop = [base], threading.Event()
+
+  def sample():
+    while not stop.is_set():
+      peak[0] = max(peak[0], _rss())
+      time.sleep(0.005)
+
+  sampler = threading.Thread(target=sample, daemon=True)
+  sampler.start()
+  iterators = [iter(ds) for _ in range(2 if case == "two iterators" else 1)]
+  for it in iterators:
+    next(it)
+  if variant == "intune":
+    for it in iterators:
+      _greedy(intune_tf.session_of(it))
+  burst = max(1, BURST_BYTES // element)
+  n, reading, end = 0, 0.0, time.monotonic() + seconds
+  while time.monotonic() < end:
+    start = time.monotonic()
+    for _ in range(burst):
+      next(iterators[n % len(iterators)])
+      n += 1
+    reading += time.monotonic() - start
+    time.sleep(PAUSE_S)
+  stop.set()
+  sampler.join()
+  result = {"mb_per_s": n * element / MB / reading,
+            "rss_growth": peak[0] - base}
+  if variant == "intune":
+    counters = [intune_tf.session_of(it).counters() for it in iterators]
+    result["guard_peak"] = sum(c["peak_buffered_bytes"] for c in counters)
+    result["over_budget"] = sum(c["guard_over_budget"] for c in counters)
+  return result
+
+
+def _run_child(case: str, variant: str, seconds: float, cwd: str) -> dict:
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  out = subprocess.run(
+      [sys.executable, os.path.abspath(__file__), "--child", case, variant,
+       str(seconds)], capture_output=True, text=True, check=False, cwd=cwd,
+      env=env, timeout=600)
+  if out.returncode != 0:
+    raise RuntimeError(f"{case} / {variant} failed ({out.returncode}):\n"
+                       f"{out.stderr[-3000:]}")
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(repeats: int, seconds: float) -> None:
+  runs = {(c, v): [] for c in CASES for v in VARIANTS}
+  with tempfile.TemporaryDirectory() as cwd:
+    for _ in range(repeats):
+      for case in CASES:
+        for variant in VARIANTS:
+          runs[case, variant].append(_run_child(case, variant, seconds, cwd))
+  med = lambda case, variant, key: statistics.median(
+      r[key] for r in runs[case, variant])
+  print(f"Budget {BUDGET // MB} MB, greedy policy; {repeats} interleaved "
+        f"repeats of {seconds:g} s, medians; bursty consumer (a "
+        f"{PAUSE_S} s pause every {BURST_BYTES // MB} MB)")
+  print("| case | guard peak MB | over budget | RSS growth MB, InTune | RSS "
+        "growth MB, AUTOTUNE | MB/s, InTune | MB/s, AUTOTUNE | InTune / "
+        "AUTOTUNE |")
+  print("|---|---|---|---|---|---|---|---|")
+  for case in CASES:
+    ratio = statistics.median(
+        i["mb_per_s"] / a["mb_per_s"]
+        for i, a in zip(runs[case, "intune"], runs[case, "autotune"]))
+    over = sum(r["over_budget"] > 0 for r in runs[case, "intune"])
+    print(f"| {case} | {med(case, 'intune', 'guard_peak') / MB:.0f} | "
+          f"{over} of {repeats} runs | "
+          f"{med(case, 'intune', 'rss_growth') / MB:.0f} | "
+          f"{med(case, 'autotune', 'rss_growth') / MB:.0f} | "
+          f"{med(case, 'intune', 'mb_per_s'):.0f} | "
+          f"{med(case, 'autotune', 'mb_per_s'):.0f} | {ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+  if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    print(json.dumps(child(sys.argv[2], sys.argv[3], float(sys.argv[4]))))
+  else:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    args = parser.parse_args()
+    main(args.repeats, args.seconds)
