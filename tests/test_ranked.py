@@ -130,3 +130,19 @@ def test_rank_scores_transfers_by_the_sum_of_their_moves():
   assert out[0][2] == pytest.approx(0.2)
   assert out[1][2] == pytest.approx(0.2 - 0.2)
   assert out[2][2] == -np.inf
+
+
+def test_move_gains_try_each_valid_move_and_restore_the_state():
+  from intune_tf.sim import pretrain
+  from intune_tf.sim import simulator as sim_lib
+  rng = np.random.default_rng(3)
+  sim = sim_lib.Simulator(sim_lib.random_pipeline(rng, cpus=(8, 16),
+                                                  events=False), seed=1)
+  sim.set({k.name: 2.0 for k in sim.observe().knobs})
+  before = (list(sim.parallelism), list(sim.buffers), sim.true_rate())
+  o = sim.observe()
+  gains, mask = pretrain.move_gains(sim, o)
+  assert (list(sim.parallelism), list(sim.buffers), sim.true_rate()) == before
+  # The deployed mask is the training mask.
+  np.testing.assert_array_equal(mask.astype(bool), dqn.action_mask(o))
+  assert gains[-1] == 0 and np.all(gains[~mask.astype(bool)] == 0)
