@@ -86,7 +86,7 @@ class RankedSearchPolicy(search.MeasuredSearch):
     options: the session's options.
     weights: agent weights file. Default: the shipped pretrained agent.
     max_tries: rejected trials at one base before the search holds.
-      Default `MAX_TRIES` (6).
+      Default `MAX_TRIES` (None: no limit).
     prior_margin: candidates whose advantage over the no-op is below
       -prior_margin are not tried. Default `PRIOR_MARGIN` (inf: all are).
     order: "q" ranks by the Q-network; "climb" keeps climb's order (the
@@ -98,7 +98,7 @@ class RankedSearchPolicy(search.MeasuredSearch):
   """
 
   def __init__(self, options: "IntuneOptions", weights: str | None = None,
-               max_tries: int = MAX_TRIES,
+               max_tries: int | None = MAX_TRIES,
                prior_margin: float = PRIOR_MARGIN, order: str = "q",
                agent_weights: Sequence[np.ndarray] | None = None, **kwargs):
     self.max_tries = max_tries
@@ -139,7 +139,7 @@ class RankedSearchPolicy(search.MeasuredSearch):
     return scored
 
   def propose(self, obs):
-    if self._tries >= self.max_tries:
+    if self.max_tries is not None and self._tries >= self.max_tries:
       return None
     for label, values, score in self.ranked(obs):
       if score >= -self.prior_margin and label not in self._tried:

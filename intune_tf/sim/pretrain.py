@@ -228,7 +228,7 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
   import tensorflow as tf
   rng = np.random.default_rng(seed)
   network = dqn.build_network(seed=seed)
-  network.set_weights(dqn.load_weights(init or ranked.DEFAULT_WEIGHTS)[0])
+  network.set_weights(dqn.load_weights(init or ranked.AGENT_WEIGHTS)[0])
   optimizer = keras.optimizers.Adam(1e-3)
   k, actions = dqn.MAX_KNOBS, dqn.MOVES_PER_KNOB * dqn.MAX_KNOBS + 1
   states = np.zeros((capacity, k, dqn.NUM_FEATURES), np.float32)
