@@ -10,6 +10,7 @@ use.
 """
 
 from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune"
+from intune_tf.agent import ranked as _agent_ranked  # noqa: F401  registers policy="intune-search"
 from intune_tf.ops import hooks as _tf_hooks
 from intune_tf.ops.hooks import tune
 from intune_tf.ops.loader import KernelLibraryError

@@ -20,6 +20,7 @@ from absl import logging
 import numpy as np
 
 from intune_tf.agent import dqn
+from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim_lib
 from intune_tf.tuning import policies
@@ -167,6 +168,149 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
   return agent, stats
 
 
+def move_gains(sim: sim_lib.Simulator, obs) -> tuple[np.ndarray, np.ndarray]:
+  """Every valid move's one-step gain from the simulator's state: the
+  noise-free throughput after the move / before it - 1, times
+  `GAIN_SCALE` (-1 x `GAIN_SCALE` for a move into an OOM). The state is
+  restored after each move.
+
+  Returns:
+    (gains, mask), both of length 4n + 1 (the no-op's gain is 0).
+  """
+  mask = dqn.action_mask(obs)
+  gains = np.zeros(len(mask), np.float32)
+  restore = {k.name: k.value for k in obs.knobs}
+  now = max(sim.true_rate(), 1e-12)
+  for a in np.flatnonzero(mask[:-1]):
+    sim.set(dqn.apply_action(obs, int(a)))
+    gains[a] = GAIN_SCALE * ((0.0 if sim.oom else sim.true_rate()) / now - 1)
+    sim.oom = False
+    sim.set(restore)
+  return gains, mask.astype(np.float32)
+
+
+# Relative gains are scaled by this in the ranker's targets (a 1% gain is
+# 0.1 Q units).
+GAIN_SCALE = 10.0
+
+
+def pretrain_ranker(seed: int = 0, steps: int = 30_000,
+                    init: str | None = None, learn_per_step: int = 2,
+                    explore: float = 0.3, batch_size: int = 64,
+                    capacity: int = 50_000, progress: bool = True):
+  """Trains the Q-network's advantages for `intune-search`
+  (`ranked.RankedSearchPolicy`) in the simulator.
+
+  Episodes are run by the ranked search itself (with climb's order in
+  `explore` of the steps), so states are those it visits. At every step,
+  each valid move is tried in the simulator and its one-step gain
+  (`move_gains`) recorded; gradient steps regress each move's advantage
+  over the no-op, Q(s, a) - Q(s, no-op) (`dqn.flat_q`), on its gain (Huber
+  loss, Adam 1e-3): a Q-function with discount 0 trained on the
+  simulator's counterfactuals, so the ranking does not rest on the
+  small differences of bootstrapped values.
+
+  Args:
+    seed: seeds pipelines, noise, network and exploration. Default 0.
+    steps: simulator steps. Default 30,000.
+    init: weights to start from. Default: the shipped agent's.
+    learn_per_step: gradient steps per simulator step. Default 2.
+    explore: share of steps that follow climb's order. Default 0.3.
+    batch_size: states per gradient step. Default 64.
+    capacity: states kept. Default 50,000.
+    progress: show a progress bar. Default True.
+
+  Returns:
+    (weights, statistics of the run).
+  """
+  # Deferred: TensorFlow only to train: acting and the simulator use numpy.
+  import keras
+  import tensorflow as tf
+  rng = np.random.default_rng(seed)
+  network = dqn.build_network(seed=seed)
+  network.set_weights(dqn.load_weights(init or ranked.AGENT_WEIGHTS)[0])
+  optimizer = keras.optimizers.Adam(1e-3)
+  k, actions = dqn.MAX_KNOBS, dqn.MOVES_PER_KNOB * dqn.MAX_KNOBS + 1
+  states = np.zeros((capacity, k, dqn.NUM_FEATURES), np.float32)
+  knobs = np.zeros((capacity, k), np.float32)
+  gains = np.zeros((capacity, actions - 1), np.float32)
+  masks = np.zeros((capacity, actions - 1), np.float32)
+  huber = keras.losses.Huber(reduction="none")
+
+  @tf.function(reduce_retracing=True)
+  def train(state, knob_mask, gain, mask):
+    with tf.GradientTape() as tape:
+      per_knob = network(state, training=True)
+      moves = tf.gather(per_knob, dqn._MOVE_OUTPUTS, axis=2)
+      flat = tf.reshape(moves, [tf.shape(state)[0], -1])
+      noop = tf.reduce_sum(per_knob[:, :, dqn._STAY] * knob_mask, 1) / (
+          tf.maximum(tf.reduce_sum(knob_mask, 1), 1.0))
+      error = (flat - noop[:, None] - gain)[..., None]
+      loss = tf.reduce_sum(huber(tf.zeros_like(error), error) * mask) / (
+          tf.maximum(tf.reduce_sum(mask), 1.0))
+    grads = tape.gradient(loss, network.trainable_variables)
+    optimizer.apply_gradients(zip(grads, network.trainable_variables))
+    return loss
+
+  bar = None
+  if progress:
+    # Deferred: optional, from the [bench] extra.
+    import tqdm
+    bar = tqdm.tqdm(total=steps, desc="pretrain ranker", unit="step")
+  opts = IntuneOptions()
+  t0 = time.time()
+  step = episodes_run = size = slot = 0
+  losses: list[float] = []
+  while step < steps:
+    sim = sim_lib.Simulator(sim_lib.random_pipeline(rng),
+                            seed=int(rng.integers(2**31)),
+                            params=sim_lib.random_params(rng))
+    _start(sim, rng)
+    weights = [np.asarray(w) for w in network.get_weights()]
+    policy = ranked.RankedSearchPolicy(opts, agent_weights=weights)
+    for _ in range(EPISODE_STEPS):
+      obs = sim.observe()
+      n = len(obs.knobs)
+      if 0 < n <= k:
+        g, m = move_gains(sim, obs)
+        states[slot] = 0
+        states[slot, :n] = dqn.features(obs)
+        knobs[slot] = 0
+        knobs[slot, :n] = 1
+        gains[slot] = 0
+        masks[slot] = 0
+        gains[slot, :4 * n] = g[:-1]
+        masks[slot, :4 * n] = m[:-1]
+        slot, size = (slot + 1) % capacity, min(size + 1, capacity)
+      if step % 10 == 0:
+        policy.weights = [np.asarray(w) for w in network.get_weights()]
+      policy.order = "climb" if rng.random() < explore else "q"
+      values = policy.step(obs)
+      if values:
+        sim.set(values)
+      sim.advance()
+      fix = _fit(sim.observe())
+      if fix:
+        sim.set(fix)
+      step += 1
+      if size >= batch_size:
+        for _ in range(learn_per_step):
+          i = rng.integers(0, size, batch_size)
+          losses.append(float(train(states[i], knobs[i], gains[i], masks[i])))
+      if bar is not None:
+        bar.update(1)
+      if sim.oom or step >= steps:
+        break
+    episodes_run += 1
+  if bar is not None:
+    bar.close()
+  stats = {"steps": steps, "episodes": episodes_run,
+           "seconds": time.time() - t0,
+           "gradient_steps": len(losses),
+           "loss_last500": float(np.mean(losses[-500:])) if losses else None}
+  return [np.asarray(w, np.float32) for w in network.get_weights()], stats
+
+
 @dataclasses.dataclass(frozen=True)
 class Episode:
   """What one policy did on one simulated pipeline.
@@ -294,7 +438,9 @@ def evaluation_pipelines(count: int = 200, seed: int = 1234,
 
 # The non-learning baselines `compare` scores the agent against.
 BASELINES = ("climb", "coordinate", "plumber", "analytic", "even")
-POLICIES = ("intune",) + BASELINES
+# The learners: the DQN policy, and its Q-network ranking a measured search.
+LEARNERS = ("intune", "intune-search")
+POLICIES = LEARNERS + BASELINES
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, seed: int = 0,
@@ -336,7 +482,8 @@ def describe_pipeline(pipe: sim_lib.SimPipeline,
 
 def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
             steps: int = EPISODE_STEPS,
-            names: tuple[str, ...] = POLICIES) -> dict:
+            names: tuple[str, ...] = POLICIES,
+            search_weights: str | None = None) -> dict:
   """Scores the policies `names` on the same random pipelines
   (`evaluation_pipelines`), each against the simulator's optimum, and each
   against the best non-learning baseline (the one of `BASELINES` among
@@ -351,6 +498,8 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
     tail_changes (medians per pipeline), the pipelines at the minimum and
     the 10th percentile, and `vs_best`: the paired difference to the best
     baseline (mean, 95% CI low and high, share of pipelines where better).
+    `weights` is the "intune" agent's file, `search_weights` the
+    "intune-search" ranker's (default for both: the shipped agent).
   """
   pipes = evaluation_pipelines(count, seed)
   opts = IntuneOptions()
@@ -362,6 +511,10 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
       "coordinate": lambda: search.CoordinatePolicy(opts),
       "plumber": lambda: search.PlumberPolicy(opts),
   }
+  if "intune-search" in names:
+    ranker = dqn.load_weights(search_weights or ranked.DEFAULT_WEIGHTS)[0]
+    makers["intune-search"] = lambda: ranked.RankedSearchPolicy(
+        opts, agent_weights=ranker)
   if "intune" in names:
     # Deferred: the online policy loads TensorFlow (warm start, rewrites);
     # the simulation part must not at import.
@@ -412,6 +565,15 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
 
 
 def main_pretrain(args) -> int:
+  if args.ranker:
+    weights, stats = pretrain_ranker(seed=args.seed, steps=args.steps,
+                                     init=args.init)
+    stats.update(seed=args.seed, command=(
+        f"intune pretrain --ranker --seed {args.seed} --steps {args.steps} "
+        f"--init {args.init} --out {args.out}"))
+    dqn.save_weights(args.out, weights, stats)
+    print(json.dumps(stats, indent=1))
+    return 0
   agent, stats = pretrain(seed=args.seed, steps=args.steps)
   stats.update(seed=args.seed, command=f"intune pretrain --seed {args.seed} "
                f"--steps {args.steps} --out {args.out}")
@@ -431,7 +593,7 @@ def format_comparison(result: dict) -> str:
            "median (- when most never reach it) and the share that do; "
            "changes: configuration changes per pipeline (median), over the "
            "run / the last 20 steps.",
-           f"{'policy':11}{'median':>7}{'p10':>7}{'min':>7}{'mean':>7}"
+           f"{'policy':14}{'median':>7}{'p10':>7}{'min':>7}{'mean':>7}"
            f"{'vs best [95% CI]':>28}{'better':>7}{'to 95%':>8}{'reach':>6}"
            f"{'changes':>9}"]
   for name, r in result["policies"].items():
@@ -441,7 +603,7 @@ def format_comparison(result: dict) -> str:
     better = f"{vs['better']:.2f}" if vs and name != best else "-"
     t = r["steps_to_95"]
     lines.append(
-        f"{name:11}{r['median']:7.3f}{r['p10']:7.3f}{r['min']:7.3f}"
+        f"{name:14}{r['median']:7.3f}{r['p10']:7.3f}{r['min']:7.3f}"
         f"{r['mean']:7.3f}{vs_text:>28}{better:>7}"
         f"{'-' if t is None else f'{t:.0f}':>8}{r['reached_95']:6.2f}"
         f"{r['changes']:5.0f} /{r['tail_changes']:2.0f}")
@@ -459,7 +621,8 @@ def format_comparison(result: dict) -> str:
 
 def main_simulate(args) -> int:
   names = tuple(n for n in args.policies.split(",") if n)
-  result = compare(args.weights, args.pipelines, args.seed, args.steps, names)
+  result = compare(args.weights, args.pipelines, args.seed, args.steps, names,
+                   args.search_weights)
   print(format_comparison(result))
   if args.json:
     with open(args.json, "w") as f:
@@ -474,12 +637,19 @@ def add_parser(subparsers) -> None:
   p.add_argument("--steps", type=int, default=60_000,
                  help="Simulator steps.")
   p.add_argument("--out", required=True, help="Weights file to write (.npz).")
+  p.add_argument("--ranker", action="store_true",
+                 help="Train the intune-search ranker (pretrain_ranker).")
+  p.add_argument("--init", default=None,
+                 help="With --ranker: weights to start from (default: the "
+                 "shipped agent's).")
   p.set_defaults(func=main_pretrain)
   p = subparsers.add_parser(
       "simulate", help="Score the agent and the non-learning baselines "
       "against the simulator's optimum and the best baseline on random "
       "pipelines.")
   p.add_argument("--weights", default=None, help="Agent weights (.npz).")
+  p.add_argument("--search-weights", default=None,
+                 help="The intune-search ranker's weights (.npz).")
   p.add_argument("--pipelines", type=int, default=200)
   p.add_argument("--seed", type=int, default=1234)
   p.add_argument("--steps", type=int, default=EPISODE_STEPS)

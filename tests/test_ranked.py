@@ -1,0 +1,148 @@
+"""The Q-ranked measured search (intune_tf.agent.ranked) on hand-built
+observations, with the Q-values given."""
+
+import dataclasses
+
+from _observations import knob
+from _observations import obs
+import numpy as np
+import pytest
+
+from intune_tf.agent import dqn
+from intune_tf.agent import ranked
+from intune_tf.options import IntuneOptions
+from intune_tf.tuning import policies
+
+
+def _at(o, rate, **values):
+  """`o` with knob values changed and every rate at `rate`."""
+  knobs = tuple(dataclasses.replace(k, value=float(values[k.stage]))
+                if k.stage in values else k for k in o.knobs)
+  stages = tuple(dataclasses.replace(s, rate=rate) for s in o.stages)
+  return dataclasses.replace(o, knobs=knobs, stages=stages, output_rate=rate)
+
+
+def _two_stages():
+  # A 2 threads, B 2 threads on 8 CPUs: climb's order starts at B (the
+  # busiest: 0.03 x 100 / 2 = 1.5 against A's 0.5).
+  return obs([knob("A/parallelism", "parallelism", 2, hi=8),
+              knob("B/parallelism", "parallelism", 2, hi=8)],
+             cpu_budget=8, costs={"A": 0.01, "B": 0.03})
+
+
+def _policy(q, **kwargs):
+  """A policy whose Q-values are `q` (flat: 4 per knob, then the no-op)."""
+  policy = ranked.RankedSearchPolicy(IntuneOptions(), **kwargs)
+  policy.q_values = lambda obs: np.asarray(q, float)
+  return policy
+
+
+def test_registered():
+  assert isinstance(policies.create(IntuneOptions(policy="intune-search")),
+                    ranked.RankedSearchPolicy)
+
+
+def test_the_highest_q_move_is_tried_first():
+  o = _two_stages()
+  q = np.zeros(9)
+  q[dqn.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
+  q[dqn.action_of(1, 5)] = 0.2   # B +5: climb's first
+  policy = _policy(q)
+  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
+
+
+def test_a_rejected_move_is_not_retried_at_the_same_base():
+  o = _two_stages()
+  q = np.zeros(9)
+  q[dqn.action_of(0, 1)] = 0.5
+  q[dqn.action_of(1, 5)] = 0.2
+  policy = _policy(q)
+  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
+  # 100 is not above the base's 100 x 1.02: reverted.
+  assert policy.step(_at(o, 100.0, A=3)) == {"A/parallelism": 2.0}
+  # The base again; A +1 still has the highest Q, but it was rejected
+  # here: the next best, B +5.
+  assert policy.step(_at(o, 100.0, A=2)) == {"B/parallelism": 7.0}
+  assert policy.step(_at(o, 100.0, B=7)) == {"B/parallelism": 2.0}
+  # Kept changes start a new base, where A +1 may be tried again.
+  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 3.0}   # B +1
+  assert policy.step(_at(o, 110.0, B=3)) == {"A/parallelism": 3.0}
+
+
+def test_ties_keep_climbs_bottleneck_first_order():
+  o = _two_stages()
+  policy = _policy(np.zeros(9))
+  # All advantages 0: climb's first candidate, the busiest stage's +5.
+  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+
+
+def test_masked_moves_are_never_tried():
+  mb = 1 << 20
+  o = obs([knob("A/parallelism", "parallelism", 2, hi=8),
+           knob("B/buffer_size", "buffer_size", 1, lo=0, hi=64)],
+          cpu_budget=2, ram_budget=40 * mb, bytes_per_element=10 * mb,
+          costs={"A": 0.02, "B": 0.001})
+  mask = dqn.action_mask(o)
+  # On 2 CPUs A cannot move; B +5 would commit 60 MB > 40 MB.
+  assert not mask[dqn.action_of(0, 1)] and not mask[dqn.action_of(1, 5)]
+  q = np.zeros(9)
+  q[dqn.action_of(0, 1)] = 9.0
+  q[dqn.action_of(1, 5)] = 8.0
+  q[dqn.action_of(1, 1)] = 0.1
+  policy = _policy(q)
+  assert policy.step(_at(o, 100.0)) == {"B/buffer_size": 2.0}
+  for label, values, _ in policy.ranked(o):
+    for a in ranked.candidate_actions(o, values):
+      assert mask[a], label
+
+
+def test_the_search_holds_after_max_tries_rejections():
+  o = _two_stages()
+  policy = _policy(np.zeros(9), max_tries=1)
+  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.step(_at(o, 100.0, B=7)) == {"B/parallelism": 2.0}
+  assert policy.step(_at(o, 100.0)) == {}
+  assert policy.converged
+
+
+def test_moves_the_prior_rules_out_are_not_tried():
+  o = _two_stages()
+  q = np.full(9, -1.0)
+  q[-1] = 0.0
+  q[dqn.action_of(0, -1)] = 0.0  # A -1 is not allowed (floor 2) anyway
+  policy = _policy(q, prior_margin=0.5)
+  # Every allowed move is 1.0 below the no-op: nothing to try.
+  assert policy.step(_at(o, 100.0)) == {}
+  assert policy.converged
+
+
+def test_rank_scores_transfers_by_the_sum_of_their_moves():
+  o = _two_stages()
+  q = np.zeros(9)
+  q[dqn.action_of(0, -1)] = -0.1
+  q[dqn.action_of(1, 1)] = 0.3
+  q[-1] = 0.1
+  out = ranked.rank([("B +1", {"B/parallelism": 3.0}),
+                     ("A -1, B +1", {"A/parallelism": 1.0,
+                                     "B/parallelism": 3.0}),
+                     ("B +2", {"B/parallelism": 4.0})], o, q)
+  assert [label for label, _, _ in out] == ["B +1", "A -1, B +1", "B +2"]
+  assert out[0][2] == pytest.approx(0.2)
+  assert out[1][2] == pytest.approx(0.2 - 0.2)
+  assert out[2][2] == -np.inf
+
+
+def test_move_gains_try_each_valid_move_and_restore_the_state():
+  from intune_tf.sim import pretrain
+  from intune_tf.sim import simulator as sim_lib
+  rng = np.random.default_rng(3)
+  sim = sim_lib.Simulator(sim_lib.random_pipeline(rng, cpus=(8, 16),
+                                                  events=False), seed=1)
+  sim.set({k.name: 2.0 for k in sim.observe().knobs})
+  before = (list(sim.parallelism), list(sim.buffers), sim.true_rate())
+  o = sim.observe()
+  gains, mask = pretrain.move_gains(sim, o)
+  assert (list(sim.parallelism), list(sim.buffers), sim.true_rate()) == before
+  # The deployed mask is the training mask.
+  np.testing.assert_array_equal(mask.astype(bool), dqn.action_mask(o))
+  assert gains[-1] == 0 and np.all(gains[~mask.astype(bool)] == 0)
