@@ -1,4 +1,4 @@
-"""Tests of intune_tf.agent.policy: budget projection, the guard, the live policy."""
+"""Tests of intune_tf.agent.policy: budget projection, BestConfigs, the policy."""
 
 import time
 
@@ -49,22 +49,22 @@ def test_start_allocation(cpus, knob_count, expected):
 
 
 def test_guard_reverts_after_patience():
-  guard = agent_lib.Guard(regression=0.08, patience=3, min_samples=2)
+  configs = agent_lib.BestConfigs(regression=0.08, patience=3, min_samples=2)
   a, b = {"k": 1.0}, {"k": 2.0}
-  assert not guard.update(a, 100.0, 2)
-  assert not guard.update(a, 100.0, 2)
-  assert guard.best() == (a, 100.0)
+  assert not configs.update(a, 100.0, 2)
+  assert not configs.update(a, 100.0, 2)
+  assert configs.best() == (a, 100.0)
   # Smoothed rate (weight 0.5): 90, 85, 82.5 -> below 92 three times, not
   # yet more than patience; 81.25 the fourth time: revert.
-  assert [guard.update(b, 80.0, 2) for _ in range(4)] == [
+  assert [configs.update(b, 80.0, 2) for _ in range(4)] == [
       False, False, False, True]
 
 
 def test_guard_forgets_on_cpu_change():
-  guard = agent_lib.Guard(min_samples=1)
-  guard.update({"k": 1.0}, 100.0, 2)
-  guard.update({"k": 2.0}, 10.0, 4)
-  assert guard.best() == ({"k": 2.0}, 10.0)
+  configs = agent_lib.BestConfigs(min_samples=1)
+  configs.update({"k": 1.0}, 100.0, 2)
+  configs.update({"k": 2.0}, 10.0, 4)
+  assert configs.best() == ({"k": 2.0}, 10.0)
 
 
 @pytest.mark.parametrize("rates_b,expected", [
@@ -73,14 +73,14 @@ def test_guard_forgets_on_cpu_change():
     ([80.0], False),         # one measurement: not enough evidence
 ])
 def test_guard_knows_clearly_worse_configurations(rates_b, expected):
-  guard = agent_lib.Guard(regression=0.08, patience=3, min_samples=2)
+  configs = agent_lib.BestConfigs(regression=0.08, patience=3, min_samples=2)
   a, b = {"k": 1.0}, {"k": 2.0}
   for rate in (100.0, 100.0):
-    guard.update(a, rate, 2)
+    configs.update(a, rate, 2)
   for rate in rates_b:
-    guard.update(b, rate, 2)
-  assert guard.known_worse(b) is expected
-  assert not guard.known_worse(a) and not guard.known_worse({"k": 3.0})
+    configs.update(b, rate, 2)
+  assert configs.known_worse(b) is expected
+  assert not configs.known_worse(a) and not configs.known_worse({"k": 3.0})
 
 
 def test_policy_never_moves_into_a_known_worse_configuration():
@@ -89,7 +89,7 @@ def test_policy_never_moves_into_a_known_worse_configuration():
            _knob("B/parallelism", "parallelism", 2)]
   # A at 1 measured twice at 50 against 100 at (2, 2): clearly worse.
   for config, rate in ((2.0, 100.0), (2.0, 100.0), (1.0, 50.0), (1.0, 50.0)):
-    policy.guard.update({"A/parallelism": config,
+    policy.best_configs.update({"A/parallelism": config,
                          "B/parallelism": 2.0}, rate, 4)
   obs = _obs(knobs)
   mask = policy._avoid_known_worse(  # pylint: disable=protected-access

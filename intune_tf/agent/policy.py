@@ -128,7 +128,7 @@ def config_key(config: dict[str, float]) -> tuple:
   return tuple(sorted(config.items()))
 
 
-class Guard:
+class BestConfigs:
   """Remembers the best configuration per CPU count and detects regressions.
 
   Args:
@@ -225,7 +225,7 @@ class IntunePolicy(policies.Policy):
     self.learn = learn
     self.epsilon = epsilon
     self.move_margin = MOVE_MARGIN if move_margin is None else move_margin
-    self.guard = Guard()
+    self.best_configs = BestConfigs()
     self.steps = 0
     self._prev = None
     self._hold = 0
@@ -256,7 +256,7 @@ class IntunePolicy(policies.Policy):
     return self._warm
 
   def _save(self) -> None:
-    best, rate = self.guard.best()
+    best, rate = self.best_configs.best()
     if best is None:
       return
     try:
@@ -295,7 +295,7 @@ class IntunePolicy(policies.Policy):
     """`mask` without the moves into configurations the guard measured
     clearly worse than the best (the agent's prior can be wrong for a
     machine; the measurements say so long before fine-tuning does)."""
-    worse = self.guard.worse_keys()
+    worse = self.best_configs.worse_keys()
     if not worse:
       return mask
     mask = mask.copy()
@@ -371,11 +371,12 @@ class IntunePolicy(policies.Policy):
     state, mask = dqn.features(obs), dqn.action_mask(obs)
     r, loss = self._learn(obs, state, mask)
     config = {k.name: k.value for k in obs.knobs}
-    revert = self.guard.update(config, obs.output_rate, obs.usable_cpus)
+    revert = self.best_configs.update(config, obs.output_rate,
+                                      obs.usable_cpus)
     if self.session is not None and self.steps % SAVE_EVERY == 0:
       self._save()
     if revert:
-      best, _ = self.guard.best()
+      best, _ = self.best_configs.best()
       values, action, self._prev = best, "revert-to-best", None
       self._hold, self._hold_values = HOLD, best
     elif self._hold > 0:
