@@ -1,7 +1,13 @@
 """The Keras callback in real model.fit runs (no mocks)."""
 
+import contextlib
 import json
+import os
 import pathlib
+import re
+import subprocess
+import sys
+import textwrap
 
 from absl import logging
 from conftest import CRITEO_REAL_DIR
@@ -345,3 +351,86 @@ def test_criteo_dlrm_with_callback_same_quality(tmp_path):
   assert abs(auc_intune - auc_plain) <= 0.02, (auc_intune, auc_plain)
   if real:  # synthetic labels are independent of the features
     assert 0.6 < auc_plain < 1.0
+
+
+_FAULTY_FIT = textwrap.dedent("""
+    import math
+    import keras, numpy as np, tensorflow as tf
+    import intune_tf
+    import intune_tf.keras as intune_keras
+
+    class Flaky(intune_tf.Policy):
+      calls = 0
+
+      def step(self, obs):
+        type(self).calls += 1
+        if type(self).calls % 3 == 1:
+          raise RuntimeError("injected policy fault")
+        if type(self).calls % 3 == 2:
+          return [("not", "a configuration")]  # garbage
+        return {k.name: k.min for k in obs.knobs}  # logged
+
+    intune_tf.register_policy("flaky", Flaky)
+    x = np.random.default_rng(0).normal(size=(2048, 8)).astype("float32")
+    y = (x[:, 0] > 0).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).map(
+        lambda a, b: (a * 1.0, b), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = intune_tf.tune(ds.batch(64).prefetch(tf.data.AUTOTUNE),
+                        policy="flaky", name="train")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    history = model.fit(ds, epochs=3, verbose=0, callbacks=[
+        intune_keras.IntuneCallback(drive_every=1, log_every=1)])
+    losses = history.history["loss"]
+    print("FIT", len(losses), all(map(math.isfinite, losses)), Flaky.calls)
+""")
+
+
+@contextlib.contextmanager
+def _full_disk(path: pathlib.Path):
+  """A 64 KiB tmpfs at `path`, filled to the last byte (skips the test where
+  this process may not mount)."""
+  path.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
+                            str(path)], capture_output=True, text=True)
+  if mounted.returncode:
+    pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+  try:
+    for folder in ("status", "warmstart"):
+      (path / folder).mkdir()
+    fd = os.open(path / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+      with contextlib.suppress(OSError):  # ENOSPC once it is full
+        while True:
+          os.write(fd, b"x" * 4096)
+    finally:
+      os.close(fd)
+    yield path
+  finally:
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.mark.slow
+def test_fit_survives_a_failing_policy_and_a_full_disk(tmp_path):
+  with _full_disk(tmp_path / "full") as full:
+    env = dict(os.environ,
+               INTUNE_STATUS_DIR=str(full / "status"),
+               INTUNE_DECISION_LOG=str(full / "decisions.jsonl"),
+               INTUNE_WARMSTART_DIR=str(full / "warmstart"),
+               TF_CPP_MIN_LOG_LEVEL="2")
+    run = subprocess.run([sys.executable, "-c", _FAULTY_FIT], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stderr[-3000:]
+  epochs, finite, calls = run.stdout.split("FIT ")[1].split()
+  assert (epochs, finite) == ("3", "True")
+  assert int(calls) >= 3 * 32  # drive_every=1: a step per batch, 32 per epoch
+  # Each fault is told once per session (an epoch is one or two sessions),
+  # not every step.
+  for fault in ("injected policy fault", "not a mapping"):
+    told = re.findall(r"Session (\d+) .*" + fault, run.stderr)
+    assert told and len(told) == len(set(told)), (fault, run.stderr[-3000:])
+  # The full disk: one warning per file the tuner writes, then silence.
+  for what in ("status file", "decision log", "warm-start state"):
+    told = [line for line in run.stderr.splitlines()
+            if what in line and "No space left" in line]
+    assert len(told) == 1, (what, run.stderr[-3000:])

@@ -90,30 +90,56 @@ class _BrokenConstructor(policies.Policy):
     return {}
 
 
-def test_a_policy_that_cannot_be_made_stops_only_its_own_session(
-    monkeypatch):
-  policies.register("broken-constructor-test", _BrokenConstructor)
+class _RaisingStep(policies.Policy):
+
+  def step(self, obs):
+    raise RuntimeError("bug in a user's policy")
+
+
+def _returning(garbage):
+  """A policy class whose `step` returns `garbage(obs)`."""
+  return type("_Garbage", (policies.Policy,),
+              {"step": lambda self, obs: garbage(obs)})
+
+
+_FAULTY = {
+    "constructor": _BrokenConstructor,
+    "step": _RaisingStep,
+    "none": _returning(lambda obs: None),
+    "list": _returning(lambda obs: [1, 2]),
+    "string value": _returning(lambda obs: {obs.knobs[0].name: "four"}),
+    "nan value": _returning(lambda obs: {obs.knobs[0].name: float("nan")}),
+    "above max": _returning(lambda obs: {obs.knobs[0].name: 2.0**70}),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(_FAULTY))
+def test_a_faulty_policy_stops_only_its_own_session_and_is_reported_once(
+    fault, monkeypatch):
+  name = f"faulty-{fault.replace(' ', '-')}-test"
+  policies.register(name, _FAULTY[fault])
   errors = []
   monkeypatch.setattr(logging, "error", lambda *a, **k: errors.append(a))
   broken = healthy = None
   try:
-    broken, broken_session = _iterate("broken-constructor-test",
-                                      period_s=0.02)
+    broken, broken_session = _iterate(name, period_s=0.02)
     # Learn the healthy pipeline's knob name, then ask for a fixed value.
     healthy, session = _iterate("even")
-    name = [k.name for k in session.knobs() if k.kind == "parallelism"][0]
+    knob = [k.name for k in session.knobs() if k.kind == "parallelism"][0]
     del healthy
     gc.collect()
-    healthy, session = _iterate("fixed", config={name: 1}, period_s=0.02)
-    assert wait_for(lambda: {k.name: k.value for k in session.knobs()}
-                    .get(name) == 1)
-    for _ in range(20):  # many tuner rounds
+    healthy, session = _iterate("fixed", config={knob: 1}, period_s=0.02)
+    for _ in range(20):  # many tuner rounds, besides the background thread's
       intune_tf.global_tuner().step()
-    mine = [e for e in errors if "broken-constructor-test" in str(e)]
-    assert len(mine) == 1 and "bug in a user's policy" in str(mine[0])
+    assert wait_for(lambda: {k.name: k.value for k in session.knobs()}
+                    .get(knob) == 1)
+    mine = [e for e in errors if f"session {broken_session.id}" in str(e)
+            or repr(broken_session) in str(e) or name in str(e)]
+    assert len(mine) == 1, mine
     assert int(next(broken)) > 0 and broken_session.knobs()
+    assert int(next(healthy)) > 0
   finally:
-    del policies._REGISTRY["broken-constructor-test"]
+    del policies._REGISTRY[name]
     del broken, healthy
     gc.collect()
 

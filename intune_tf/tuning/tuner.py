@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import threading
 import time
+from typing import Mapping
 
 from absl import logging
 
@@ -24,6 +25,8 @@ _EXIT_JOIN_S = 10.0
 # Longest wait of the tuner thread: a new iterator is seen within this time.
 # Each wake lists the sessions (an op call), so shorter costs CPU.
 _DISCOVERY_S = 0.25
+# Distinct errors a session logs; later ones are not told.
+_MAX_REPORTS = 5
 # How often the default RAM budgets are shared out again.
 _BUDGET_PERIOD_S = 1.0
 # A share is written only when it moves by more than this fraction.
@@ -63,10 +66,19 @@ class _Tuned:
                       type(self.policy).__name__, session, e)
     self.observer = observation_lib.Observer(session)
     self.last_good: dict[str, float] | None = None
-    self.reported_error = False  # by the policy's step
-    self.reported_failure = False  # by anything else in a step
+    self.reported: set[tuple[str, str]] = set()  # see `first_report`
     self.next_step = 0.0
     self.static_knobs: tuple[str, ...] | None = None
+
+  def first_report(self, where: str, error: Exception) -> bool:
+    """Whether `error` in `where` ("policy" or "step") is new for this
+    session: each distinct error is logged once, and at most
+    `_MAX_REPORTS` of them."""
+    key = (where, f"{type(error).__name__}: {error}")
+    if key in self.reported or len(self.reported) >= _MAX_REPORTS:
+      return False
+    self.reported.add(key)
+    return True
 
 
 class Tuner:
@@ -236,8 +248,7 @@ class Tuner:
     except session_lib.SessionGoneError:
       pass
     except Exception as e:  # pylint: disable=broad-except
-      if not t.reported_failure:
-        t.reported_failure = True
+      if t.first_report("step", e):
         logging.error("InTune tuning step of %r failed: %r. Its pipeline "
                       "keeps its configuration; reported once.", t.session,
                       e, exc_info=True)
@@ -263,12 +274,14 @@ class Tuner:
       return
     try:
       wanted = t.policy.step(obs)
+      if not isinstance(wanted, Mapping):
+        raise TypeError(f"step returned {wanted!r:.80}, not a mapping of "
+                        "knob names to values")
     except Exception as e:  # pylint: disable=broad-except
-      if not t.reported_error:
+      if t.first_report("policy", e):
         logging.error("InTune policy %r failed on %r: %r. The pipeline "
-                      "keeps its last good configuration.",
+                      "keeps its last good configuration (reported once).",
                       t.session.options.policy, t.session, e)
-        t.reported_error = True
       if t.last_good:
         names = {k.name for k in obs.knobs}
         t.session.set({k: v for k, v in t.last_good.items() if k in names})
