@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from typing import Sequence
 
 # The kinds of knob: threads of a parallel stage, elements of a buffer.
 KINDS = ("parallelism", "buffer_size")
@@ -289,6 +290,25 @@ def stage_utilization(cpu_per_element_s: float, rate: float,
   0.002 * 1500 / 4 = 0.75.
   """
   return cpu_per_element_s * rate / max(threads or 1.0, 1.0)
+
+
+def unlowerable_bytes(stages: Sequence[StageObservation]) -> dict[str, int]:
+  """Bytes held by stages the budget guard cannot lower: those without a
+  parallelism or buffer knob (a shuffle or in-memory cache buffer, a buffer
+  of fixed size). The guard subtracts them from the RAM budget.
+
+  Returns:
+    `{stage name: buffered bytes}` of each such stage holding any, summed
+    over the instances of a stage.
+
+  Example: stages Shuffle (no knob, 64 MB), Prefetch (buffer knob, 8 MB),
+  Cache (no knob, 0 bytes): {"Shuffle": 64 MB}.
+  """
+  held: dict[str, int] = {}
+  for s in stages:
+    if s.parallelism is None and s.buffer_size is None and s.buffered_bytes > 0:
+      held[s.name] = held.get(s.name, 0) + int(s.buffered_bytes)
+  return held
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,12 +63,12 @@ def _pipeline(policy="even", name="inspected"):
 
 
 def _stage(name, rate, cpu_per_element_s, parallelism=None, buffer_size=None,
-           time_share=0.0):
+           time_share=0.0, buffered_bytes=0):
   return records.StageObservation(
       name=name, rate=rate, cpu_per_element_s=cpu_per_element_s,
       parallelism=parallelism, buffer_size=buffer_size, buffer_fill=0.5,
       bytes_per_element=8.0, bytes_produced_per_s=8.0 * rate,
-      buffered_bytes=0, time_share=time_share)
+      buffered_bytes=buffered_bytes, time_share=time_share)
 
 
 def _observation(stages):
@@ -153,7 +153,9 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   writer(intune_tf.Session(7, intune_tf.IntuneOptions(policy="even",
                                                    name="demo").to_json()),
          _observation([_stage("Prefetch", 100, 0.0, buffer_size=4),
-                       _stage("Prefetch.ParallelMapV2", 100, 0.009,
+                       _stage("Prefetch.Shuffle", 100, 0.0,
+                              buffered_bytes=3 << 19),
+                       _stage("Prefetch.Shuffle.ParallelMapV2", 100, 0.009,
                               parallelism=1, time_share=1.0)]), {})
   writer.write_now()
   out = io.StringIO()
@@ -167,8 +169,11 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   assert lines[header].split() == ["stage", "parallelism", "buffer", "fill",
                                    "elem/s", "CPUs", "CPU", "share", "util",
                                    "bottleneck"]
+  # The shuffle's 1.5 MB cannot be lowered by the guard.
+  assert ("not lowerable by the guard (counted against the budget): "
+          "Prefetch.Shuffle 1.5 MB") in text
   row = next(l for l in lines
-             if "Prefetch.ParallelMapV2 " in l).split()
+             if "Prefetch.Shuffle.ParallelMapV2 " in l).split()
   # parallelism 1, no buffer, 100 elem/s, 0.9 CPUs, 100% share, 90% busy.
   assert row[1:] == ["1", "-", "-", "100", "0.90", "100%", "90%", "<==",
                      "bottleneck"]

@@ -104,3 +104,24 @@ def test_utilization_is_output_rate_times_cost_per_thread():
   cost = records.stage_cost(0.003, 200.0, 50.0)
   assert records.stage_utilization(0.003, 200.0, 3) == pytest.approx(
       50.0 * cost / 3) == pytest.approx(0.2)
+
+
+def _stage(name, parallelism=None, buffer_size=None, buffered=0):
+  return records.StageObservation(
+      name=name, rate=0.0, cpu_per_element_s=0.0, parallelism=parallelism,
+      buffer_size=buffer_size, buffer_fill=0.0, bytes_per_element=0.0,
+      bytes_produced_per_s=0.0, buffered_bytes=buffered, time_share=0.0)
+
+
+def test_unlowerable_bytes_are_those_of_stages_without_a_memory_knob():
+  mb = 1 << 20
+  stages = [_stage("Prefetch", buffer_size=4, buffered=8 * mb),
+            _stage("Prefetch.Shuffle", buffered=64 * mb),
+            _stage("Prefetch.Shuffle.ParallelMapV2", parallelism=2,
+                   buffered=16 * mb),
+            _stage("Prefetch.Shuffle.Cache"),  # holds nothing yet
+            # Two instances of an inner shuffle: 3 + 5 MB.
+            _stage("Interleave[0].Shuffle", buffered=3 * mb),
+            _stage("Interleave[0].Shuffle", buffered=5 * mb)]
+  assert records.unlowerable_bytes(stages) == {
+      "Prefetch.Shuffle": 64 * mb, "Interleave[0].Shuffle": 8 * mb}

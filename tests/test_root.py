@@ -381,3 +381,34 @@ def test_guard_keeps_buffers_under_the_budget():
   assert session.counters()["guard_shrinks"] > 0
   del it
   gc.collect()
+
+
+def test_what_the_guard_cannot_lower_is_counted_and_told_once(monkeypatch):
+  from absl import logging  # pylint: disable=import-outside-toplevel
+  told = []
+  monkeypatch.setattr(logging, "warning", lambda *a, **k: told.append(a))
+  mb = 1 << 20
+  ds = tf.data.Dataset.range(10**6).map(
+      lambda x: tf.fill([mb // 4], tf.cast(x, tf.float32)))  # 1 MB
+  ds = ds.shuffle(16, seed=1).prefetch(AUTOTUNE)
+  it = iter(_with_option(ds, ram_budget=24 * mb, policy="manual",
+                         period_s=0.02))
+  next(it)
+  session = intune_tf.session_of(it)
+  buf = [k for k in session.knobs() if k.kind == "buffer_size"][0].name
+  session.set({buf: 64})
+  # The shuffle's 15 or 16 buffered elements cannot be lowered: they are
+  # counted, and the prefetch buffer gets what is left of the 24 MB.
+  assert wait_for(lambda: session.counters()["unlowerable_bytes"] >= 15 * mb)
+  for _ in range(50):
+    next(it)
+    intune_tf.global_tuner().step()
+  assert 15 * mb <= session.counters()["unlowerable_bytes"] <= 16 * mb
+  value = {k.name: k.value for k in session.knobs()}[buf]
+  assert 1 <= value <= 24 - 15 - 1  # (value + 1) x 1 MB within what is left
+  # Told once, naming the stage and its bytes.
+  mine = [a for a in told if "cannot lower" in str(a[0])]
+  assert len(mine) == 1, told
+  assert mine[0][2].endswith("Shuffle") and 15 <= mine[0][3] <= 16, mine
+  del it
+  gc.collect()

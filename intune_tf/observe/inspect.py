@@ -102,6 +102,12 @@ def format_process(data: Mapping[str, Any], now: float | None = None,
         f"{_bytes(s.get('buffered_bytes'))} of {_bytes(s.get('ram_budget'))}"
         f" budget, GetNext {_num(latency and latency * 1e3, 2)} ms/elem, "
         f"consumer {_num(wait and wait * 1e3, 2)} ms/elem")
+    fixed = s.get("unlowerable_bytes") or {}
+    if fixed:
+      lines.append("  not lowerable by the guard (counted against the "
+                   "budget): " + ", ".join(
+                       f"{stage} {_bytes(held)}"
+                       for stage, held in sorted(fixed.items())))
     lines.extend("  " + line for line in stage_table(s.get("stages", [])))
   return lines
 

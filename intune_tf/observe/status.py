@@ -14,7 +14,9 @@ host deletes it.
 The file (format `intune_tf.status/1`) holds the process (pid, host, start
 time, command line, `role` and, for tf.data service workers, `service`) and
 one entry per session: options, steps, knob values (first seen and now),
-output rate, budgets, and one row per pipeline stage:
+output rate, budgets, `unlowerable_bytes` (`{stage: bytes}` of the stages
+whose buffers the RAM budget guard cannot lower,
+`records.unlowerable_bytes`), and one row per pipeline stage:
 
 | field | unit | meaning |
 |---|---|---|
@@ -240,6 +242,7 @@ class StatusWriter:
         "usable_cpus": obs.usable_cpus, "cpu_budget": obs.cpu_budget,
         "ram_budget": obs.ram_budget, "buffered_bytes": obs.buffered_bytes,
         "free_memory": obs.free_memory,
+        "unlowerable_bytes": records.unlowerable_bytes(obs.stages),
         "stages": stage_rows(obs),
     }
     with self._lock:

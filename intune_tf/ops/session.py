@@ -35,7 +35,8 @@ _CONFIG_FORMAT = "intune_tf.config/1"
 # The counters of IntuneSessionCounters and IntuneObserve, in order.
 COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
-            "guard_shrinks", "guard_over_budget", "created_us")
+            "guard_shrinks", "guard_over_budget", "created_us",
+            "unlowerable_bytes")
 # The columns of IntuneObserve's per-node statistics; the node id tells two
 # instances of one stage apart. `StageStats` starts with the same fields.
 STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",

@@ -14,6 +14,7 @@ from typing import Mapping
 from absl import logging
 
 from intune_tf import options as options_lib
+from intune_tf import records
 from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
 from intune_tf.tuning import host
@@ -27,6 +28,8 @@ _EXIT_JOIN_S = 10.0
 _DISCOVERY_S = 0.25
 # Distinct errors a session logs; later ones are not told.
 _MAX_REPORTS = 5
+# A stage holding this many bytes the guard cannot lower is reported.
+_UNLOWERABLE_REPORT_BYTES = 1 << 20
 # How often the default RAM budgets are shared out again.
 _BUDGET_PERIOD_S = 1.0
 # A share is written only when it moves by more than this fraction.
@@ -67,6 +70,7 @@ class _Tuned:
     self.observer = observation_lib.Observer(session)
     self.last_good: dict[str, float] | None = None
     self.reported: set[tuple[str, str]] = set()  # see `first_report`
+    self.unlowerable_told: set[str] = set()  # stages, see `_tell_unlowerable`
     self.next_step = 0.0
     self.static_knobs: tuple[str, ...] | None = None
 
@@ -263,6 +267,21 @@ class Tuner:
           logging.error("InTune step listener %r failed: %r (reported once; "
                         "tuning goes on).", listener, e, exc_info=True)
 
+  @staticmethod
+  def _tell_unlowerable(t: _Tuned, obs) -> None:
+    """Logs, once per stage, a stage whose buffer the guard cannot lower."""
+    for stage, held in records.unlowerable_bytes(obs.stages).items():
+      if held >= _UNLOWERABLE_REPORT_BYTES and stage not in t.unlowerable_told:
+        t.unlowerable_told.add(stage)
+        logging.warning(
+            "InTune %r: stage %s holds %.1f MB that the RAM budget guard "
+            "cannot lower (a shuffle or cache buffer, or a buffer of fixed "
+            "size). They count against the budget (%.0f MB); the buffers "
+            "and threads InTune tunes share the rest. Reported once per "
+            "stage; `intune inspect` and Session.counters()"
+            "['unlowerable_bytes'] show it too.", t.session, stage,
+            held / (1 << 20), obs.ram_budget / (1 << 20))
+
   def _step_one_unguarded(self, t: _Tuned) -> None:
     if t.policy.static and not self._listeners:
       names = tuple(k.name for k in t.session.knobs())
@@ -270,6 +289,7 @@ class Tuner:
         return
       t.static_knobs = names
     obs = t.observer.observe()
+    self._tell_unlowerable(t, obs)
     if not obs.knobs:
       return
     try:

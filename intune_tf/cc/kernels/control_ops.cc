@@ -145,6 +145,7 @@ std::vector<int64_t> CounterFields(const TuningSession& session) {
   fields[kCounterGuardShrinks] = c.guard_shrinks;
   fields[kCounterGuardOverBudget] = c.guard_over_budget;
   fields[kCounterCreatedUs] = c.created_us;
+  fields[kCounterUnlowerableBytes] = c.unlowerable_bytes;
   return fields;
 }
 

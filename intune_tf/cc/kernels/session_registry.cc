@@ -440,6 +440,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     }
     knobs.push_back({node, knob, bpe, absl::StrCat(*w.stage, "/", knob->name)});
   }
+  unlowerable_bytes_.store(static_cast<int64_t>(fixed_bytes));
   std::stable_sort(knobs.begin(), knobs.end(),
                    [](const MemoryKnob& a, const MemoryKnob& b) {
                      return a.parameter->name == kBufferSize &&
@@ -588,6 +589,7 @@ SessionCounters TuningSession::Counters() const {
   c.ram_budget = ram_budget_.load();
   c.guard_shrinks = guard_shrinks_.load();
   c.guard_over_budget = guard_over_budget_.load();
+  c.unlowerable_bytes = unlowerable_bytes_.load();
   c.created_us = created_us_;
   return c;
 }

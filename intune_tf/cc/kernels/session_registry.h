@@ -87,6 +87,9 @@ struct SessionCounters {
   int64_t ram_budget = 0;         // bytes; 0 = no guard
   int64_t guard_shrinks = 0;      // knob decrements made by the guard
   int64_t guard_over_budget = 0;  // guard rounds that found bytes over budget
+  // Bytes the guard could not lower at its last thorough pass (stages
+  // without a memory knob: shuffle, cache, fixed buffers).
+  int64_t unlowerable_bytes = 0;
   int64_t created_us = 0;         // wall-clock microseconds since the epoch
 };
 
@@ -202,6 +205,7 @@ class TuningSession {
   std::atomic<int64_t> peak_buffered_bytes_{0};
   std::atomic<int64_t> guard_shrinks_{0};
   std::atomic<int64_t> guard_over_budget_{0};
+  std::atomic<int64_t> unlowerable_bytes_{0};
 
   // Serializes knob writes (SetKnobs, the sync pass, the guard), so that a
   // validated batch of values is applied and then enforced as one step, and
