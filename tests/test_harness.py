@@ -90,7 +90,8 @@ def test_runs_summary_and_markdown(tmp_path):
                       trace_path=str(tmp_path / "trace.jsonl"))
   scenario = _tiny()
   h.measure_ceiling(scenario, seconds=0.5)
-  for policy in ("autotune", "even", "unoptimized"):
+  policies = ("autotune", "autotune-stage-based", "even", "unoptimized")
+  for policy in policies:
     run = h.run(scenario, policy, 0)
     assert run.rows_per_s > 0 and run.windows and run.knobs
   h.close()
@@ -98,9 +99,17 @@ def test_runs_summary_and_markdown(tmp_path):
   entry = summary["scenarios"]["tiny"]
   assert entry["ceiling_rows_per_s"] > 0
   assert entry["policies"]["autotune"]["vs_autotune"] == 1.0
-  assert set(entry["policies"]) == {"autotune", "even", "unoptimized"}
+  assert set(entry["policies"]) == set(policies)
+  # The best live baseline: the fastest of all but "unoptimized".
+  rates = {p: e["rows_per_s"] for p, e in entry["policies"].items()}
+  best = max(("autotune", "autotune-stage-based", "even"), key=rates.get)
+  assert entry["best_baseline"] == best
+  assert entry["policies"][best]["vs_best_baseline"] == 1.0
+  assert entry["policies"]["unoptimized"]["vs_best_baseline"] == (
+      rates["unoptimized"] / rates[best])
   text = h.markdown(summary)
   assert "| even |" in text and "ceiling" in text
+  assert f"best baseline (live, no learning): {best}" in text
   lines = (tmp_path / "trace.jsonl").read_text().splitlines()
   assert lines and json.loads(lines[0])["policy"] in ("even", "unoptimized")
   paths = h.plot(str(tmp_path / "plots"))
@@ -169,3 +178,22 @@ def test_autotune_restart_rebuilds_on_resize_even_with_stateful_ops():
   run = h.run(scenario, "autotune-restart", 0)
   assert run.rows_per_s > 0
   assert [n for _, n in run.resize_events] == [1, 2]
+
+
+@pytest.mark.parametrize("policy,algorithm", [
+    ("autotune", "DEFAULT"),
+    ("autotune-hill-climb", "HILL_CLIMB"),
+    ("autotune-gradient-descent", "GRADIENT_DESCENT"),
+    ("autotune-max-parallelism", "MAX_PARALLELISM"),
+    ("autotune-stage-based", "STAGE_BASED"),
+])
+def test_autotune_variants_run_each_algorithm_with_the_option_off(policy,
+                                                                  algorithm):
+  ds = harness.autotune_dataset(_tiny(), policy)
+  options = ds.options()
+  assert not options.experimental_intune
+  # An unset algorithm is TF's DEFAULT.
+  assert (options.autotune.autotune_algorithm or
+          tf.data.experimental.AutotuneAlgorithm.DEFAULT) == getattr(
+              tf.data.experimental.AutotuneAlgorithm, algorithm)
+  assert policy in harness.valid_policies()

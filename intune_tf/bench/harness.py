@@ -33,10 +33,26 @@ from intune_tf.ops import session as session_lib
 from intune_tf.tuning import host
 from intune_tf.tuning import policies
 
-AUTOTUNE_POLICIES = ("autotune", "autotune-restart")
-BASELINES = ("unoptimized", "even", "autotune", "autotune-restart", "analytic",
-             "oracle")
-DEFAULT_POLICIES = BASELINES + ("intune",)
+# The option off: tf.data's own AUTOTUNE, with each of its algorithms
+# (`tf.data.Options().autotune.autotune_algorithm`; "autotune" leaves TF's
+# default).
+AUTOTUNE_ALGORITHMS = {
+    "autotune": None,
+    "autotune-hill-climb": "HILL_CLIMB",
+    "autotune-gradient-descent": "GRADIENT_DESCENT",
+    "autotune-max-parallelism": "MAX_PARALLELISM",
+    "autotune-stage-based": "STAGE_BASED",
+}
+AUTOTUNE_POLICIES = (*AUTOTUNE_ALGORITHMS, "autotune-restart")
+BASELINES = ("unoptimized", "even", *AUTOTUNE_POLICIES, "analytic", "climb",
+             "coordinate", "plumber", "oracle")
+DEFAULT_POLICIES = ("unoptimized", "even", "autotune", "autotune-restart",
+                    "analytic", "oracle", "intune")
+# What a result is compared with besides AUTOTUNE: the best of the tuners
+# that run live without learning (not "oracle", an offline search of static
+# configurations, nor "unoptimized").
+LIVE_BASELINES = tuple(b for b in BASELINES if b not in ("unoptimized",
+                                                         "oracle"))
 WINDOW_S = 0.5
 # Buffered-bytes sampling periods (see `sample_period_s`).
 SAMPLE_S = 0.1
@@ -175,6 +191,22 @@ def sample_period_s(scenario: scenarios_lib.Scenario) -> float:
   sample reads the pipeline's model: at 10 ms it cost ~5% of a 2-core
   machine's throughput against a plain loop)."""
   return MEMORY_SAMPLE_S if scenario.ram_budget else SAMPLE_S
+
+
+def autotune_dataset(scenario: scenarios_lib.Scenario,
+                     policy: str) -> tf.data.Dataset:
+  """The scenario's pipeline with the option off, under the AUTOTUNE
+  variant `policy` (one of `AUTOTUNE_POLICIES`)."""
+  ds = scenario.make(None)
+  algorithm = AUTOTUNE_ALGORITHMS.get(policy)
+  options = tf.data.Options()
+  if policy == "autotune-restart":
+    options.experimental_external_state_policy = (
+        tf.data.experimental.ExternalStatePolicy.IGNORE)
+  if algorithm:
+    options.autotune.autotune_algorithm = getattr(
+        tf.data.experimental.AutotuneAlgorithm, algorithm)
+  return ds.with_options(options)
 
 
 class Harness:
@@ -337,12 +369,7 @@ class Harness:
       schedule = resize_lib.Schedule([(f * total, n) for f, n in scenario.resize])
     restart = policy == "autotune-restart"
     if policy in AUTOTUNE_POLICIES:
-      ds = scenario.make(None)
-      if restart:
-        options = tf.data.Options()
-        options.experimental_external_state_policy = (
-            tf.data.experimental.ExternalStatePolicy.IGNORE)
-        ds = ds.with_options(options)
+      ds = autotune_dataset(scenario, policy)
     else:
       if policy == "oracle":
         _TablePolicy.table = self.oracle[scenario.name]["table"]
@@ -433,7 +460,11 @@ class Harness:
       ceiling = self.ceilings.get(name)
       base = per_policy.get("autotune")
       base_median = statistics.median(r.rows_per_s for r in base) if base else None
+      live = {p: statistics.median(r.rows_per_s for r in runs)
+              for p, runs in per_policy.items() if p in LIVE_BASELINES}
+      best = max(live, key=live.get) if live else None
       entry = {"ceiling_rows_per_s": ceiling, "policies": {},
+               "best_baseline": best,
                "stage_seconds_per_row": self.stage_costs.get(name, {})}
       if name in self.oracle:
         entry["oracle_configurations_tried"] = self.oracle[name][
@@ -455,6 +486,7 @@ class Harness:
             "rows_per_s": med, "min": min(rates), "max": max(rates),
             "repeats": len(rates),
             "vs_autotune": med / base_median if base_median else None,
+            "vs_best_baseline": med / live[best] if best else None,
             "of_ceiling": med / ceiling if ceiling else None,
             "peak_buffered_bytes": max(r.peak_buffered_bytes for r in runs),
             "runs": [dataclasses.asdict(r) for r in runs]}
@@ -481,15 +513,19 @@ class Harness:
                      " static configurations")
       if "ram_budget" in entry:
         lines.append(f"RAM budget: {entry['ram_budget'] / 2**20:.0f} MB")
+      if entry.get("best_baseline"):
+        lines.append(f"best baseline (live, no learning): "
+                     f"{entry['best_baseline']}")
       lines.append("")
-      lines.append("| policy | rows/s (median) | min | max | vs autotune | of "
-                   "ceiling | peak buffered MB |")
-      lines.append("|---|---|---|---|---|---|---|")
+      lines.append("| policy | rows/s (median) | min | max | vs autotune | vs "
+                   "best baseline | of ceiling | peak buffered MB |")
+      lines.append("|---|---|---|---|---|---|---|---|")
+      ratio = lambda x: f"{x:.2f}x" if x else "-"  # pylint: disable=unnecessary-lambda-assignment
       for policy, p in entry["policies"].items():
-        vs = f"{p['vs_autotune']:.2f}x" if p["vs_autotune"] else "-"
         of = f"{p['of_ceiling']:.2f}" if p["of_ceiling"] else "-"
         lines.append(f"| {policy} | {p['rows_per_s']:,.0f} | {p['min']:,.0f} "
-                     f"| {p['max']:,.0f} | {vs} | {of} | "
+                     f"| {p['max']:,.0f} | {ratio(p['vs_autotune'])} | "
+                     f"{ratio(p.get('vs_best_baseline'))} | {of} | "
                      f"{p['peak_buffered_bytes'] / 2**20:,.1f} |")
       lines.append("")
       if "recovery_targets" in entry:
