@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from typing import Callable
 
 from absl import logging
 
@@ -72,6 +73,49 @@ def _parse_parallelism(text: str | None) -> dict[str, int] | None:
           f"read=2,parse=1; got {item!r}")
     out[name] = threads
   return out
+
+
+def _input_errors(command: str, what: str, dest: str,
+                  run: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+  """`run`, reporting an unreadable or non-Criteo input as a usage error.
+
+  Args:
+    command: The command's name, for the message.
+    what: The argument naming the input files, for the message.
+    dest: Its attribute in the parsed arguments.
+    run: The command.
+
+  Returns:
+    `run` that, when an input is missing, unreadable or not Criteo data,
+    writes what is wrong with which file to stderr and returns 2.
+  """
+  def guarded(args: argparse.Namespace) -> int:
+    try:
+      return run(args)
+    except Exception as e:  # pylint: disable=broad-except  # re-raised below
+      # Deferred: loaded by the command already.
+      import tensorflow as tf
+
+      # Deferred: loaded by the command already.
+      from intune_tf.criteo import reader
+      if not isinstance(e, (OSError, UnicodeDecodeError,
+                            reader.CriteoFormatError,
+                            tf.errors.InvalidArgumentError)):
+        raise
+      if isinstance(e, OSError) and e.strerror:
+        message = f"cannot read {e.filename}: {e.strerror}"
+      elif isinstance(e, UnicodeDecodeError):
+        files = getattr(args, dest)
+        files = files if isinstance(files, str) else " or ".join(files or [])
+        message = f"{files}: not text ({e})"
+      else:
+        message = (getattr(e, "message", None) or str(e)).rstrip(".")
+      sys.stderr.write(f"intune criteo {command}: error: {what}: {message}. "
+                       "Pass Criteo text files (dac layout, see `intune "
+                       "criteo generate`).\n")
+      return 2
+  return guarded
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -200,7 +244,7 @@ def add_commands(subparsers) -> None:
       "fit", help="Fit generator parameters to a real labelled TSV file.")
   p.add_argument("--real", required=True, help="Real dac-layout file.")
   p.add_argument("--out", default="-", help="JSON to write (default stdout).")
-  p.set_defaults(func=_fit)
+  p.set_defaults(func=_input_errors("fit", "--real", "real", _fit))
 
   p = subparsers.add_parser(
       "compare", help="PNG comparing real and synthetic distributions.")
@@ -209,7 +253,7 @@ def add_commands(subparsers) -> None:
   p.add_argument("--synthetic", default=None,
                  help="Synthetic file (default: generate as many rows).")
   p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
-  p.set_defaults(func=_compare)
+  p.set_defaults(func=_input_errors("compare", "--real", "real", _compare))
 
   p = subparsers.add_parser(
       "convert", help="Convert Criteo text files to TFRecord or Parquet.")
@@ -225,13 +269,13 @@ def add_commands(subparsers) -> None:
                  help="GZIP TFRecords / snappy Parquet.")
   p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
   p.add_argument("--quiet", action="store_true", help="No progress bar.")
-  p.set_defaults(func=_convert)
+  p.set_defaults(func=_input_errors("convert", "inputs", "inputs", _convert))
 
   p = subparsers.add_parser(
       "count", help="Count the rows (and skipped bad rows) of Criteo files.")
   p.add_argument("inputs", nargs="+", help="Input files or glob patterns.")
   p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
-  p.set_defaults(func=_count)
+  p.set_defaults(func=_input_errors("count", "inputs", "inputs", _count))
 
   p = subparsers.add_parser(
       "bench", help="Markdown table of L1-L5 pipeline throughput.")
@@ -250,4 +294,4 @@ def add_commands(subparsers) -> None:
   p.add_argument("--parallelism", type=_parse_parallelism, default=None,
                  help="Fixed stage parallelism, e.g. read=2,parse=1 "
                  "(default: AUTOTUNE).")
-  p.set_defaults(func=_bench)
+  p.set_defaults(func=_input_errors("bench", "--files", "files", _bench))

@@ -134,3 +134,46 @@ def test_convert_to_parquet_without_tensorflow_io_exits_2(tmp_path, capsys):
   assert _run(["convert", *src, "--out", str(tmp_path / "pq"), "--format",
                "parquet", "--quiet"]) == 2
   assert not (tmp_path / "pq").exists() or not any((tmp_path / "pq").iterdir())
+
+
+def _bad_input(tmp_path, kind: str) -> str:
+  path = tmp_path / "in.tsv"
+  if kind == "random bytes":
+    path.write_bytes(bytes(range(1, 256)) * 16)
+  elif kind == "folder":
+    path.mkdir()
+  elif kind == "bad row":
+    lines = open(synthetic.generate(100, tmp_path / "src")[0]).readlines()
+    path.write_text("".join(lines[:50]) + "a\tb\n" + "".join(lines[50:]))
+  return str(path)
+
+
+@pytest.mark.parametrize("argv,kind,message", [
+    (["count", "{path}"], "random bytes", "inputs: {path}: not Criteo data"),
+    (["count", "{path}"], "missing", "inputs: {path}: no such file"),
+    (["count", "{path}"], "bad row", "inputs: "),
+    (["convert", "{path}", "--out", "{out}", "--quiet"], "random bytes",
+     "inputs: {path}: not Criteo data"),
+    (["convert", "{path}", "--out", "{out}", "--quiet"], "bad row",
+     "inputs: "),
+    (["fit", "--real", "{path}"], "random bytes", "--real: {path}: not text"),
+    (["fit", "--real", "{path}"], "folder",
+     "--real: cannot read {path}: Is a directory"),
+    (["bench", "--files", "{path}", "--levels", "1"], "random bytes",
+     "--files: {path}: not Criteo data"),
+])
+def test_a_bad_input_file_exits_2_naming_it(tmp_path, capsys, argv, kind,
+                                            message):
+  path, out = _bad_input(tmp_path, kind), str(tmp_path / "out")
+  command = argv[0]
+  argv = [a.format(path=path, out=out) for a in argv]
+  assert _run(argv) == 2
+  err = capsys.readouterr().err
+  assert (f"intune criteo {command}: error: "
+          + message.format(path=path)) in err, err
+  if kind == "bad row":
+    assert f"Criteo bad row: {path}:51: has 2 fields" in err
+  assert err.endswith("Pass Criteo text files (dac layout, see `intune "
+                      "criteo generate`).\n")
+  assert "Traceback" not in err
+  assert not (tmp_path / "out").exists()
