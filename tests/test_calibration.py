@@ -167,3 +167,12 @@ def test_recorded_criteo_trace_is_predicted_within_15_percent():
   _, _, rows = calibration.fit(points)
   assert len(rows) >= 30
   assert np.median([abs(r["error"]) for r in rows]) <= 0.15
+
+
+def test_calibrate_json_that_is_a_folder_is_a_usage_error(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _calibrate(["--trace", str(tmp_path / "t.jsonl"), "--json",
+                str(tmp_path)], capsys)
+  assert exit_info.value.code == 2
+  assert (f"error: argument --json: {tmp_path} is a folder: pass the path of "
+          "a file to write.") in capsys.readouterr().err

@@ -169,3 +169,14 @@ def test_autotune_restart_rebuilds_on_resize_even_with_stateful_ops():
   run = h.run(scenario, "autotune-restart", 0)
   assert run.rows_per_s > 0
   assert [n for _, n in run.resize_events] == [1, 2]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--trace"])
+def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
+                                                          flag):
+  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads every command
+  with pytest.raises(SystemExit) as exit_info:
+    cli._parser().parse_args(["bench", flag, str(tmp_path)])  # pylint: disable=protected-access
+  assert exit_info.value.code == 2
+  assert (f"error: argument {flag}: {tmp_path} is a folder: pass the path of "
+          "a file to write.") in capsys.readouterr().err

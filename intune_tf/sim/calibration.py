@@ -31,6 +31,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from intune_tf import files
 from intune_tf import records
 from intune_tf.sim import simulator as sim_lib
 
@@ -305,5 +306,6 @@ def add_parser(subparsers) -> None:
       "calibrate", help="Fit the simulator to an `intune bench --trace` "
       "trace and report predicted vs measured throughput.")
   p.add_argument("--trace", required=True, help="Trace (JSON lines).")
-  p.add_argument("--json", default=None, help="Write the fit here.")
+  p.add_argument("--json", type=files.output_file_arg, default=None,
+                 help="Write the fit here.")
   p.set_defaults(func=main)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import time
 from typing import Callable
 
 from absl import logging
 import numpy as np
 
+from intune_tf import files
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
@@ -651,21 +651,13 @@ def _weights_file(path: str) -> str:
   return path
 
 
-def _output_file(path: str) -> str:
-  """An argparse type: a file path the command can write when it is done."""
-  if os.path.isdir(path):
-    raise argparse.ArgumentTypeError(
-        f"{path} is a folder: pass the path of a file to write.")
-  return path
-
-
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
       "pretrain", help="Pretrain the agent in the simulator.")
   p.add_argument("--seed", type=int, default=0, help="Random seed.")
   p.add_argument("--steps", type=int, default=60_000,
                  help="Simulator steps.")
-  p.add_argument("--out", type=_output_file, required=True,
+  p.add_argument("--out", type=files.output_file_arg, required=True,
                  help="Weights file to write (.npz).")
   p.add_argument("--ranker", action="store_true",
                  help="Train the intune-search ranker (pretrain_ranker).")
@@ -687,6 +679,6 @@ def add_parser(subparsers) -> None:
   p.add_argument("--policies", default=",".join(POLICIES),
                  help="Comma-separated policies (default: intune and every "
                  "baseline).")
-  p.add_argument("--json", type=_output_file, default=None,
+  p.add_argument("--json", type=files.output_file_arg, default=None,
                  help="Write the scores here.")
   p.set_defaults(func=main_simulate)
