@@ -17,21 +17,105 @@ import json
 import os
 import sys
 import time
+from typing import Callable
 
 from absl import logging
 
 
+def _positive_int(text: str) -> int:
+  """An argparse type: a positive integer."""
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value <= 0:
+    raise argparse.ArgumentTypeError(
+        f"expected a positive integer, got {text!r}")
+  return value
+
+
+def _parse_levels(text: str) -> list[int]:
+  """An argparse type: `"1,3"` -> [1, 3], each a level of `pipelines`."""
+  # Deferred: loads TensorFlow, only when `bench` is parsed.
+  from intune_tf.criteo import pipelines
+  levels = []
+  for item in text.split(","):
+    try:
+      level = int(item)
+    except ValueError:
+      level = None
+    if level not in pipelines.LEVELS:
+      raise argparse.ArgumentTypeError(
+          f"{item.strip()!r} is not a level: pass comma-separated levels "
+          f"among {','.join(map(str, pipelines.LEVELS))}, e.g. 1,3")
+    levels.append(level)
+  return levels
+
+
 def _parse_parallelism(text: str | None) -> dict[str, int] | None:
-  """`"read=2,parse=1"` -> {"read": 2, "parse": 1}."""
+  """An argparse type: `"read=2,parse=1"` -> {"read": 2, "parse": 1}."""
   if not text:
     return None
+  # Deferred: loads TensorFlow, only when `bench` is parsed.
+  from intune_tf.criteo import pipelines
   out = {}
   for item in text.split(","):
     name, _, value = item.partition("=")
-    if not value:
-      raise argparse.ArgumentTypeError(f"expected stage=int, got {item!r}")
-    out[name.strip()] = int(value)
+    name = name.strip()
+    try:
+      threads = int(value)
+    except ValueError:
+      threads = 0
+    if name not in pipelines.TUNABLE_STAGES or threads < 1:
+      raise argparse.ArgumentTypeError(
+          f"expected stage=threads with a stage among "
+          f"{', '.join(pipelines.TUNABLE_STAGES)} and threads >= 1, e.g. "
+          f"read=2,parse=1; got {item!r}")
+    out[name] = threads
   return out
+
+
+def _input_errors(command: str, what: str, dest: str,
+                  run: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+  """`run`, reporting an unreadable or non-Criteo input as a usage error.
+
+  Args:
+    command: The command's name, for the message.
+    what: The argument naming the input files, for the message.
+    dest: Its attribute in the parsed arguments.
+    run: The command.
+
+  Returns:
+    `run` that, when an input is missing, unreadable or not Criteo data,
+    writes what is wrong with which file to stderr and returns 2.
+  """
+  def guarded(args: argparse.Namespace) -> int:
+    try:
+      return run(args)
+    except Exception as e:  # pylint: disable=broad-except  # re-raised below
+      # Deferred: loaded by the command already.
+      import tensorflow as tf
+
+      # Deferred: loaded by the command already.
+      from intune_tf.criteo import reader
+      if not isinstance(e, (OSError, UnicodeDecodeError,
+                            reader.CriteoFormatError,
+                            tf.errors.InvalidArgumentError)):
+        raise
+      if isinstance(e, OSError) and e.strerror:
+        message = f"cannot read {e.filename}: {e.strerror}"
+      elif isinstance(e, UnicodeDecodeError):
+        files = getattr(args, dest)
+        files = files if isinstance(files, str) else " or ".join(files or [])
+        message = f"{files}: not text ({e})"
+      else:
+        message = (getattr(e, "message", None) or str(e)).rstrip(".")
+      sys.stderr.write(f"intune criteo {command}: error: {what}: {message}. "
+                       "Pass Criteo text files (dac layout, see `intune "
+                       "criteo generate`).\n")
+      return 2
+  return guarded
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -93,7 +177,7 @@ def _convert(args: argparse.Namespace) -> int:
                               rows_per_file=args.rows_per_file,
                               compress=args.compress,
                               on_bad_row=args.on_bad_row, progress=bar.update)
-  except convert.ParquetUnavailableError as e:
+  except (convert.ParquetUnavailableError, convert.OutputDirError) as e:
     logging.error("%s", e)
     return 2
   for p in paths:
@@ -111,6 +195,10 @@ def _count(args: argparse.Namespace) -> int:
   return 0
 
 
+def _fixed(parallelism: dict[str, int]) -> str:
+  return "fixed " + ",".join(f"{k}={v}" for k, v in parallelism.items())
+
+
 def _bench(args: argparse.Namespace) -> int:
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
   from intune_tf.criteo import bench
@@ -119,10 +207,9 @@ def _bench(args: argparse.Namespace) -> int:
   from intune_tf.criteo import files
   paths = args.files or files.default_files(rows=args.rows,
                                             cache_dir=args.cache_dir)
-  levels = [int(x) for x in args.levels.split(",")]
-  parallelism = _parse_parallelism(args.parallelism)
+  parallelism = args.parallelism
   results = []
-  for level in levels:
+  for level in args.levels:
     logging.info("benchmarking L%d", level)
     results.append(bench.measure(level, paths, batch_size=args.batch_size,
                                  warmup_batches=args.warmup_batches,
@@ -130,7 +217,7 @@ def _bench(args: argparse.Namespace) -> int:
                                  windows=args.windows,
                                  parallelism=parallelism))
   print(f"Criteo pipelines, batch {args.batch_size}, "
-        f"{'fixed ' + args.parallelism if parallelism else 'AUTOTUNE'}, "
+        f"{_fixed(parallelism) if parallelism else 'AUTOTUNE'}, "
         f"{os.cpu_count()} CPU(s), {len(paths)} file(s); median of "
         f"{args.windows} windows of {args.window_batches} batches after "
         f"{args.warmup_batches} warm-up batches\n")
@@ -145,7 +232,7 @@ def add_commands(subparsers) -> None:
   p.add_argument("--rows", type=int, required=True, help="Rows in total.")
   p.add_argument("--out", required=True, help="Output directory.")
   p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
-  p.add_argument("--rows-per-file", type=int, default=1_000_000,
+  p.add_argument("--rows-per-file", type=_positive_int, default=1_000_000,
                  help="Rows per file (default 1,000,000).")
   p.add_argument("--stats", default=None,
                  help="Parameters JSON (default: the packaged one).")
@@ -157,7 +244,7 @@ def add_commands(subparsers) -> None:
       "fit", help="Fit generator parameters to a real labelled TSV file.")
   p.add_argument("--real", required=True, help="Real dac-layout file.")
   p.add_argument("--out", default="-", help="JSON to write (default stdout).")
-  p.set_defaults(func=_fit)
+  p.set_defaults(func=_input_errors("fit", "--real", "real", _fit))
 
   p = subparsers.add_parser(
       "compare", help="PNG comparing real and synthetic distributions.")
@@ -166,28 +253,29 @@ def add_commands(subparsers) -> None:
   p.add_argument("--synthetic", default=None,
                  help="Synthetic file (default: generate as many rows).")
   p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
-  p.set_defaults(func=_compare)
+  p.set_defaults(func=_input_errors("compare", "--real", "real", _compare))
 
   p = subparsers.add_parser(
       "convert", help="Convert Criteo text files to TFRecord or Parquet.")
   p.add_argument("inputs", nargs="+", help="Input files or glob patterns.")
-  p.add_argument("--out", required=True, help="Output directory.")
+  p.add_argument("--out", required=True,
+                 help="Output directory, new or empty.")
   p.add_argument("--format", choices=("tfrecord", "parquet"),
                  default="tfrecord", help="Default tfrecord; parquet needs "
                  "tensorflow-io (compat stack).")
-  p.add_argument("--rows-per-file", type=int, default=1_000_000,
+  p.add_argument("--rows-per-file", type=_positive_int, default=1_000_000,
                  help="Rows per output file (default 1,000,000).")
   p.add_argument("--compress", action="store_true",
                  help="GZIP TFRecords / snappy Parquet.")
   p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
   p.add_argument("--quiet", action="store_true", help="No progress bar.")
-  p.set_defaults(func=_convert)
+  p.set_defaults(func=_input_errors("convert", "inputs", "inputs", _convert))
 
   p = subparsers.add_parser(
       "count", help="Count the rows (and skipped bad rows) of Criteo files.")
   p.add_argument("inputs", nargs="+", help="Input files or glob patterns.")
   p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
-  p.set_defaults(func=_count)
+  p.set_defaults(func=_input_errors("count", "inputs", "inputs", _count))
 
   p = subparsers.add_parser(
       "bench", help="Markdown table of L1-L5 pipeline throughput.")
@@ -197,13 +285,13 @@ def add_commands(subparsers) -> None:
                  help="Rows of the synthetic set (default 200,000).")
   p.add_argument("--cache-dir", default=None,
                  help="Where the synthetic set is kept.")
-  p.add_argument("--levels", default="1,2,3,4,5",
+  p.add_argument("--levels", type=_parse_levels, default="1,2,3,4,5",
                  help="Comma-separated levels (default 1,2,3,4,5).")
   p.add_argument("--batch-size", type=int, default=4096)
   p.add_argument("--warmup-batches", type=int, default=10)
   p.add_argument("--window-batches", type=int, default=10)
   p.add_argument("--windows", type=int, default=5)
-  p.add_argument("--parallelism", default=None,
+  p.add_argument("--parallelism", type=_parse_parallelism, default=None,
                  help="Fixed stage parallelism, e.g. read=2,parse=1 "
                  "(default: AUTOTUNE).")
-  p.set_defaults(func=_bench)
+  p.set_defaults(func=_input_errors("bench", "--files", "files", _bench))

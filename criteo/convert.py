@@ -6,7 +6,10 @@ and model takes any of the three formats. Values are stored as the text
 reader decodes them (missing dense = 0.0, missing categorical = -1,
 unlabelled = -1.0, see `schema`).
 
-Use `convert_files` (or `intune criteo convert`).
+Use `convert_files` (or `intune criteo convert`). It writes into a new or
+empty folder only, and into a hidden sibling folder first, renamed to the
+output folder once every row is written: a failed conversion leaves no
+output that looks complete.
 
 * TFRecord: one `tf.train.Example` per row with features `label` (float, 1),
   `dense` (float, 13) and `sparse` (int64, 26) -- the common production
@@ -20,8 +23,11 @@ Use `convert_files` (or `intune criteo convert`).
 
 from __future__ import annotations
 
+import numbers
 import os
 import pathlib
+import secrets
+import shutil
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -36,6 +42,41 @@ _CONVERT_BATCH = 8192
 
 class ParquetUnavailableError(RuntimeError):
   """Parquet support (tensorflow-io / pyarrow) does not load here."""
+
+
+class OutputDirError(ValueError):
+  """The output folder is not a new or empty folder."""
+
+
+def _check_out_dir(out: pathlib.Path) -> None:
+  """Raises OutputDirError unless `out` is missing or an empty folder."""
+  if not out.exists():
+    return
+  if not out.is_dir():
+    raise OutputDirError(f"output folder {out} is a file, not a folder. Pass "
+                         "a new or empty folder.")
+  found = sorted(p.name for p in out.iterdir())
+  if found:
+    shown = ", ".join(found[:5]) + (
+        f" and {len(found) - 5} more" if len(found) > 5 else "")
+    raise OutputDirError(
+        f"output folder {out} is not empty: it holds {shown}. Pass an empty "
+        "or new folder: converting into this one would mix its files with "
+        "the new parts.")
+
+
+def _publish(tmp: pathlib.Path, out: pathlib.Path) -> None:
+  """Moves the finished `tmp` folder to `out` (missing or empty)."""
+  try:
+    os.rename(tmp, out)  # Atomic; replaces an empty folder.
+    return
+  except OSError:
+    if not out.is_dir():
+      raise
+  # `out` is an empty mount point (or on another device): move each file.
+  for part in sorted(tmp.iterdir()):
+    os.replace(part, out / part.name)
+  tmp.rmdir()
 
 
 def _tfio():
@@ -156,11 +197,15 @@ def convert_files(inputs: str | Iterable[str],
             progress: Callable[[int], Any] | None = None) -> list[str]:
   """Converts Criteo text files (any layout `reader.read` takes).
 
+  The parts are written into a hidden sibling folder of `out_dir`, which is
+  renamed to `out_dir` once every row is written; on failure it is removed
+  and `out_dir` is left as it was.
+
   Args:
     inputs: File names or glob patterns.
-    out_dir: Output directory, created if needed.
+    out_dir: Output directory: a new or empty one, created if needed.
     fmt: "tfrecord" (default) or "parquet" (compat stack only).
-    rows_per_file: Rows per output file (default 1,000,000).
+    rows_per_file: Rows per output file, positive (default 1,000,000).
     compress: GZIP TFRecords / snappy Parquet (default False).
     on_bad_row: As in `reader.read` (default "error").
     progress: Called with the rows of each converted batch (default None).
@@ -170,25 +215,42 @@ def convert_files(inputs: str | Iterable[str],
 
   Raises:
     ParquetUnavailableError: Parquet asked for where it cannot work.
+    OutputDirError: `out_dir` is a file or a folder that is not empty.
+    ValueError: `fmt` or `rows_per_file` is invalid.
   """
   if fmt not in FORMATS:
     raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
   if fmt == "parquet":
     _tfio()  # Written files must be readable here too.
     _pyarrow()
-  out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
-  sink = _Sink(out, fmt, rows_per_file, compress)
+  if (isinstance(rows_per_file, bool) or
+      not isinstance(rows_per_file, numbers.Integral) or rows_per_file <= 0):
+    raise ValueError(f"rows_per_file must be a positive int, got "
+                     f"{rows_per_file!r}.")
+  given = pathlib.Path(out_dir)
+  out = given.resolve()
+  _check_out_dir(out)
+  batches = reader.read(inputs, batch_size=_CONVERT_BATCH,
+                        on_bad_row=on_bad_row)  # Checks the inputs first.
+  out.parent.mkdir(parents=True, exist_ok=True)
+  # mkdir, not tempfile.mkdtemp: the folder gets the umask's mode, not 0700.
+  tmp = out.parent / f".{out.name}.partial-{secrets.token_hex(4)}"
+  tmp.mkdir()
+  sink = _Sink(tmp, fmt, rows_per_file, compress)
   try:
-    for features, label in reader.read(inputs, batch_size=_CONVERT_BATCH,
-                                       on_bad_row=on_bad_row):
-      arrays = {k: v.numpy() for k, v in features.items()}
-      sink.write(arrays, label.numpy())
-      if progress is not None:
-        progress(int(label.shape[0]))
+    try:
+      for features, label in batches:
+        arrays = {k: v.numpy() for k, v in features.items()}
+        sink.write(arrays, label.numpy())
+        if progress is not None:
+          progress(int(label.shape[0]))
+    finally:
+      sink.close()
+    _check_out_dir(out)  # Nothing else wrote there meanwhile.
+    _publish(tmp, out)
   finally:
-    sink.close()
-  return sink.paths
+    shutil.rmtree(tmp, ignore_errors=True)
+  return [str(given / pathlib.Path(p).name) for p in sink.paths]
 
 
 _EXAMPLE_SPEC = {

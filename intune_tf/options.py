@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
 from typing import Any, Mapping
 
@@ -19,6 +20,11 @@ DEFAULT_PERIOD_S = 0.5
 DEFAULT_INTERLEAVE_BUFFER = 16
 # Records per interleave input that `interleave_buffer` may ask for.
 MAX_INTERLEAVE_BUFFER = 256
+# The most CPUs `max_cpus` may name: the private runner pool starts one thread
+# per CPU, and Linux supports at most 8192 CPUs (NR_CPUS with MAXSMP).
+MAX_CPUS = 8192
+# The largest `cpu_budget` and `ram_budget`: they travel as int64.
+_INT64_MAX = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,14 +52,15 @@ class IntuneOptions:
     config: knob values for the "fixed" policy (and the starting point of
       the others), `{knob name: value}` as returned by `Session.config()`.
       Default None.
-    period_s: seconds between tuning steps of the background tuner. Default
-      0.5.
+    period_s: seconds between tuning steps of the background tuner, positive
+      and finite. Default 0.5.
     max_cpus: the largest CPU count the job may get, when CPUs may be added
       while it runs: InTune then gives the pipeline a private runner thread
       pool of this size, and every parallelism knob ranges up to it (the
       pool replaces TF's runner, so `options.threading` settings do not
       apply inside it). Default None: TF's own runner; parallelism knobs
-      range up to its size, fixed when the iterator is created.
+      range up to its size, fixed when the iterator is created. At most
+      MAX_CPUS (8192).
     include_fixed: also make stages with a fixed parallelism or buffer size
       tunable (their value is the starting point). Default False: only
       stages left on `tf.data.AUTOTUNE` are tuned.
@@ -113,6 +120,15 @@ class IntuneOptions:
                 else "Use None to measure it from the machine")
         raise ValueError(f"IntuneOptions.{field} must be positive, got "
                          f"{value}. {hint}.")
+    for field, limit, none in (
+        ("cpu_budget", _INT64_MAX, "None for the CPUs the process may use"),
+        ("ram_budget", _INT64_MAX, "None for half of the available memory"),
+        ("max_cpus", MAX_CPUS, "None for TF's own runner")):
+      value = getattr(self, field)
+      if value is not None and value > limit:
+        raise ValueError(
+            f"IntuneOptions.{field} is {value}, out of its range 1..{limit}. "
+            f"Pass at most {limit}, or {none}.")
     if (self.interleave_buffer is not None and
         self.interleave_buffer > MAX_INTERLEAVE_BUFFER):
       raise ValueError(
@@ -130,9 +146,15 @@ class IntuneOptions:
       raise TypeError(f"IntuneOptions.policy must be a policy name (str), got "
                       f"{self.policy!r}.")
     if (isinstance(self.period_s, bool) or
-        not isinstance(self.period_s, numbers.Real) or self.period_s <= 0):
-      raise ValueError(f"IntuneOptions.period_s must be a positive number of "
-                       f"seconds, got {self.period_s!r}.")
+        not isinstance(self.period_s, numbers.Real) or
+        not math.isfinite(self.period_s) or self.period_s <= 0):
+      raise ValueError(f"IntuneOptions.period_s must be a positive, finite "
+                       f"number of seconds, got {self.period_s!r}. Default "
+                       f"{DEFAULT_PERIOD_S}.")
+    if not isinstance(self.name, str):
+      raise TypeError(f"IntuneOptions.name must be a str (a label for the "
+                      f"pipeline), got {self.name!r} "
+                      f"({type(self.name).__name__}).")
     if self.config is not None:
       if not isinstance(self.config, Mapping):
         raise TypeError("IntuneOptions.config must be a mapping of knob name "

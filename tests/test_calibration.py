@@ -2,9 +2,11 @@
 
 import itertools
 import json
+import re
 
 import pytest
 
+from intune_tf import cli
 from intune_tf.sim import calibration
 from intune_tf.sim import simulator as sim
 
@@ -95,16 +97,58 @@ def test_a_branch_runs_in_the_stage_it_feeds():
       {"M.Zip[0].X": 0.007, "M": 0.008})
 
 
-@pytest.mark.parametrize("content,match", [
-    ("{not json\n", r"trace.jsonl:1: not a JSON line"),
-    ('{"policy": "even"}\n', "holds no oracle-search measurements"),
-    ("[1, 2]\n", "trace.jsonl:1: not a JSON object"),
-])
+_MEASUREMENT = {"kind": "measurement", "scenario": "s", "config": {},
+                "cpus": 1, "rows_per_s": 1.0, "rows_per_element": 1.0}
+# (content, the error's message after the trace's path).
+_BAD_TRACES = [
+    (b"{not json\n", r":1: not a JSON line"),
+    (b'{"policy": "even"}\n', " holds no oracle-search measurements"),
+    (b"", " holds no oracle-search measurements"),
+    (b"[1, 2]\n", r":1: not a JSON object"),
+    (b"\n" + bytes(range(256)) * 8, r": not text, so not an `intune bench "
+     r"--trace` trace \('utf-8' codec can't decode"),
+    (b'{"kind": "measurement"}\n', r":1: not an `intune bench --trace` "
+     r"record \(KeyError: 'scenario'\)"),
+    (json.dumps({**_MEASUREMENT, "config": 3}).encode() + b"\n",
+     r":1: not an `intune bench --trace` record \(TypeError: "),
+    (json.dumps({**_MEASUREMENT, "cpus": "x"}).encode() + b"\n",
+     r":1: not an `intune bench --trace` record \(ValueError: "),
+]
+
+
+@pytest.mark.parametrize("content,match", _BAD_TRACES)
 def test_bad_traces(tmp_path, content, match):
   path = tmp_path / "trace.jsonl"
-  path.write_text(content)
-  with pytest.raises(ValueError, match=match):
+  path.write_bytes(content)
+  with pytest.raises(ValueError, match=re.escape(str(path)) + match):
     calibration.load_trace(str(path))
+
+
+def _calibrate(argv, capsys):
+  """Runs `intune calibrate argv` in-process: (exit status, stderr)."""
+  args = cli._parser().parse_args(["calibrate", *argv])  # pylint: disable=protected-access
+  status = args.func(args)
+  return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content,match", _BAD_TRACES + [
+    (None, ": Is a directory"),
+    ("missing", ": No such file or directory"),
+])
+def test_calibrate_with_a_bad_trace_exits_2_naming_it(tmp_path, capsys,
+                                                      content, match):
+  path = tmp_path / "trace.jsonl"
+  if content is None:
+    path.mkdir()
+  elif isinstance(content, bytes):
+    path.write_bytes(content)
+  status, err = _calibrate(["--trace", str(path)], capsys)
+  assert status == 2
+  cannot_read = "cannot read " if not isinstance(content, bytes) else ""
+  assert re.fullmatch(r"intune calibrate: error: argument --trace: "
+                      + cannot_read + re.escape(str(path)) + match + r".*\n",
+                      err, flags=re.DOTALL), err
+  assert "Traceback" not in err
 
 
 @pytest.mark.slow
@@ -123,3 +167,12 @@ def test_recorded_criteo_trace_is_predicted_within_15_percent():
   _, _, rows = calibration.fit(points)
   assert len(rows) >= 30
   assert np.median([abs(r["error"]) for r in rows]) <= 0.15
+
+
+def test_calibrate_json_that_is_a_folder_is_a_usage_error(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _calibrate(["--trace", str(tmp_path / "t.jsonl"), "--json",
+                str(tmp_path)], capsys)
+  assert exit_info.value.code == 2
+  assert (f"error: argument --json: {tmp_path} is a folder: pass the path of "
+          "a file to write.") in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Tests of intune_tf.criteo.convert: TFRecord everywhere, Parquet on compat."""
 
+import os
 import subprocess
 import sys
 
@@ -70,6 +71,74 @@ def test_tfrecord_example_layout(tmp_path, source):
 def test_unknown_format(tmp_path, source):
   with pytest.raises(ValueError, match="fmt"):
     convert.convert_files(source, tmp_path, "avro")
+
+
+@pytest.mark.parametrize("rows_per_file", [0, -1, 2.5, True])
+def test_rows_per_file_must_be_positive(tmp_path, source, rows_per_file):
+  # 0 used to write empty files forever.
+  out = tmp_path / "out"
+  with pytest.raises(ValueError, match=r"rows_per_file must be a positive "
+                     rf"int, got {rows_per_file!r}\."):
+    convert.convert_files(source, out, rows_per_file=rows_per_file)
+  assert not out.exists()
+
+
+def test_a_non_empty_output_folder_is_refused_before_writing(tmp_path,
+                                                             source):
+  out = tmp_path / "out"
+  out.mkdir()
+  for name in ["part-00000.tfrecord", "part-00001.tfrecord", "a", "b", "c",
+               "d"]:
+    (out / name).write_bytes(b"stale")
+  with pytest.raises(convert.OutputDirError) as error:
+    convert.convert_files(source, out, rows_per_file=1000)
+  assert str(error.value) == (
+      f"output folder {out} is not empty: it holds a, b, c, d, "
+      "part-00000.tfrecord and 1 more. Pass an empty or new folder: "
+      "converting into this one would mix its files with the new parts.")
+  assert all((out / n).read_bytes() == b"stale" for n in os.listdir(out))
+  assert sorted(os.listdir(tmp_path)) == ["out"]  # No partial folder either.
+
+
+def test_an_output_path_that_is_a_file_is_refused(tmp_path, source):
+  out = tmp_path / "out"
+  out.write_text("mine")
+  with pytest.raises(convert.OutputDirError,
+                     match=rf"output folder {out} is a file, not a folder"):
+    convert.convert_files(source, out)
+  assert out.read_text() == "mine"
+
+
+def test_an_empty_output_folder_is_filled(tmp_path, source):
+  out = tmp_path / "out"
+  out.mkdir()
+  paths = convert.convert_files(source, out, rows_per_file=1000)
+  assert paths == [str(out / f"part-0000{i}.tfrecord") for i in range(3)]
+  assert sorted(os.listdir(tmp_path)) == ["out"]
+  assert sorted(os.listdir(out)) == [f"part-0000{i}.tfrecord" for i in range(3)]
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_failed_conversion_leaves_no_output_that_looks_complete(
+    tmp_path, source, exists, monkeypatch):
+  # A bad row after two output files are written, in "error" mode.
+  monkeypatch.setattr(convert, "_CONVERT_BATCH", 500)
+  lines = open(source[0]).read().splitlines(keepends=True)
+  bad = tmp_path / "bad.tsv"
+  bad.write_text("".join(lines[:1500]) + "not\ta\tcriteo\trow\n" +
+                 "".join(lines[1500:]))
+  out = tmp_path / "out"
+  if exists:
+    out.mkdir()
+  converted = []
+  with pytest.raises(tf.errors.InvalidArgumentError, match="bad.tsv"):
+    convert.convert_files([str(bad)], out, rows_per_file=1000,
+                          progress=converted.append)
+  assert sum(converted) == 1500  # Written, then removed.
+  # No part file, and no hidden partial folder beside it.
+  assert sorted(os.listdir(tmp_path)) == sorted(["bad.tsv"] +
+                                                (["out"] if exists else []))
+  assert not exists or os.listdir(out) == []
 
 
 @pytest.mark.compat

@@ -197,3 +197,14 @@ def test_autotune_variants_run_each_algorithm_with_the_option_off(policy,
           tf.data.experimental.AutotuneAlgorithm.DEFAULT) == getattr(
               tf.data.experimental.AutotuneAlgorithm, algorithm)
   assert policy in harness.valid_policies()
+
+
+@pytest.mark.parametrize("flag", ["--json", "--trace"])
+def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
+                                                          flag):
+  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads every command
+  with pytest.raises(SystemExit) as exit_info:
+    cli._parser().parse_args(["bench", flag, str(tmp_path)])  # pylint: disable=protected-access
+  assert exit_info.value.code == 2
+  assert (f"error: argument {flag}: {tmp_path} is a folder: pass the path of "
+          "a file to write.") in capsys.readouterr().err

@@ -26,6 +26,28 @@ from intune_tf.tuning import host
     ({"interleave_buffer": 0}, ValueError, "None keeps TF's default"),
     ({"interleave_buffer": 2.5}, TypeError, "interleave_buffer must be an int"),
     ({"interleave_buffer": 10**6}, ValueError, "cannot lower this buffer"),
+    # Used to abort the process (an int32 thread count gone negative).
+    ({"max_cpus": 2**31}, ValueError, r"max_cpus is 2147483648, out of its "
+     r"range 1\.\.8192\. Pass at most 8192, or None for TF's own runner"),
+    # Used to wrap silently to a pool of 2 threads.
+    ({"max_cpus": 2**32 + 2}, ValueError, r"max_cpus is 4294967298, out of"),
+    ({"cpu_budget": 2**64}, ValueError,
+     r"cpu_budget is 18446744073709551616, out of its range "
+     r"1\.\.9223372036854775807\. .*None for the CPUs the process may use"),
+    # Used to fail at iterator creation, from the kernel, as "got -1".
+    ({"ram_budget": 2**70}, ValueError,
+     r"ram_budget is \d+, out of its range 1\.\.9223372036854775807\. .*"
+     "None for half of the available memory"),
+    ({"period_s": float("nan")}, ValueError,
+     r"period_s must be a positive, finite number of seconds, got nan"),
+    ({"period_s": float("inf")}, ValueError,
+     r"period_s must be a positive, finite number of seconds, got inf"),
+    ({"period_s": -0.5}, ValueError, "period_s must be a positive"),
+    # Used to fail late, at iterator creation, as "not JSON serializable".
+    ({"name": object()}, TypeError,
+     r"IntuneOptions\.name must be a str \(a label for the pipeline\), "
+     r"got <object object at .*> \(object\)"),
+    ({"name": 3}, TypeError, r"IntuneOptions\.name must be a str"),
 ])
 def test_bad_options_raise_clear_errors(kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -39,6 +61,10 @@ def test_defaults_are_measured_from_the_machine():
   assert 0 < opts.resolved_ram_budget() <= host.available_memory()
   assert opts.resolved_max_cpus() == 0  # TF's own runner
   assert intune_tf.IntuneOptions(max_cpus=64).resolved_max_cpus() == 64
+  assert intune_tf.IntuneOptions(
+      max_cpus=options_lib.MAX_CPUS).resolved_max_cpus() == 8192
+  assert intune_tf.IntuneOptions(ram_budget=2**63 - 1).resolved_ram_budget() == (
+      2**63 - 1)
 
 
 def test_cpu_budget_is_capped_by_usable_cpus():

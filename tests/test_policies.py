@@ -1,6 +1,9 @@
 """Policies: the pure allocation maths and the baseline policies."""
 
+import gc
+
 from _waiting import wait_for
+from absl import logging
 import pytest
 import tensorflow as tf
 
@@ -112,14 +115,21 @@ def test_unoptimized_policy():
   assert set(values.values()) == {1}
 
 
-def test_fixed_policy_applies_its_config_clamped():
+def test_fixed_policy_applies_its_config_clamped(monkeypatch):
+  warnings = []
+  monkeypatch.setattr(logging, "warning", lambda *a, **k: warnings.append(a))
   options = IntuneOptions(policy="fixed", config={
       "P.Map/parallelism": 3,
       "P.Map.Map.Interleave/parallelism": 5,  # max is 2
       "NotHere/parallelism": 1})
-  values = policies.create(options).step(_obs(_KNOBS))
-  assert values == {"P.Map/parallelism": 3,
-                    "P.Map.Map.Interleave/parallelism": 2}
+  policy = policies.create(options)
+  for _ in range(2):
+    values = policy.step(_obs(_KNOBS))
+    assert values == {"P.Map/parallelism": 3,
+                      "P.Map.Map.Interleave/parallelism": 2}
+  assert len(warnings) == 1  # once per policy, that is per session
+  assert "['NotHere/parallelism'], which match no knob" in (
+      warnings[0][0] % warnings[0][1:])
 
 
 def test_manual_policy_changes_nothing():
@@ -184,3 +194,36 @@ def test_fixed_config_holds_in_every_epoch(pipeline):
     displays.add(tuple(k.display for k in session.knobs()))
   assert len(displays) == 3  # new stages every epoch, at the config
   del it
+
+
+def test_fixed_config_names_matching_no_knob_are_told_once_with_the_knobs(
+    monkeypatch):
+  warnings = []
+  monkeypatch.setattr(logging, "warning", lambda *a, **k: warnings.append(a))
+  options = tf.data.Options()
+  options.experimental_intune = IntuneOptions(
+      policy="fixed", config={"Nope/parallelism": 2}, period_s=0.02)
+  ds = tf.data.Dataset.range(10**6).map(
+      lambda x: x + 1, num_parallel_calls=_A).prefetch(_A)
+  it = iter(ds.with_options(options))
+  next(it)
+  session = intune_tf.session_of(it)
+  told = lambda: [w for w in warnings if "Nope/parallelism" in str(w)]  # pylint: disable=unnecessary-lambda-assignment
+  try:
+    for _ in range(5):
+      intune_tf.global_tuner().step()
+    assert wait_for(told)
+    for _ in range(5):
+      intune_tf.global_tuner().step()
+    assert len(told()) == 1  # once per session
+    message = told()[0][0] % told()[0][1:]
+    knobs = sorted(k.name for k in session.knobs())
+    assert any(k.endswith("/parallelism") for k in knobs)
+    assert any(k.endswith("/buffer_size") for k in knobs)
+    assert (f"InTune {session!r}: IntuneOptions.config names "
+            "['Nope/parallelism'], which match no knob of this pipeline, so "
+            'the "fixed" policy does not apply them. The pipeline\'s knobs: '
+            f"{knobs}.") in message
+  finally:
+    del it
+    gc.collect()

@@ -127,3 +127,58 @@ def test_paired_difference():
   assert 0.0 <= low < mean < high <= 1.0
   # Identical pairs: no difference, an interval of width 0.
   assert pretrain.paired_difference(np.ones(5), np.ones(5)) == (0.0, 0.0, 0.0)
+
+
+def _bad_weights(tmp_path, kind: str) -> str:
+  """A path that is not an agent weights file, of the given kind."""
+  path = tmp_path / "w.npz"
+  if kind == "random bytes":
+    path.write_bytes(np.random.default_rng(0).bytes(3000))
+  elif kind == "empty":
+    path.write_bytes(b"")
+  elif kind == "folder":
+    path.mkdir()
+  elif kind == "pickle":  # Never unpickled: refused from its header.
+    np.savez(path, w0=np.array([{"a": 1}], dtype=object))
+  return str(path)
+
+
+_NOT_WEIGHTS = {
+    "random bytes": "{path} is not an InTune agent weights file (File is not "
+                    "a zip file). ",
+    "empty": "{path} is not an InTune agent weights file (File is not a zip "
+             "file). ",
+    "folder": "cannot read {path}: Is a directory. ",
+    "missing": "cannot read {path}: No such file or directory. ",
+    "pickle": "{path} is not an InTune agent weights file (w0.npy holds "
+              "object, not float32). ",
+}
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--weights"], ["simulate", "--search-weights"],
+    ["pretrain", "--ranker", "--out", "x.npz", "--init"]])
+@pytest.mark.parametrize("kind", sorted(_NOT_WEIGHTS))
+def test_a_bad_weights_file_is_a_usage_error(tmp_path, capsys, argv, kind):
+  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads every command
+  path = _bad_weights(tmp_path, kind)
+  with pytest.raises(SystemExit) as exit_info:
+    cli._parser().parse_args([*argv, path])  # pylint: disable=protected-access
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert (f"error: argument {argv[-1]}: "
+          + _NOT_WEIGHTS[kind].format(path=path)
+          + "Pass an .npz written by `intune pretrain --out`.") in err
+  assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["pretrain", "--out"],
+                                  ["simulate", "--json"]])
+def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
+                                                          argv):
+  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads every command
+  with pytest.raises(SystemExit) as exit_info:
+    cli._parser().parse_args([*argv, str(tmp_path)])  # pylint: disable=protected-access
+  assert exit_info.value.code == 2
+  assert (f"error: argument {argv[-1]}: {tmp_path} is a folder: pass the "
+          "path of a file to write.") in capsys.readouterr().err

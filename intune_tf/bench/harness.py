@@ -25,6 +25,7 @@ from tensorflow.core.framework import model_pb2
 from tqdm import tqdm
 
 import intune_tf
+from intune_tf import files
 from intune_tf import records
 from intune_tf.bench import meter as meter_lib
 from intune_tf.bench import resize as resize_lib
@@ -686,8 +687,9 @@ def add_parser(subparsers) -> None:
   p.add_argument("--oracle-seconds", type=float, default=1.5,
                  help="Seconds the oracle search measures each configuration "
                  "(longer: less noise, e.g. for calibration traces).")
-  p.add_argument("--json", default=None, help="Write the results here.")
+  p.add_argument("--json", type=files.output_file_arg, default=None,
+                 help="Write the results here.")
   p.add_argument("--plots", default=None, help="Write PNG plots here.")
-  p.add_argument("--trace", default=None,
+  p.add_argument("--trace", type=files.output_file_arg, default=None,
                  help="Append the observation stream here (JSON lines).")
   p.set_defaults(func=main)

@@ -26,10 +26,12 @@ import dataclasses
 import gzip
 import itertools
 import json
+import sys
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from intune_tf import files
 from intune_tf import records
 from intune_tf.sim import simulator as sim_lib
 
@@ -55,38 +57,55 @@ class Point:
   observations: list[dict]
 
 
+def _read_record(path: str, number: int, line: str,
+                 pending: dict[tuple, list[dict]],
+                 points: dict[str, list[Point]]) -> None:
+  """Adds line `number` of a trace to `pending` observations or `points`."""
+  line = line.strip()
+  if not line:
+    return
+  try:
+    record = json.loads(line)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}:{number}: not a JSON line ({e}).") from e
+  if not isinstance(record, dict):
+    raise ValueError(f"{path}:{number}: not a JSON object.")
+  try:
+    config = record.get("config")
+    if record.get("policy") == "oracle-search" and "observation" in record:
+      key = (record["scenario"], json.dumps(config, sort_keys=True))
+      pending[key].append(record["observation"])
+    elif record.get("kind") == "measurement":
+      key = (record["scenario"], json.dumps(config, sort_keys=True))
+      points[record["scenario"]].append(Point(
+          scenario=record["scenario"], config=dict(config),
+          cpus=int(record["cpus"]), rows_per_s=float(record["rows_per_s"]),
+          rows_per_element=float(record["rows_per_element"]),
+          observations=pending.pop(key, [])))
+  except (KeyError, TypeError, ValueError) as e:
+    raise ValueError(f"{path}:{number}: not an `intune bench --trace` record "
+                     f"({type(e).__name__}: {e}).") from e
+
+
 def load_trace(path: str) -> dict[str, list[Point]]:
   """Reads a trace; per scenario, the measured configurations in order.
 
   Raises:
     ValueError: the file holds no oracle-search measurements (names the
-      command that records them) or a line is not JSON (names the line).
+      command that records them), is not text, or a line is not JSON or
+      not a trace record (names the line).
+    OSError: the file cannot be read.
   """
   pending: dict[tuple, list[dict]] = collections.defaultdict(list)
   points: dict[str, list[Point]] = collections.defaultdict(list)
   opener = gzip.open if path.endswith(".gz") else open
   with opener(path, "rt") as f:
-    for number, line in enumerate(f, 1):
-      line = line.strip()
-      if not line:
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{number}: not a JSON line ({e}).") from e
-      if not isinstance(record, dict):
-        raise ValueError(f"{path}:{number}: not a JSON object.")
-      config = record.get("config")
-      if record.get("policy") == "oracle-search" and "observation" in record:
-        key = (record["scenario"], json.dumps(config, sort_keys=True))
-        pending[key].append(record["observation"])
-      elif record.get("kind") == "measurement":
-        key = (record["scenario"], json.dumps(config, sort_keys=True))
-        points[record["scenario"]].append(Point(
-            scenario=record["scenario"], config=dict(config),
-            cpus=int(record["cpus"]), rows_per_s=float(record["rows_per_s"]),
-            rows_per_element=float(record["rows_per_element"]),
-            observations=pending.pop(key, [])))
+    try:
+      for number, line in enumerate(f, 1):
+        _read_record(path, number, line, pending, points)
+    except UnicodeDecodeError as e:
+      raise ValueError(f"{path}: not text, so not an `intune bench --trace` "
+                       f"trace ({e}).") from e
   if not points:
     raise ValueError(
         f"{path} holds no oracle-search measurements. Record a trace with "
@@ -247,7 +266,14 @@ def fit(points_by_scenario: dict[str, list[Point]],
 
 
 def main(args) -> int:
-  points = load_trace(args.trace)
+  try:
+    points = load_trace(args.trace)
+  except (ValueError, OSError) as e:
+    # As argparse reports a bad argument: no traceback, exit status 2.
+    what = str(e) if isinstance(e, ValueError) else (
+        f"cannot read {args.trace}: {e.strerror or e}")
+    sys.stderr.write(f"intune calibrate: error: argument --trace: {what}\n")
+    return 2
   params, scale, rows = fit(points)
   print(f"SimParams: oversubscription {params.oversubscription:.2f}, "
         f"handoff {params.handoff_s * 1e3:.2f} ms, pipelining "
@@ -280,5 +306,6 @@ def add_parser(subparsers) -> None:
       "calibrate", help="Fit the simulator to an `intune bench --trace` "
       "trace and report predicted vs measured throughput.")
   p.add_argument("--trace", required=True, help="Trace (JSON lines).")
-  p.add_argument("--json", default=None, help="Write the fit here.")
+  p.add_argument("--json", type=files.output_file_arg, default=None,
+                 help="Write the fit here.")
   p.set_defaults(func=main)

@@ -11,6 +11,7 @@ best baseline.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import time
@@ -19,6 +20,7 @@ from typing import Callable
 from absl import logging
 import numpy as np
 
+from intune_tf import files
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
@@ -630,16 +632,36 @@ def main_simulate(args) -> int:
   return 0
 
 
+def _weights_file(path: str) -> str:
+  """An argparse type: the path of a readable agent weights file.
+
+  Checked when the command line is parsed, so that a bad file stops the
+  command before any training or simulation (`dqn.load_weights`: no
+  unpickling).
+  """
+  try:
+    dqn.load_weights(path)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(
+        f"{e} Pass an .npz written by `intune pretrain --out`.") from e
+  except OSError as e:
+    raise argparse.ArgumentTypeError(
+        f"cannot read {path}: {e.strerror or e}. Pass an .npz written by "
+        "`intune pretrain --out`.") from e
+  return path
+
+
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
       "pretrain", help="Pretrain the agent in the simulator.")
   p.add_argument("--seed", type=int, default=0, help="Random seed.")
   p.add_argument("--steps", type=int, default=60_000,
                  help="Simulator steps.")
-  p.add_argument("--out", required=True, help="Weights file to write (.npz).")
+  p.add_argument("--out", type=files.output_file_arg, required=True,
+                 help="Weights file to write (.npz).")
   p.add_argument("--ranker", action="store_true",
                  help="Train the intune-search ranker (pretrain_ranker).")
-  p.add_argument("--init", default=None,
+  p.add_argument("--init", type=_weights_file, default=None,
                  help="With --ranker: weights to start from (default: the "
                  "shipped agent's).")
   p.set_defaults(func=main_pretrain)
@@ -647,8 +669,9 @@ def add_parser(subparsers) -> None:
       "simulate", help="Score the agent and the non-learning baselines "
       "against the simulator's optimum and the best baseline on random "
       "pipelines.")
-  p.add_argument("--weights", default=None, help="Agent weights (.npz).")
-  p.add_argument("--search-weights", default=None,
+  p.add_argument("--weights", type=_weights_file, default=None,
+                 help="Agent weights (.npz).")
+  p.add_argument("--search-weights", type=_weights_file, default=None,
                  help="The intune-search ranker's weights (.npz).")
   p.add_argument("--pipelines", type=int, default=200)
   p.add_argument("--seed", type=int, default=1234)
@@ -656,5 +679,6 @@ def add_parser(subparsers) -> None:
   p.add_argument("--policies", default=",".join(POLICIES),
                  help="Comma-separated policies (default: intune and every "
                  "baseline).")
-  p.add_argument("--json", default=None, help="Write the scores here.")
+  p.add_argument("--json", type=files.output_file_arg, default=None,
+                 help="Write the scores here.")
   p.set_defaults(func=main_simulate)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from absl import logging
+
 from intune_tf import records
 
 if TYPE_CHECKING:
@@ -194,12 +196,35 @@ class AnalyticPolicy(Policy):
 
 
 class FixedPolicy(Policy):
-  """Applies `IntuneOptions.config` (clamped to each knob's range)."""
+  """Applies `IntuneOptions.config` (clamped to each knob's range).
+
+  Config names that match no knob of the pipeline are logged once per
+  session, with the pipeline's knob names: they are not applied.
+  """
 
   static = True
 
+  def __init__(self, options):
+    super().__init__(options)
+    self._session: "Session | None" = None
+    self._told_unmatched = False
+
+  def bind(self, session):
+    self._session = session
+
   def step(self, obs):
     config = self.options.config or {}
+    names = [k.name for k in obs.knobs]
+    unmatched = sorted(set(config) - set(names))
+    if unmatched and not self._told_unmatched:
+      self._told_unmatched = True
+      logging.warning(
+          "InTune %r: IntuneOptions.config names %s, which match no knob of "
+          "this pipeline, so the \"fixed\" policy does not apply them. The "
+          "pipeline's knobs: %s. Use these names (as Session.config() "
+          "returns them). Reported once per session.",
+          self._session if self._session is not None else "(unbound)",
+          unmatched, sorted(names))
     return {k.name: _clamp(config[k.name], k) for k in obs.knobs
             if k.name in config}
 
