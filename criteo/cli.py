@@ -229,7 +229,7 @@ def add_commands(subparsers) -> None:
   """Adds the `criteo` commands to an argparse subparsers object."""
   p = subparsers.add_parser(
       "generate", help="Write synthetic Criteo TSV files (dac layout).")
-  p.add_argument("--rows", type=int, required=True, help="Rows in total.")
+  p.add_argument("--rows", type=_positive_int, required=True, help="Rows in total.")
   p.add_argument("--out", required=True, help="Output directory.")
   p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
   p.add_argument("--rows-per-file", type=_positive_int, default=1_000_000,

@@ -94,15 +94,16 @@ def test_bad_levels_flag_is_a_usage_error(value, item, capsys):
           "levels among 1,2,3,4,5, e.g. 1,3") in err
 
 
-@pytest.mark.parametrize("command", ["generate", "convert"])
+@pytest.mark.parametrize("command,flag", [("generate", "--rows-per-file"),
+                                          ("convert", "--rows-per-file"),
+                                          ("generate", "--rows")])
 @pytest.mark.parametrize("value", ["0", "-5", "x"])
-def test_rows_per_file_must_be_positive(command, value, tmp_path, capsys):
+def test_row_counts_must_be_positive(command, flag, value, tmp_path, capsys):
   out = tmp_path / "out"
   args = (["generate", "--rows", "10"] if command == "generate"
           else ["convert", str(tmp_path / "in.tsv")])
-  err = _usage_error([*args, "--out", str(out), "--rows-per-file", value],
-                     capsys)
-  assert ("argument --rows-per-file: expected a positive integer, got "
+  err = _usage_error([*args, "--out", str(out), flag, value], capsys)
+  assert (f"argument {flag}: expected a positive integer, got "
           f"{value!r}") in err
   assert not out.exists()
 
