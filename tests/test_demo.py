@@ -26,12 +26,14 @@ def _args(tmp_path, **overrides):
 
 @pytest.mark.slow
 def test_demo_fast_mode_table_png_and_knobs(tmp_path, capsys):
-  assert demo.main(_args(tmp_path)) == 0
+  # The climber always tries a move once its base is measured; the agent
+  # may rightly hold its start for a 9 s run on a loaded machine.
+  assert demo.main(_args(tmp_path, policy="climb")) == 0
   out = capsys.readouterr().out
   rows = [line for line in out.splitlines() if line.startswith("| ")]
   assert rows[0].startswith("| tuner | rows/s (median) |")
   assert rows[1].startswith("| autotune |") and " 1.00x |" in rows[1]
-  assert rows[2].startswith("| intune (")
+  assert rows[2].startswith("| intune (climb")
   assert "n/a (not exposed)" in rows[1]  # AUTOTUNE's buffers are not visible
   png = tmp_path / "demo" / "demo.png"
   assert png.read_bytes()[:8] == _PNG_SIGNATURE
