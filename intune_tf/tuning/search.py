@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 # scored best for all three policies, or within 0.01 of the best median.
 THRESHOLD = 0.02
 SAMPLES = 1
+# A measurement waits for at least this many output elements (a rate counted
+# over fewer is mostly quantization noise); the agent policy uses it too.
 MIN_ELEMENTS = 16
 RESTART = 0.1
 # Measurements of the base averaged into its estimate (the newest weigh
