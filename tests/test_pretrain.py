@@ -127,3 +127,16 @@ def test_paired_difference():
   assert 0.0 <= low < mean < high <= 1.0
   # Identical pairs: no difference, an interval of width 0.
   assert pretrain.paired_difference(np.ones(5), np.ones(5)) == (0.0, 0.0, 0.0)
+
+
+def test_pretrain_ranker_runs_the_jump_search_and_trains():
+  weights, stats = pretrain.pretrain_ranker(
+      seed=0, steps=40, jumps=pretrain.ranked.JUMP_FRACTIONS, batch_size=8,
+      capacity=100, progress=False)
+  start = dqn.load_weights(pretrain.ranked.AGENT_WEIGHTS)[0]
+  assert [w.shape for w in weights] == [w.shape for w in start]
+  assert all(np.isfinite(w).all() for w in weights)
+  # 40 steps, 2 gradient steps each once 8 states are stored: the weights
+  # moved away from the start.
+  assert stats["steps"] == 40 and stats["gradient_steps"] > 0
+  assert any(not np.array_equal(a, b) for a, b in zip(weights, start))
