@@ -22,8 +22,8 @@ measured cost at a total of f x the CPU budget, for each f of
 `JUMP_FRACTIONS` in turn, each measured and kept only when it beats the
 configuration in force (accept/revert); then the Q-ranked local search
 from wherever that landed. The jumps are made again when the CPU budget or
-the knobs change. Its
-ranker, `jump_ranker.npz`, is fitted on the states this search visits.
+the knobs change. Its ranker, `jump_ranker.npz`, is fitted on the states
+this search visits.
 """
 
 from __future__ import annotations
