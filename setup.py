@@ -116,7 +116,7 @@ setuptools.setup(
     },
     package_data={
         "intune_tf.ops": ["_intune_ops.tfversion"],
-        "intune_tf.agent": ["weights.npz", "ranker.npz"],
+        "intune_tf.agent": ["weights.npz", "ranker.npz", "jump_ranker.npz"],
         "intune_tf.criteo": ["data/*"],
     },
     ext_modules=[

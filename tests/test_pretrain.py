@@ -157,6 +157,7 @@ _NOT_WEIGHTS = {
 
 @pytest.mark.parametrize("argv", [
     ["simulate", "--weights"], ["simulate", "--search-weights"],
+    ["simulate", "--jump-weights"],
     ["pretrain", "--ranker", "--out", "x.npz", "--init"]])
 @pytest.mark.parametrize("kind", sorted(_NOT_WEIGHTS))
 def test_a_bad_weights_file_is_a_usage_error(tmp_path, capsys, argv, kind):
@@ -182,3 +183,16 @@ def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
   assert exit_info.value.code == 2
   assert (f"error: argument {argv[-1]}: {tmp_path} is a folder: pass the "
           "path of a file to write.") in capsys.readouterr().err
+
+
+def test_pretrain_ranker_runs_the_jump_search_and_trains():
+  weights, stats = pretrain.pretrain_ranker(
+      seed=0, steps=40, jumps=pretrain.ranked.JUMP_FRACTIONS, batch_size=8,
+      capacity=100, progress=False)
+  start = dqn.load_weights(pretrain.ranked.AGENT_WEIGHTS)[0]
+  assert [w.shape for w in weights] == [w.shape for w in start]
+  assert all(np.isfinite(w).all() for w in weights)
+  # 40 steps, 2 gradient steps each once 8 states are stored: the weights
+  # moved away from the start.
+  assert stats["steps"] == 40 and stats["gradient_steps"] > 0
+  assert any(not np.array_equal(a, b) for a, b in zip(weights, start))

@@ -41,6 +41,7 @@ import numpy as np
 from intune_tf import records
 from intune_tf.agent import dqn
 from intune_tf.tuning import policies
+from intune_tf.tuning import search
 from intune_tf.tuning import warmstart
 
 if TYPE_CHECKING:
@@ -67,8 +68,8 @@ SMOOTHING = 0.5
 LEARN_EVERY = 4
 # Steps between saves of the warm-start state.
 SAVE_EVERY = 20
-# A decision waits for this many output elements or this many seconds.
-MIN_ELEMENTS = 16
+# A decision waits for `search.MIN_ELEMENTS` output elements (the one rule
+# of a measurement, owned by the measured search) or this many seconds.
 MAX_WAIT_S = 3.0
 
 
@@ -278,12 +279,12 @@ class IntunePolicy(policies.Policy):
 
     A tuning period may see only a few elements of a pipeline of large
     batches (4 batches of 4096 rows in 0.5 s): a rate counted over so few is
-    mostly quantization noise. Periods accumulate until `MIN_ELEMENTS`
+    mostly quantization noise. Periods accumulate until `search.MIN_ELEMENTS`
     elements or `MAX_WAIT_S` seconds were seen.
     """
     self._acc_elements += obs.output_rate * obs.interval_s
     self._acc_seconds += obs.interval_s
-    if (self._acc_elements < MIN_ELEMENTS and
+    if (self._acc_elements < search.MIN_ELEMENTS and
         self._acc_seconds < MAX_WAIT_S):
       return None
     rate = self._acc_elements / max(self._acc_seconds, 1e-9)

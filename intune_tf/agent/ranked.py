@@ -15,6 +15,15 @@ the same base, and the search at a base ends (the policy holds) after
 `max_tries` rejections or when no candidate's advantage reaches
 `-prior_margin`: the prior says the rest would not help, so trials that
 would only cost throughput are not made.
+
+`policy="intune-jump"`: the same search, first trying whole-configuration
+jumps (`proportional_jumps`): threads in proportion to each stage's
+measured cost at a total of f x the CPU budget, for each f of
+`JUMP_FRACTIONS` in turn, each measured and kept only when it beats the
+configuration in force (accept/revert); then the Q-ranked local search
+from wherever that landed. The jumps are made again when the CPU budget or
+the knobs change. Its ranker, `jump_ranker.npz`, is fitted on the states
+this search visits.
 """
 
 from __future__ import annotations
@@ -44,6 +53,63 @@ MAX_TRIES = None
 # Candidates whose advantage is below -PRIOR_MARGIN are not tried (Q units;
 # values are about 10, so 0.1 is 1% of a step's reward).
 PRIOR_MARGIN = float("inf")
+# intune-jump's ranker: DEFAULT_WEIGHTS fitted further on the states the
+# jump search visits (command in the file's metadata).
+JUMP_WEIGHTS = os.path.join(os.path.dirname(__file__), "jump_ranker.npz")
+# Totals of intune-jump's proportional jumps, in CPU budgets, in the order
+# tried: chosen on the tuning set apart from `intune simulate`'s (60
+# pipelines of `evaluation_pipelines(seed=99)`).
+JUMP_FRACTIONS = (1.0, 0.75, 1.25, 0.5, 1.5)
+
+
+def fit_threads(obs: "Observation",
+                values: dict[str, float]) -> dict[str, float]:
+  """Parallelism `values` (knob name -> threads) rounded and made to fit
+  the agent's limits: each within `dqn.knob_bounds`, then the largest taken
+  down one thread at a time until the total is within `dqn.cpu_limit`.
+  Knobs of `obs` missing from `values` keep their value."""
+  parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+  limit = dqn.cpu_limit(len(parallel), obs.cpu_budget)
+  bounds = {k.name: dqn.knob_bounds(k, obs.cpu_budget) for k in parallel}
+  out = {}
+  for k in parallel:
+    lo, hi = bounds[k.name]
+    out[k.name] = float(min(max(round(values.get(k.name, k.value)), lo), hi))
+  while sum(out.values()) > limit:
+    above = [n for n in out if out[n] > bounds[n][0]]
+    if not above:
+      break
+    out[max(above, key=lambda n: (out[n], n))] -= 1
+  return out
+
+
+def proportional_jumps(obs: "Observation",
+                       fractions: Sequence[float] = JUMP_FRACTIONS
+                       ) -> list[tuple[str, dict[str, float]]]:
+  """Whole-configuration jumps: for each f of `fractions` (default
+  `JUMP_FRACTIONS`), threads in proportion to each parallel stage's cost
+  (`dqn.stage_costs`, `policies.proportional_allocation`) at a total of
+  round(f x the CPU budget), made to fit (`fit_threads`). Each as (label,
+  the knob values it changes); jumps that change nothing and repeats are
+  left out; [] without parallel knobs or measured costs."""
+  parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+  costs = dqn.stage_costs(obs)
+  if not parallel or not costs:
+    return []
+  c = [costs.get(k.stage, 0.0) for k in parallel]
+  current = {k.name: k.value for k in parallel}
+  out, seen = [], set()
+  for f in fractions:
+    total = int(round(f * obs.cpu_budget))
+    shares = policies.proportional_allocation(c, total,
+                                              [k.max for k in parallel])
+    values = fit_threads(obs, {k.name: s for k, s in zip(parallel, shares)})
+    changed = {n: v for n, v in values.items() if v != current[n]}
+    key = tuple(sorted(changed.items()))
+    if changed and key not in seen:
+      seen.add(key)
+      out.append((f"proportional at {f:g} x {obs.cpu_budget} CPUs", changed))
+  return out
 
 
 def candidate_actions(obs: "Observation",
@@ -98,6 +164,9 @@ class RankedSearchPolicy(search.MeasuredSearch):
       ablation without the learned prior). Default "q".
     agent_weights: network weights in place of a file (`dqn.forward`'s
       list). Default: read from `weights`.
+    jumps: totals (in CPU budgets) of the proportional jumps tried, in
+      order, before the local search (`proportional_jumps`); made again
+      when the knobs or the CPU budget change. Default () (none).
     **kwargs: `search.MeasuredSearch`'s (threshold, samples, min_elements,
       restart).
   """
@@ -105,8 +174,10 @@ class RankedSearchPolicy(search.MeasuredSearch):
   def __init__(self, options: "IntuneOptions", weights: str | None = None,
                max_tries: int | None = MAX_TRIES,
                prior_margin: float = PRIOR_MARGIN, order: str = "q",
-               agent_weights: Sequence[np.ndarray] | None = None, **kwargs):
+               agent_weights: Sequence[np.ndarray] | None = None,
+               jumps: Sequence[float] = (), **kwargs):
     self.max_tries = max_tries
+    self.jumps = tuple(jumps)
     self.prior_margin = prior_margin
     if order not in ("q", "climb"):
       raise ValueError(f"order must be 'q' or 'climb', got {order!r}.")
@@ -117,6 +188,13 @@ class RankedSearchPolicy(search.MeasuredSearch):
     self.weights = [np.asarray(w, np.float32) for w in agent_weights]
     self._climb = search.ClimbPolicy(options)
     super().__init__(options, **kwargs)
+
+  def _reset(self, context: tuple | None) -> None:
+    # Jumps are made once per context (knobs, CPU budget), not again when
+    # a converged search restarts on a moved rate: on the tuning set, the
+    # second round of jumps cost more trials than it found.
+    self._next_jump = 0
+    super()._reset(context)
 
   def restart_search(self) -> None:
     self._tried: set[str] = set()
@@ -143,7 +221,22 @@ class RankedSearchPolicy(search.MeasuredSearch):
       return [(label, values, score[label]) for label, values in candidates]
     return scored
 
+  def next_jump(self, obs: "Observation"
+                ) -> tuple[str, dict[str, float]] | None:
+    """The next of `jumps` not yet tried that changes something, or None
+    when none is left."""
+    while self._next_jump < len(self.jumps):
+      fraction = self.jumps[self._next_jump]
+      self._next_jump += 1
+      found = proportional_jumps(obs, (fraction,))
+      if found:
+        return found[0]
+    return None
+
   def propose(self, obs):
+    jump = self.next_jump(obs)
+    if jump is not None:
+      return jump
     if self.max_tries is not None and self._tries >= self.max_tries:
       return None
     for label, values, score in self.ranked(obs):
@@ -153,4 +246,19 @@ class RankedSearchPolicy(search.MeasuredSearch):
     return None
 
 
+class JumpSearchPolicy(RankedSearchPolicy):
+  """`RankedSearchPolicy` with `JUMP_FRACTIONS` jumps first and the
+  jump-search ranker (`JUMP_WEIGHTS`); module docstring.
+
+  Args: as `RankedSearchPolicy` (defaults: weights `JUMP_WEIGHTS`, jumps
+  `JUMP_FRACTIONS`).
+  """
+
+  def __init__(self, options: "IntuneOptions", weights: str | None = None,
+               jumps: Sequence[float] = JUMP_FRACTIONS, **kwargs):
+    super().__init__(options, weights=weights or JUMP_WEIGHTS, jumps=jumps,
+                     **kwargs)
+
+
 policies.register("intune-search", RankedSearchPolicy)
+policies.register("intune-jump", JumpSearchPolicy)

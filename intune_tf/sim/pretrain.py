@@ -199,12 +199,14 @@ GAIN_SCALE = 10.0
 def pretrain_ranker(seed: int = 0, steps: int = 30_000,
                     init: str | None = None, learn_per_step: int = 2,
                     explore: float = 0.3, batch_size: int = 64,
-                    capacity: int = 50_000, progress: bool = True):
+                    capacity: int = 50_000, progress: bool = True,
+                    jumps: tuple[float, ...] = ()):
   """Trains the Q-network's advantages for `intune-search`
   (`ranked.RankedSearchPolicy`) in the simulator.
 
   Episodes are run by the ranked search itself (with climb's order in
-  `explore` of the steps), so states are those it visits. At every step,
+  `explore` of the steps, and its `jumps` first), so states are those it
+  visits. At every step,
   each valid move is tried in the simulator and its one-step gain
   (`move_gains`) recorded; gradient steps regress each move's advantage
   over the no-op, Q(s, a) - Q(s, no-op) (`dqn.flat_q`), on its gain (Huber
@@ -221,6 +223,8 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
     batch_size: states per gradient step. Default 64.
     capacity: states kept. Default 50,000.
     progress: show a progress bar. Default True.
+    jumps: the search's proportional jumps (`ranked.RankedSearchPolicy`'s
+      `jumps`; `ranked.JUMP_FRACTIONS` for intune-jump). Default () (none).
 
   Returns:
     (weights, statistics of the run).
@@ -269,7 +273,8 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
                             params=sim_lib.random_params(rng))
     _start(sim, rng)
     weights = [np.asarray(w) for w in network.get_weights()]
-    policy = ranked.RankedSearchPolicy(opts, agent_weights=weights)
+    policy = ranked.RankedSearchPolicy(opts, agent_weights=weights,
+                                       jumps=jumps)
     for _ in range(EPISODE_STEPS):
       obs = sim.observe()
       n = len(obs.knobs)
@@ -440,8 +445,9 @@ def evaluation_pipelines(count: int = 200, seed: int = 1234,
 
 # The non-learning baselines `compare` scores the agent against.
 BASELINES = ("climb", "coordinate", "plumber", "analytic", "even")
-# The learners: the DQN policy, and its Q-network ranking a measured search.
-LEARNERS = ("intune", "intune-search")
+# The learners: the DQN policy, and its Q-network ranking a measured search
+# (without and with proportional jumps first).
+LEARNERS = ("intune", "intune-search", "intune-jump")
 POLICIES = LEARNERS + BASELINES
 
 
@@ -485,7 +491,8 @@ def describe_pipeline(pipe: sim_lib.SimPipeline,
 def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
             steps: int = EPISODE_STEPS,
             names: tuple[str, ...] = POLICIES,
-            search_weights: str | None = None) -> dict:
+            search_weights: str | None = None,
+            jump_weights: str | None = None) -> dict:
   """Scores the policies `names` on the same random pipelines
   (`evaluation_pipelines`), each against the simulator's optimum, and each
   against the best non-learning baseline (the one of `BASELINES` among
@@ -501,7 +508,8 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
     the 10th percentile, and `vs_best`: the paired difference to the best
     baseline (mean, 95% CI low and high, share of pipelines where better).
     `weights` is the "intune" agent's file, `search_weights` the
-    "intune-search" ranker's (default for both: the shipped agent).
+    "intune-search" ranker's, `jump_weights` the "intune-jump" ranker's
+    (defaults: the shipped files).
   """
   pipes = evaluation_pipelines(count, seed)
   opts = IntuneOptions()
@@ -517,6 +525,10 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
     ranker = dqn.load_weights(search_weights or ranked.DEFAULT_WEIGHTS)[0]
     makers["intune-search"] = lambda: ranked.RankedSearchPolicy(
         opts, agent_weights=ranker)
+  if "intune-jump" in names:
+    jumper = dqn.load_weights(jump_weights or ranked.JUMP_WEIGHTS)[0]
+    makers["intune-jump"] = lambda: ranked.JumpSearchPolicy(
+        opts, agent_weights=jumper)
   if "intune" in names:
     # Deferred: the online policy loads TensorFlow (warm start, rewrites);
     # the simulation part must not at import.
@@ -568,11 +580,13 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
 
 def main_pretrain(args) -> int:
   if args.ranker:
+    jumps = ranked.JUMP_FRACTIONS if args.jumps else ()
     weights, stats = pretrain_ranker(seed=args.seed, steps=args.steps,
-                                     init=args.init)
+                                     init=args.init, jumps=jumps)
     stats.update(seed=args.seed, command=(
         f"intune pretrain --ranker --seed {args.seed} --steps {args.steps} "
-        f"--init {args.init} --out {args.out}"))
+        f"--init {args.init}{' --jumps' if args.jumps else ''} "
+        f"--out {args.out}"))
     dqn.save_weights(args.out, weights, stats)
     print(json.dumps(stats, indent=1))
     return 0
@@ -624,7 +638,7 @@ def format_comparison(result: dict) -> str:
 def main_simulate(args) -> int:
   names = tuple(n for n in args.policies.split(",") if n)
   result = compare(args.weights, args.pipelines, args.seed, args.steps, names,
-                   args.search_weights)
+                   args.search_weights, args.jump_weights)
   print(format_comparison(result))
   if args.json:
     with open(args.json, "w") as f:
@@ -664,6 +678,9 @@ def add_parser(subparsers) -> None:
   p.add_argument("--init", type=_weights_file, default=None,
                  help="With --ranker: weights to start from (default: the "
                  "shipped agent's).")
+  p.add_argument("--jumps", action="store_true",
+                 help="With --ranker: episodes run the intune-jump search "
+                 "(proportional jumps first).")
   p.set_defaults(func=main_pretrain)
   p = subparsers.add_parser(
       "simulate", help="Score the agent and the non-learning baselines "
@@ -673,6 +690,8 @@ def add_parser(subparsers) -> None:
                  help="Agent weights (.npz).")
   p.add_argument("--search-weights", type=_weights_file, default=None,
                  help="The intune-search ranker's weights (.npz).")
+  p.add_argument("--jump-weights", type=_weights_file, default=None,
+                 help="The intune-jump ranker's weights (.npz).")
   p.add_argument("--pipelines", type=int, default=200)
   p.add_argument("--seed", type=int, default=1234)
   p.add_argument("--steps", type=int, default=EPISODE_STEPS)

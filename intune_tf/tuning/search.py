@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 # scored best for all three policies, or within 0.01 of the best median.
 THRESHOLD = 0.02
 SAMPLES = 1
+# A measurement waits for at least this many output elements (a rate counted
+# over fewer is mostly quantization noise); the agent policy uses it too.
 MIN_ELEMENTS = 16
 RESTART = 0.1
 # Measurements of the base averaged into its estimate (the newest weigh
@@ -266,7 +268,8 @@ class ClimbPolicy(MeasuredSearch):
           ups = single(knob, move)
           if not ups and knob.value + move <= dqn.knob_bounds(
               knob, obs.cpu_budget)[1]:
-            ups = self._transfers(obs, knob, move, order[::-1], by_stage)
+            ups = self._transfers(obs, knob, move, order[::-1], by_stage,
+                                  mask, index)
           out += ups
       knob = by_stage[stage].get("buffer_size")
       if knob is not None:
@@ -278,15 +281,15 @@ class ClimbPolicy(MeasuredSearch):
           out += single(knob, -5) + single(knob, -1)
     return out
 
-  def _transfers(self, obs, knob, move, donors, by_stage):
+  def _transfers(self, obs, knob, move, donors, by_stage, mask, index):
     """`move` threads from the first donor stage that can give them (its
-    -move allowed by the mask) to `knob`, if the mask then allows +move."""
+    -move allowed by `mask`, the mask of `obs`; `index`: knob name ->
+    position) to `knob`, if the mask then allows +move."""
     for stage in donors:
       donor = by_stage[stage].get("parallelism")
       if donor is None or donor.name == knob.name:
         continue
-      index = {k.name: i for i, k in enumerate(obs.knobs)}
-      if not dqn.action_mask(obs)[dqn.action_of(index[donor.name], -move)]:
+      if not mask[dqn.action_of(index[donor.name], -move)]:
         continue
       after = _moved(obs, {donor.name: donor.value - move})
       if dqn.action_mask(after)[dqn.action_of(index[knob.name], move)]:
