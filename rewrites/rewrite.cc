@@ -15,6 +15,7 @@
 #include "rewrites/passes.h"
 #include "tensorflow/core/data/dataset_utils.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/platform/errors.h"
 
 namespace tensorflow {
@@ -56,6 +57,19 @@ Status CheckUsable(const GraphDef& graph) {
   return OkStatus();
 }
 
+bool HoldsGlobalShuffle(const GraphDef& graph) {
+  constexpr char kGlobalShuffle[] = "GlobalShuffleDataset";
+  for (const NodeDef& node : graph.node()) {
+    if (node.op() == kGlobalShuffle) return true;
+  }
+  for (const FunctionDef& function : graph.library().function()) {
+    for (const NodeDef& node : function.node_def()) {
+      if (node.op() == kGlobalShuffle) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Status RunPasses(const Options& options, GraphDef* graph, Report* report,
@@ -66,6 +80,7 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
   *report = Report();
   TF_RETURN_IF_ERROR(CheckUsable(*graph));
   report->fingerprint = GraphFingerprint(*graph);
+  report->global_shuffle = HoldsGlobalShuffle(*graph);
   RunPass(
       "strip_roots",
       [](GraphDef* g, bool*, Fixed*) { return StripRoots(g); },

@@ -61,6 +61,12 @@ struct Report {
   // Warm-start fingerprint of the graph BEFORE the passes (GraphFingerprint
   // in passes.h).
   std::string fingerprint;
+  // The graph (or a function in it) holds a GlobalShuffleDataset. TF's warm
+  // start (Options.experimental_warm_start) starts prefetch and parallel-map
+  // threads in Initialize, with a context that lacks the shuffle's index
+  // mapper, so they read in order (TF's TODO b/325112575); the root then
+  // makes its input iterators without warm start.
+  bool global_shuffle = false;
 };
 
 // Runs TF's data optimizations named in Options::tf_optimizations on a graph.

@@ -274,6 +274,7 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
     data::IteratorContext::Params CreateParams(data::IteratorContext* ctx) {
       data::IteratorContext::Params params(ctx);
       if (model_ != nullptr) params.model = model_;
+      if (dataset()->report_.global_shuffle) params.warm_start = false;
       if (thread_pool_ != nullptr) {
         thread::ThreadPool* pool = thread_pool_.get();
         params.runner = [pool](std::function<void()> c) {
