@@ -37,10 +37,11 @@ class IntuneOptions:
     cpu_budget: CPUs the pipeline may keep busy. Default None: the CPUs the
       process may use, re-read at every tuning step (affinity and cgroup
       quota), so CPUs that arrive or leave mid-job are used.
-    ram_budget: bytes the pipeline's buffers may hold. Default None: half of
-      the memory available (free RAM, capped by the cgroup) when the iterator
-      is created. The budget guard inside the pipeline enforces it whatever
-      the policy does.
+    ram_budget: bytes the pipeline's buffers and its policy's memory may
+      hold. Default None: a share of half of the memory the process's
+      sessions could use (available RAM, capped by the process's cgroup,
+      plus what they hold), re-read every second. The budget guard inside
+      the pipeline enforces it whatever the policy does.
     policy: name of the tuning policy. Default "intune": the pretrained DQN
       agent, fine-tuned online, with a no-regression guard (AGENT.md).
       Others: "even" (usable CPUs split evenly over the parallel stages),

@@ -175,6 +175,19 @@ def test_replay_pads_and_refuses_too_many_knobs():
   assert replay.size == 1
 
 
+def test_replay_counts_the_rows_it_has_written():
+  replay = dqn.Replay(4)
+  assert replay.nbytes == 0
+  state = np.ones((2, dqn.NUM_FEATURES), np.float32)
+  for _ in range(6):  # wraps round: 4 rows at most
+    replay.add(state, 0, 1.0, state, np.ones(9, bool), False)
+  # One row, at 32 knobs x 18 features: state and next_state 2 x 2304,
+  # knobs and next_knobs 2 x 128, action 8, reward 4, done 4, next_mask
+  # 4 x 32 + 1 = 129 bools: 4608 + 256 + 16 + 129 = 5,009 bytes; 4 rows:
+  # 20,036.
+  assert replay.nbytes == 4 * 5009
+
+
 def test_weights_round_trip_and_bad_files(tmp_path):
   agent = dqn.Agent(seed=1)
   path = str(tmp_path / "w.npz")

@@ -4,6 +4,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 
 from _waiting import wait_for
 from absl import logging
@@ -102,8 +103,18 @@ def _returning(garbage):
               {"step": lambda self, obs: garbage(obs)})
 
 
+class _BrokenHeldBytes(policies.Policy):
+
+  def held_bytes(self):
+    raise RuntimeError("bug in a user's policy")
+
+  def step(self, obs):
+    return {}
+
+
 _FAULTY = {
     "constructor": _BrokenConstructor,
+    "held_bytes": _BrokenHeldBytes,
     "step": _RaisingStep,
     "none": _returning(lambda obs: None),
     "list": _returning(lambda obs: [1, 2]),
@@ -133,9 +144,16 @@ def test_a_faulty_policy_stops_only_its_own_session_and_is_reported_once(
       intune_tf.global_tuner().step()
     assert wait_for(lambda: {k.name: k.value for k in session.knobs()}
                     .get(knob) == 1)
-    mine = [e for e in errors if f"session {broken_session.id}" in str(e)
-            or repr(broken_session) in str(e) or name in str(e)]
-    assert len(mine) == 1, mine
+    def mine():
+      return [e for e in errors if f"session {broken_session.id}" in str(e)
+              or repr(broken_session) in str(e) or name in str(e)]
+
+    # held_bytes is asked once per budget period (1 s).
+    assert wait_for(mine, timeout=5)
+    for _ in range(20):
+      intune_tf.global_tuner().step()
+    time.sleep(1.5)  # a budget period more
+    assert len(mine()) == 1, mine()
     assert int(next(broken)) > 0 and broken_session.knobs()
     assert int(next(healthy)) > 0
   finally:
@@ -179,6 +197,60 @@ def test_default_budget_shares(available, held, share, expected):
   assert tuner_lib.default_budget_shares(available, held, share) == expected
 
 
+@pytest.mark.parametrize("budget,policy_bytes,expected", [
+    (48 << 20, 16 << 20, 32 << 20),  # 48 - 16 MiB
+    (48 << 20, 0, 48 << 20),
+    (8, 10, 1),                      # never below one byte
+    (8, -3, 8),                      # a negative holding counts as 0
+])
+def test_buffer_budget(budget, policy_bytes, expected):
+  assert tuner_lib.buffer_budget(budget, policy_bytes) == expected
+
+
+class _Holds16MiB(policies.Policy):
+  """Holds 16 MiB (as a replay buffer would) and asks for deep buffers."""
+
+  def held_bytes(self):
+    return 16 << 20
+
+  def step(self, obs):
+    return {k.name: 40 for k in obs.knobs if k.kind == "buffer_size"}
+
+
+@pytest.mark.parametrize("how", ["option", "set_ram_budget"])
+def test_the_memory_a_policy_holds_is_taken_from_the_budget(how):
+  mib = 1 << 20
+  policies.register("holds-16mib-test", _Holds16MiB)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="holds-16mib-test", period_s=0.02,
+      ram_budget=48 * mib if how == "option" else None)
+  ds = tf.data.Dataset.range(10**6).map(
+      lambda x: tf.fill([mib // 4], tf.cast(x, tf.float32)))  # 1 MiB
+  it = iter(ds.prefetch(tf.data.AUTOTUNE).with_options(options))
+  try:
+    next(it)
+    session = intune_tf.session_of(it)
+    if how == "set_ram_budget":
+      session.set_ram_budget(48 * mib)
+    assert wait_for(lambda: session.counters()["ram_budget"] == 32 * mib,
+                    timeout=10), session.counters()
+    for _ in range(60):  # drains what was buffered under the full budget
+      next(it)
+    peak = 0
+    for _ in range(30):  # the consumer pauses: the buffer fills to its cap
+      time.sleep(0.05)
+      peak = max(peak, session.counters()["buffered_bytes"])
+      next(it)
+    # Asked 40 elements; 48 MiB - 16 MiB leaves room for about 30.
+    assert 0 < peak <= 32 * mib, peak
+    assert [k.value for k in session.knobs() if k.kind == "buffer_size"][0] < 40
+  finally:
+    del policies._REGISTRY["holds-16mib-test"]
+    del it
+    gc.collect()
+
+
 def test_iterators_with_the_default_budget_share_it_and_a_set_one_stays():
   it_a, a = _iterate("even")
   it_b, b = _iterate("even")
@@ -194,7 +266,7 @@ def test_iterators_with_the_default_budget_share_it_and_a_set_one_stays():
     # Every live session with the default budget (a and b, and any other
     # iterator still alive in this process) takes an even share.
     default = [s for s in intune_tf.sessions()
-               if s.options.ram_budget is None and not s.ram_budget_pinned]
+               if s.options.ram_budget is None and s.pinned_ram_budget is None]
     held = [s.counters()["buffered_bytes"] for s in default]
     each = tuner_lib.default_budget_shares(host.available_memory(), held,
                                            options_lib.DEFAULT_RAM_SHARE)[0]

@@ -399,6 +399,15 @@ class Replay:
     self.size = min(self.size + 1, self.capacity)
     return True
 
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the transitions stored so far: the ring is written from
+    its first row on, and rows never written take no memory (`np.zeros`
+    pages are mapped on first write)."""
+    arrays = (self.state, self.knobs, self.action, self.reward,
+              self.next_state, self.next_knobs, self.next_mask, self.done)
+    return sum(a.nbytes for a in arrays) * self.size // self.capacity
+
   def sample(self, rng: np.random.Generator, batch: int):
     idx = rng.integers(0, self.size, batch)
     return (self.state[idx], self.knobs[idx], self.action[idx],
@@ -437,6 +446,13 @@ class Agent:
     self.weights = [w.astype(np.float32) for w in self.network.get_weights()]
     self.gradient_steps = 0
     self._train_fn = None
+
+  @property
+  def nbytes(self) -> int:
+    """Host memory the agent holds: its replay buffer, and its network,
+    target network, acting copy and Adam's two moments (5 copies of the
+    weights)."""
+    return self.replay.nbytes + 5 * sum(w.nbytes for w in self.weights)
 
   # --- acting -------------------------------------------------------------
   def q_values(self, state: np.ndarray) -> np.ndarray:

@@ -142,9 +142,10 @@ def _clean(message: str) -> str:
   return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)
 
 
-# Sessions whose RAM budget a user set (Session.set_ram_budget): the tuner
-# leaves their budget alone. Ids are never reused within a process.
-_PINNED_RAM_BUDGETS: set[int] = set()
+# Session id -> the RAM budget a user set (Session.set_ram_budget): the tuner
+# no longer gives these sessions a share of the default budget. Ids are never
+# reused within a process.
+_PINNED_RAM_BUDGETS: dict[int, int] = {}
 
 
 class Session:
@@ -331,19 +332,21 @@ class Session:
   def set_ram_budget(self, ram_budget: int) -> None:
     """Changes the RAM budget that the guard enforces, in bytes (> 0). From
     then on the tuner no longer gives this session its share of the default
-    budget."""
+    budget. The memory the session's policy holds (`Policy.held_bytes`) is
+    taken from it: `counters()["ram_budget"]` is what is left for the
+    pipeline's buffers."""
     if isinstance(ram_budget, bool) or not isinstance(ram_budget, int) or (
         ram_budget <= 0):
       raise ValueError(f"ram_budget must be a positive int of bytes, got "
                        f"{ram_budget!r}.")
-    _PINNED_RAM_BUDGETS.add(self._id)
+    _PINNED_RAM_BUDGETS[self._id] = ram_budget
     self._apply_ram_budget(ram_budget)
 
   @property
-  def ram_budget_pinned(self) -> bool:
-    """Whether `set_ram_budget` was called for this session (in this
-    process)."""
-    return self._id in _PINNED_RAM_BUDGETS
+  def pinned_ram_budget(self) -> int | None:
+    """The budget last given to `set_ram_budget` for this session (in this
+    process); None if it was never called."""
+    return _PINNED_RAM_BUDGETS.get(self._id)
 
   def _apply_ram_budget(self, ram_budget: int) -> None:
     self._call(_kernels.ops().intune_set_ram_budget,

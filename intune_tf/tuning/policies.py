@@ -53,6 +53,12 @@ class Policy(abc.ABC):
   def step(self, obs: "Observation") -> dict[str, float]:
     """Returns `{knob name: value}` for this step."""
 
+  def held_bytes(self) -> int:
+    """Host memory the policy holds (replay buffers, networks): the tuner
+    takes it from the session's RAM budget, so that the pipeline's buffers
+    and the policy fit together. Default: 0."""
+    return 0
+
 
 def even_split(total: int, parts: int) -> list[int]:
   """Splits `total` units over `parts` as evenly as possible, each at least 1.

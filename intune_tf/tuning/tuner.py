@@ -12,6 +12,7 @@ import time
 from typing import Mapping
 
 from absl import logging
+import numpy as np
 
 from intune_tf import options as options_lib
 from intune_tf import records
@@ -54,6 +55,15 @@ def default_budget_shares(available: int, held: list[int],
   return [max(1, int(total / len(held)))] * len(held)
 
 
+def buffer_budget(budget: int, policy_bytes: int) -> int:
+  """What the guard enforces on a pipeline's buffers: its session's RAM
+  `budget` less the memory its policy holds, at least 1 byte.
+
+  Examples: budget 48 MiB, policy 16 MiB -> 32 MiB; budget 8, policy 10 -> 1.
+  """
+  return max(1, int(budget) - max(0, int(policy_bytes)))
+
+
 class _Tuned:
   """Per-session state of the tuner."""
 
@@ -73,6 +83,7 @@ class _Tuned:
     self.unlowerable_told: set[str] = set()  # stages, see `_tell_unlowerable`
     self.next_step = 0.0
     self.static_knobs: tuple[str, ...] | None = None
+    self.policy_memory_told = False  # see `Tuner._apply_budgets`
 
   def first_report(self, where: str, error: Exception) -> bool:
     """Whether `error` in `where` ("policy" or "step") is new for this
@@ -204,44 +215,80 @@ class Tuner:
     now = time.monotonic()
     if now - self._budgets_shared_at >= _BUDGET_PERIOD_S:
       self._budgets_shared_at = now
-      self._share_default_budgets(tuned)
+      self._apply_budgets(tuned)
     for t in tuned:
       if only_due and (now < t.next_step or t.session.id in self._driven):
         continue
       t.next_step = now + t.session.options.period_s
       self._step_one(t)
 
-  def _share_default_budgets(self, tuned: list[_Tuned]) -> None:
-    """Gives the sessions whose `ram_budget` is None (and not set since by
-    `Session.set_ram_budget`) their share of this process's default budget
-    (`default_budget_shares`), re-read from the host's memory: a training
-    and a validation iterator share it instead of taking half each, and a
-    tf.data service worker budgets from its own memory."""
-    sessions = [t.session for t in tuned
-                if t.session.options.ram_budget is None
-                and not t.session.ram_budget_pinned]
-    self._budget_logged &= {s.id for s in sessions}
+  def _apply_budgets(self, tuned: list[_Tuned]) -> None:
+    """Writes each session's buffer budget (`buffer_budget`): its RAM budget
+    (the user's `ram_budget`, the value given to `Session.set_ram_budget`,
+    or its share of this process's default budget, `default_budget_shares`,
+    re-read from the host's memory: a training and a validation iterator
+    share it instead of taking half each, and a tf.data service worker
+    budgets from its own memory) less what its policy holds."""
     try:
-      counters = [s.counters() for s in sessions]
+      counters = {t.session.id: t.session.counters() for t in tuned}
+      held = {t.session.id: self._policy_bytes(t) for t in tuned}
+      budgets = {}
+      default = []
+      for t in tuned:
+        s = t.session
+        user = (s.pinned_ram_budget if s.pinned_ram_budget is not None
+                else s.options.ram_budget)
+        if user is not None:
+          budgets[s.id] = user
+        else:
+          default.append(s.id)
       shares = default_budget_shares(
-          host.available_memory(), [c["buffered_bytes"] for c in counters],
+          host.available_memory(),
+          [counters[i]["buffered_bytes"] + held[i] for i in default],
           options_lib.DEFAULT_RAM_SHARE)
-      for session, c, budget in zip(sessions, counters, shares):
-        if abs(budget - c["ram_budget"]) > _BUDGET_TOLERANCE * budget:
-          session._apply_ram_budget(budget)  # pylint: disable=protected-access
-        if session.id not in self._budget_logged:
-          self._budget_logged.add(session.id)
+      budgets.update(zip(default, shares))
+      for t in tuned:
+        sid = t.session.id
+        target = buffer_budget(budgets[sid], held[sid])
+        if abs(target - counters[sid]["ram_budget"]) > _BUDGET_TOLERANCE * target:
+          t.session._apply_ram_budget(target)  # pylint: disable=protected-access
+        if sid in default and sid not in self._budget_logged:
+          self._budget_logged.add(sid)
           logging.info("InTune session %d: RAM budget %d MB, its share of "
-                       "this process's default budget.", session.id,
-                       budget >> 20)
+                       "this process's default budget.", sid,
+                       budgets[sid] >> 20)
+        if held[sid] * 2 > budgets[sid] and not t.policy_memory_told:
+          t.policy_memory_told = True
+          logging.warning(
+              "InTune session %d: its policy %r holds %d MB of its %d MB RAM "
+              "budget, which leaves %d MB for the pipeline's buffers. Give "
+              "it a larger ram_budget, or use a policy without a replay "
+              "buffer (policy='climb').", sid, t.session.options.policy,
+              held[sid] >> 20, budgets[sid] >> 20,
+              buffer_budget(budgets[sid], held[sid]) >> 20)
+      self._budget_logged &= set(default)
     except session_lib.SessionGoneError:
-      pass  # shared again at the next period
+      pass  # applied again at the next period
     except Exception as e:  # pylint: disable=broad-except
       if not self._budget_failure_reported:
         self._budget_failure_reported = True
-        logging.error("InTune could not share the default RAM budget: %r "
+        logging.error("InTune could not apply the RAM budgets: %r "
                       "(reported once; budgets stay as they are).", e,
                       exc_info=True)
+
+  def _policy_bytes(self, t: _Tuned) -> int:
+    """`t.policy.held_bytes()`; 0 (the failure reported once) if it fails."""
+    try:
+      held = t.policy.held_bytes()
+      if isinstance(held, bool) or not isinstance(held, (int, np.integer)):
+        raise TypeError(f"held_bytes() returned {held!r}, not an int")
+      return max(0, int(held))
+    except Exception as e:  # pylint: disable=broad-except
+      if t.first_report("policy", e):
+        logging.error("InTune session %d: held_bytes() of its policy %r "
+                      "failed: %r (its memory is not taken from the budget).",
+                      t.session.id, t.session.options.policy, e)
+      return 0
 
   def _step_one(self, t: _Tuned) -> None:
     """One step of one session. Never raises: a failure is logged once per
