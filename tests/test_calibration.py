@@ -49,6 +49,54 @@ def test_fit_recovers_the_simulator_it_was_traced_from(tmp_path):
   assert max(abs(r["error"]) for r in rows) < 1e-6
 
 
+@pytest.mark.parametrize("values,expected", [
+    ([30, 10, 20, 10], [4, 1.5, 3, 1.5]),  # the two 10s share ranks 1 and 2
+    ([5], [1]),
+    ([2, 2, 2], [2, 2, 2]),                # (1 + 2 + 3) / 3
+])
+def test_ranks(values, expected):
+  assert calibration.ranks(values).tolist() == expected
+
+
+@pytest.mark.parametrize("a,b,expected", [
+    ([1, 2, 3, 4], [10, 20, 30, 40], 1.0),
+    ([1, 2, 3, 4], [40, 30, 20, 10], -1.0),
+    # Ranks [1, 2, 3] and [1, 3, 2]: deviations (-1, 0, 1) and (-1, 1, 0),
+    # sum of products 1, norms sqrt(2 * 2): 0.5.
+    ([1, 2, 3], [5, 9, 7], 0.5),
+    ([1, 2, 3], [5, 5, 5], float("nan")),  # a constant has no order
+])
+def test_spearman(a, b, expected):
+  got = calibration.spearman(a, b)
+  assert got == pytest.approx(expected, nan_ok=True)
+
+
+def test_held_out_ranks_a_trace_whose_order_is_known(tmp_path):
+  # A trace from the simulator itself: the configurations held out from the
+  # fit are ranked as measured, and the best predicted is the best measured.
+  params = sim.SimParams(oversubscription=0.3, handoff_s=0.0)
+  pipeline = sim.SimPipeline(
+      (sim.SimStage(sim.chain_name(3, 0), 0.004),
+       sim.SimStage(sim.chain_name(3, 1), 0.002),
+       sim.SimStage(sim.chain_name(3, 2), 0.001)), cpus=4, memory_limit=1e15,
+      ram_budget=1e15, noise=0.0)
+  path = str(tmp_path / "trace.jsonl")
+  _write_trace(path, pipeline, params)
+  points = calibration.load_trace(path)
+  _, _, report = calibration.held_out(points)
+  assert report["toy"]["held_out"] == 13  # 27 configurations, odd positions
+  assert report["toy"]["spearman"] > 0.99
+  assert report["toy"]["best_ratio"] == pytest.approx(1.0)
+  # Measurements in the reverse order of the simulator's: the rank metric
+  # sees it.
+  measured = sorted((p.rows_per_s for p in points["toy"]), reverse=True)
+  order = sorted(range(27), key=lambda i: points["toy"][i].rows_per_s)
+  for i, value in zip(order, measured):
+    points["toy"][i].rows_per_s = value
+  _, _, report = calibration.held_out(points)
+  assert report["toy"]["spearman"] < 0
+
+
 # Stage names as the kernel gives them, and as traces recorded before stage
 # names were paths give them (by node id).
 _NAMES = {

@@ -265,6 +265,79 @@ def fit(points_by_scenario: dict[str, list[Point]],
   return best[1], best[2], best[3]
 
 
+def ranks(values: Sequence[float]) -> np.ndarray:
+  """1-based ranks, ties given the mean of the ranks they span.
+
+  Example: [30, 10, 20, 10] -> [4, 1.5, 3, 1.5].
+  """
+  values = np.asarray(values, dtype=float)
+  order = np.argsort(values, kind="stable")
+  result = np.empty(len(values))
+  i = 0
+  while i < len(order):
+    j = i
+    while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+      j += 1
+    result[order[i:j + 1]] = (i + j) / 2 + 1
+    i = j + 1
+  return result
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+  """Spearman's rank correlation of `a` and `b` (the Pearson correlation of
+  their `ranks`); NaN with fewer than 2 values or when either is constant."""
+  if len(a) != len(b):
+    raise ValueError(f"spearman of {len(a)} and {len(b)} values")
+  if len(a) < 2:
+    return float("nan")
+  ra, rb = ranks(a), ranks(b)
+  ra, rb = ra - ra.mean(), rb - rb.mean()
+  norm = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+  return float((ra * rb).sum() / norm) if norm else float("nan")
+
+
+def held_out(points_by_scenario: dict[str, list[Point]], **grid
+             ) -> tuple[sim_lib.SimParams, float, dict[str, dict]]:
+  """Fits on every other configuration of each scenario (the 1st, 3rd, ...)
+  and judges the fit on the others, which it never saw.
+
+  Args:
+    points_by_scenario: as `load_trace` returns.
+    **grid: the grids of `fit` (default: its defaults).
+
+  Returns:
+    The fitted `SimParams`, cost scale, and per scenario: `spearman` of
+    predicted and measured rows/s over the held-out configurations
+    (`held_out`: their number), and `best_ratio`: the measured rows/s of the
+    configuration the fitted simulator ranks first among all the
+    scenario's configurations, over the best measured.
+  """
+  train = {s: p[0::2] for s, p in points_by_scenario.items()}
+  test = {s: p[1::2] for s, p in points_by_scenario.items() if p[1::2]}
+  params, scale, _ = fit(train, **grid)
+  base = _base_pipelines(train, params)
+  report = {}
+  for scenario, rows in _by_scenario(
+      errors(test, params, scale, base)).items():
+    every = errors({scenario: points_by_scenario[scenario]}, params, scale,
+                   {scenario: base[scenario]})
+    chosen = max(every, key=lambda r: r["predicted"])
+    report[scenario] = {
+        "spearman": spearman([r["predicted"] for r in rows],
+                             [r["measured"] for r in rows]),
+        "held_out": len(rows),
+        "best_ratio": chosen["measured"] / max(r["measured"] for r in every),
+    }
+  return params, scale, report
+
+
+def _by_scenario(rows: list[dict]) -> dict[str, list[dict]]:
+  result = collections.defaultdict(list)
+  for r in rows:
+    result[r["scenario"]].append(r)
+  return dict(result)
+
+
 def main(args) -> int:
   try:
     points = load_trace(args.trace)
@@ -285,18 +358,22 @@ def main(args) -> int:
     print(f"{r['scenario']:18} {config:44} {r['measured']:10,.0f} "
           f"{r['predicted']:10,.0f} {r['error']:+7.1%}")
   abs_err = [abs(r["error"]) for r in rows]
-  per = collections.defaultdict(list)
-  for r in rows:
-    per[r["scenario"]].append(abs(r["error"]))
-  for scenario, e in per.items():
+  for scenario, mine in _by_scenario(rows).items():
+    e = [abs(r["error"]) for r in mine]
     print(f"{scenario}: median |error| {np.median(e):.1%} over {len(e)} "
           "configurations")
   print(f"all: median |error| {np.median(abs_err):.1%} over {len(abs_err)} "
         "configurations")
+  _, _, held = held_out(points)
+  for scenario, h in held.items():
+    print(f"{scenario}: fitted on every other configuration, on the "
+          f"{h['held_out']} held out Spearman {h['spearman']:.2f}; the "
+          f"simulator's best configuration measures {h['best_ratio']:.1%} of "
+          "the best measured")
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"params": dataclasses.asdict(params), "cost_scale": scale,
-                 "rows": rows,
+                 "rows": rows, "held_out": held,
                  "median_abs_error": float(np.median(abs_err))}, f, indent=1)
   return 0
 
