@@ -32,7 +32,9 @@ def _write_trace(path, pipeline, params, cpus=4):
                           "rows_per_element": 10}) + "\n")
 
 
-def test_fit_recovers_the_simulator_it_was_traced_from(tmp_path):
+def _toy_points(tmp_path):
+  """The 27 configurations of a 3-stage simulated pipeline (oversubscription
+  0.3, no hand-off cost), traced and read back."""
   params = sim.SimParams(oversubscription=0.3, handoff_s=0.0)
   pipeline = sim.SimPipeline(
       (sim.SimStage(sim.chain_name(3, 0), 0.004),
@@ -41,7 +43,11 @@ def test_fit_recovers_the_simulator_it_was_traced_from(tmp_path):
       ram_budget=1e15, noise=0.0)
   path = str(tmp_path / "trace.jsonl")
   _write_trace(path, pipeline, params)
-  points = calibration.load_trace(path)
+  return calibration.load_trace(path)
+
+
+def test_fit_recovers_the_simulator_it_was_traced_from(tmp_path):
+  points = _toy_points(tmp_path)
   assert len(points["toy"]) == 27 and points["toy"][0].observations
   fitted, scale, rows = calibration.fit(points)
   assert fitted.oversubscription == pytest.approx(0.3)
@@ -74,15 +80,7 @@ def test_spearman(a, b, expected):
 def test_held_out_ranks_a_trace_whose_order_is_known(tmp_path):
   # A trace from the simulator itself: the configurations held out from the
   # fit are ranked as measured, and the best predicted is the best measured.
-  params = sim.SimParams(oversubscription=0.3, handoff_s=0.0)
-  pipeline = sim.SimPipeline(
-      (sim.SimStage(sim.chain_name(3, 0), 0.004),
-       sim.SimStage(sim.chain_name(3, 1), 0.002),
-       sim.SimStage(sim.chain_name(3, 2), 0.001)), cpus=4, memory_limit=1e15,
-      ram_budget=1e15, noise=0.0)
-  path = str(tmp_path / "trace.jsonl")
-  _write_trace(path, pipeline, params)
-  points = calibration.load_trace(path)
+  points = _toy_points(tmp_path)
   _, _, report = calibration.held_out(points)
   assert report["toy"]["held_out"] == 13  # 27 configurations, odd positions
   assert report["toy"]["spearman"] > 0.99
