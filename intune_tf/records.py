@@ -349,6 +349,16 @@ class Observation:
     """The first stage named `name`, or None."""
     return self._stage_index.get(name)
 
+  @property
+  def unlowerable_bytes(self) -> dict[str, int]:
+    """`unlowerable_bytes(self.stages)`, computed once per observation (the
+    tuner and the status file both read it; a new dict at every call)."""
+    return dict(self._unlowerable_bytes)
+
+  @functools.cached_property
+  def _unlowerable_bytes(self) -> dict[str, int]:
+    return unlowerable_bytes(self.stages)
+
   def to_json(self) -> dict:
     """A JSON-serializable dict (for traces)."""
     return dataclasses.asdict(self)

@@ -204,12 +204,19 @@ def test_the_jump_search_tries_its_jumps_first_then_the_ranked_moves():
   assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
 
 
-def test_a_kept_jump_is_the_new_base():
-  o = _two_stages()
+def _jumped(o):
+  """A jump search (one jump, f = 1, Q all zero) after its first step, the
+  jump to A 3, B 5 from a base measured at 100."""
   policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0,))
   policy.q_values = lambda obs: np.zeros(9)
   assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0,
                                         "B/parallelism": 5.0}
+  return policy
+
+
+def test_a_kept_jump_is_the_new_base():
+  o = _two_stages()
+  policy = _jumped(o)
   # 110 > 102: kept; the next trial is a single move from A 3, B 5 (not
   # a revert), measured against the new base's 110.
   values = policy.step(_at(o, 110.0, A=3, B=5))
@@ -220,10 +227,7 @@ def test_a_kept_jump_is_the_new_base():
 
 def test_jumps_are_made_again_when_the_cpu_budget_changes():
   o = _two_stages()
-  policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0,))
-  policy.q_values = lambda obs: np.zeros(9)
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0,
-                                        "B/parallelism": 5.0}
+  policy = _jumped(o)
   assert policy.step(_at(o, 100.0, A=3, B=5)) == {"A/parallelism": 2.0,
                                                   "B/parallelism": 2.0}
   # At the same budget the jump is not made again: a single move.

@@ -242,7 +242,7 @@ class StatusWriter:
         "usable_cpus": obs.usable_cpus, "cpu_budget": obs.cpu_budget,
         "ram_budget": obs.ram_budget, "buffered_bytes": obs.buffered_bytes,
         "free_memory": obs.free_memory,
-        "unlowerable_bytes": records.unlowerable_bytes(obs.stages),
+        "unlowerable_bytes": obs.unlowerable_bytes,
         "stages": stage_rows(obs),
     }
     with self._lock:

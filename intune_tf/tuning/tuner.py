@@ -15,7 +15,6 @@ from absl import logging
 import numpy as np
 
 from intune_tf import options as options_lib
-from intune_tf import records
 from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
 from intune_tf.tuning import host
@@ -317,7 +316,7 @@ class Tuner:
   @staticmethod
   def _tell_unlowerable(t: _Tuned, obs) -> None:
     """Logs, once per stage, a stage whose buffer the guard cannot lower."""
-    for stage, held in records.unlowerable_bytes(obs.stages).items():
+    for stage, held in obs.unlowerable_bytes.items():
       if held >= _UNLOWERABLE_REPORT_BYTES and stage not in t.unlowerable_told:
         t.unlowerable_told.add(stage)
         logging.warning(
