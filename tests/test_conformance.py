@@ -507,6 +507,39 @@ def test_global_shuffle_with_warm_start_shuffles(shape):
     assert t == m, f"epoch {n}: InTune order {t[:8]}..., meant {m[:8]}..."
 
 
+@pytest.mark.skipif(_global_shuffle() is None,
+                    reason="global_shuffle needs TF >= 2.17 (this is "
+                    f"{tf.__version__})")
+@pytest.mark.parametrize("symbolic", [False, True],
+                         ids=["saveable", "symbolic"])
+def test_global_shuffle_with_warm_start_checkpointed_mid_epoch(tmp_path,
+                                                               symbolic):
+  """A restored iterator is made through the same root: without warm start
+  below the shuffle, so it goes on in the shuffled order, nothing lost or
+  repeated."""
+  shuffle = _global_shuffle()
+
+  def make(on: bool, warm_start: bool) -> tf.data.Dataset:
+    ds = shuffle(tf.data.Dataset.range(100).map(
+        lambda x: x * 2, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE),
+                 seed=42, reshuffle_each_iteration=False)
+    ds = conf.with_tf_options(ds, experimental_warm_start=warm_start,
+                              experimental_symbolic_checkpoint=symbolic)
+    return conf.with_intune(ds) if on else ds
+
+  meant = [int(x) for x in make(on=False, warm_start=False)]
+  assert meant != sorted(meant)
+  with _reported("with InTune"):
+    it = iter(make(on=True, warm_start=True))
+    first = [int(next(it)) for _ in range(_READ_BEFORE_SAVE)]
+    path = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt"))
+    del it
+    restored = iter(make(on=True, warm_start=True))
+    tf.train.Checkpoint(iterator=restored).restore(path)
+    rest = [int(x) for x in restored]
+  assert first + rest == meant, (first[:8], rest[:8], meant[:16])
+
+
 def test_stateful_random_ops_with_global_seed_as_plain_tf():
   def run(on: bool) -> list[list[int]]:
     tf.random.set_seed(77)
