@@ -43,7 +43,7 @@ class IntuneOptions:
       plus what they hold), re-read every second. The budget guard inside
       the pipeline enforces it whatever the policy does.
     policy: name of the tuning policy. Default "intune": the pretrained DQN
-      agent, fine-tuned online, with a no-regression guard (AGENT.md).
+      agent, fine-tuned online, with a no-regression guard (docs/agent.md).
       Others: "even" (usable CPUs split evenly over the parallel stages),
       "analytic" (CPUs in proportion to each stage's CPU cost), "climb",
       "coordinate", "plumber" (searches that keep a change only when the

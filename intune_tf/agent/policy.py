@@ -48,14 +48,14 @@ if TYPE_CHECKING:
   from intune_tf.options import IntuneOptions
   from intune_tf.records import Observation
 
-# The pretrained agent shipped with the package (see AGENT.md).
+# The pretrained agent shipped with the package (see docs/agent.md).
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights.npz")
 # Exploration while tuning a live pipeline.
 ONLINE_EPSILON = 0.05
 # A greedy move must beat staying put by this much (Q units; values are
 # about 1 / (1 - gamma) = 10 rewards, so 0.05 is 0.5%) to be taken: near-ties
 # stay put instead of churning the pipeline. Chosen by `intune simulate` over
-# 0, 0.05, 0.1 and 0.25 (AGENT.md).
+# 0, 0.05, 0.1 and 0.25 (docs/agent.md).
 MOVE_MARGIN = 0.05
 # A regression: smoothed throughput below (1 - REGRESSION) x the best.
 REGRESSION = 0.08

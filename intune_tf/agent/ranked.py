@@ -41,7 +41,7 @@ if TYPE_CHECKING:
   from intune_tf.options import IntuneOptions
   from intune_tf.records import Observation
 
-# The pretrained agent shipped with the package (see AGENT.md): where
+# The pretrained agent shipped with the package (see docs/agent.md): where
 # `intune pretrain --ranker` starts.
 AGENT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights.npz")
 # The ranker: AGENT_WEIGHTS advantage-trained by pretrain_ranker's loop
