@@ -62,7 +62,7 @@ def _tf_cc_link_flags(lib_dir: str) -> list[str]:
 
 def _write_stamp(directory: str) -> None:
   """Records, next to the library, which TensorFlow it was built for."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # noqa: PLC0415
 
   os.makedirs(directory, exist_ok=True)
   with open(os.path.join(directory, "_intune_ops.tfversion"), "w") as f:
@@ -73,10 +73,11 @@ class BuildTfKernels(_build_ext.build_ext):
   """Compiles the op library with the flags of the installed TensorFlow."""
 
   def build_extension(self, ext):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # noqa: PLC0415
 
     ext.extra_compile_args = list(tf.sysconfig.get_compile_flags()) + [
-        "-O2", "-fPIC", "-Wno-sign-compare", "-Wno-deprecated-declarations", "-g0"]
+        "-O2", "-fPIC", "-Wno-sign-compare", "-Wno-deprecated-declarations",
+        "-g0"]
     ext.extra_link_args = (list(tf.sysconfig.get_link_flags()) +
                            _tf_cc_link_flags(tf.sysconfig.get_lib()))
     major, minor = (int(part) for part in tf.__version__.split(".")[:2])

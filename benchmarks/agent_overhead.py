@@ -3,8 +3,8 @@
 Drives the tuner by hand on the Criteo L4 pipeline (batch 4096) under
 policy "intune", at the default period, and times each part of a step:
 observe (model snapshot + host readings), infer (features, mask, the
-known-worse filter, network, choice), learn (a gradient step from the live replay, every
-LEARN_EVERY steps as the policy does), apply (Session.set).
+known-worse filter, network, choice), learn (a gradient step from the live
+replay, every LEARN_EVERY steps as the policy does), apply (Session.set).
 Wall times include waiting for a core: the pipeline keeps both cores busy,
 so the step's own CPU time (thread time) is reported beside them.
 It also reports the tuner's CPU time as a share of one core at the default
@@ -58,7 +58,7 @@ def main(seconds: float = 60.0):
     t1 = time.perf_counter()
     state, mask = dqn.features(obs), dqn.action_mask(obs)
     config = {k.name: k.value for k in obs.knobs}
-    mask = policy._avoid_known_worse(obs, config, mask)  # pylint: disable=protected-access
+    mask = policy._avoid_known_worse(obs, config, mask)  # noqa: SLF001
     action = policy.agent.act(state, mask, policy.epsilon, policy.move_margin)
     values = dqn.apply_action(obs, action)
     t2 = time.perf_counter()

@@ -29,7 +29,7 @@ def pipeline():
 
 def autotune_bytes(iterator):
   proto = model_pb2.ModelProto.FromString(tf.raw_ops.IteratorGetModelProto(
-      iterator=iterator._iterator_resource).numpy())  # pylint: disable=protected-access
+      iterator=iterator._iterator_resource).numpy())  # noqa: SLF001
   return sum(n.buffered_bytes for n in proto.nodes.values())
 
 
@@ -43,7 +43,7 @@ def run(ds, read_bytes, seconds):
       try:
         peak[0] = max(peak[0], read_bytes(it))
         samples[0] += 1
-      except Exception:  # pylint: disable=broad-except
+      except Exception:  # noqa: BLE001
         pass  # the model may not exist yet
       time.sleep(0.005)
 

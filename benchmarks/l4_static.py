@@ -73,7 +73,8 @@ def measure(scenario, fields, seconds: float) -> tuple[float, float, float]:
   it = iter(ds)
   meter_lib.pull(it, 3.0)
   cpu, switches = time.process_time(), context_switches()
-  meter = meter_lib.pull(it, seconds, rows_of=lambda _: scenario.rows_per_element)
+  meter = meter_lib.pull(it, seconds,
+                         rows_of=lambda _: scenario.rows_per_element)
   rows = meter.counts * scenario.rows_per_element
   return (meter.rows_per_s, (time.process_time() - cpu) / rows,
           (context_switches() - switches) / rows)

@@ -63,7 +63,7 @@ VARIANTS = ("intune", "autotune")
 
 def _pipeline(case: str):
   """(dataset, element bytes, IntuneOptions fields beyond the budget)."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # noqa: PLC0415
   autotune = tf.data.AUTOTUNE
 
   def fill(size: int):
@@ -116,9 +116,9 @@ def _greedy(session) -> None:
 
 def child(case: str, variant: str, seconds: float, step_s: float) -> dict:
   """One run in this process; the figures as a dict."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # noqa: PLC0415
 
-  import intune_tf  # pylint: disable=import-outside-toplevel
+  import intune_tf  # noqa: PLC0415
   ds, element, fields = _pipeline(case)
   options = tf.data.Options()
   options.experimental_intune = (
@@ -173,8 +173,8 @@ def _run_child(case: str, variant: str, seconds: float, step_s: float,
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   out = subprocess.run(
       [sys.executable, os.path.abspath(__file__), "--child", case, variant,
-       str(seconds), str(step_s)], capture_output=True, text=True, check=False, cwd=cwd,
-      env=env, timeout=600)
+       str(seconds), str(step_s)], capture_output=True, text=True, check=False,
+      cwd=cwd, env=env, timeout=600)
   if out.returncode != 0:
     raise RuntimeError(f"{case} / {variant} failed ({out.returncode}):\n"
                        f"{out.stderr[-3000:]}")
@@ -199,7 +199,7 @@ def main(repeats: int, seconds: float, step_ms: float) -> None:
         "InTune | MB/s, AUTOTUNE | InTune / AUTOTUNE | while reading: InTune "
         "/ AUTOTUNE |")
   print("|---|---|---|---|---|---|---|---|---|---|---|")
-  paired = lambda case, key: statistics.median(  # pylint: disable=unnecessary-lambda-assignment
+  paired = lambda case, key: statistics.median(
       i[key] / a[key]
       for i, a in zip(runs[case, "intune"], runs[case, "autotune"]))
   for case in CASES:

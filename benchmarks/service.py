@@ -4,8 +4,8 @@ Starts two clusters with the project's launchers (`intune service
 dispatcher` / `worker`): one dispatcher with one worker, one with two. The
 client reads the same tuned pipeline (a ~0.5 ms UDF per element, parallel
 map on AUTOTUNE, batch 32, prefetch; policy "even") distributed with dynamic
-sharding (splits of 512 elements) from each cluster in turn (interleaved repeats, a new job each
-time), and prints rows/s medians and the ratio.
+sharding (splits of 512 elements) from each cluster in turn (interleaved
+repeats, a new job each time), and prints rows/s medians and the ratio.
 
 Layouts: "shared" (every process may use every core), "pinned" (worker i
 pinned to core i: two one-core machines; the one-worker cluster's worker is
@@ -80,7 +80,7 @@ class Cluster:
     with open(log, "wb") as out:
       return subprocess.Popen([_INTUNE, "service", *args], env=env,
                               stdout=out, stderr=subprocess.STDOUT,
-                              preexec_fn=preexec)  # pylint: disable=subprocess-popen-preexec-fn
+                              preexec_fn=preexec)
 
   def stop(self):
     for p in reversed(self.procs):

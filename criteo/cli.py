@@ -37,7 +37,7 @@ def _positive_int(text: str) -> int:
 def _parse_levels(text: str) -> list[int]:
   """An argparse type: `"1,3"` -> [1, 3], each a level of `pipelines`."""
   # Deferred: loads TensorFlow, only when `bench` is parsed.
-  from intune_tf.criteo import pipelines
+  from intune_tf.criteo import pipelines  # noqa: PLC0415
   levels = []
   for item in text.split(","):
     try:
@@ -57,7 +57,7 @@ def _parse_parallelism(text: str | None) -> dict[str, int] | None:
   if not text:
     return None
   # Deferred: loads TensorFlow, only when `bench` is parsed.
-  from intune_tf.criteo import pipelines
+  from intune_tf.criteo import pipelines  # noqa: PLC0415
   out = {}
   for item in text.split(","):
     name, _, value = item.partition("=")
@@ -93,12 +93,12 @@ def _input_errors(command: str, what: str, dest: str,
   def guarded(args: argparse.Namespace) -> int:
     try:
       return run(args)
-    except Exception as e:  # pylint: disable=broad-except  # re-raised below
+    except Exception as e:  # re-raised below
       # Deferred: loaded by the command already.
-      import tensorflow as tf
+      import tensorflow as tf  # noqa: PLC0415
 
       # Deferred: loaded by the command already.
-      from intune_tf.criteo import reader
+      from intune_tf.criteo import reader  # noqa: PLC0415
       if not isinstance(e, (OSError, UnicodeDecodeError,
                             reader.CriteoFormatError,
                             tf.errors.InvalidArgumentError)):
@@ -120,10 +120,10 @@ def _input_errors(command: str, what: str, dest: str,
 
 def _generate(args: argparse.Namespace) -> int:
   # Deferred: optional, from the [bench] extra.
-  import tqdm
+  import tqdm  # noqa: PLC0415
 
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
-  from intune_tf.criteo import synthetic
+  from intune_tf.criteo import synthetic  # noqa: PLC0415
   start = time.perf_counter()
   with tqdm.tqdm(total=args.rows, unit="row", unit_scale=True,
                  disable=args.quiet) as bar:
@@ -143,7 +143,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
-  from intune_tf.criteo import synthetic
+  from intune_tf.criteo import synthetic  # noqa: PLC0415
   stats = synthetic.fit_stats(args.real)
   text = json.dumps(stats, indent=1) + "\n"
   if args.out == "-":
@@ -158,7 +158,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
-  from intune_tf.criteo import plots
+  from intune_tf.criteo import plots  # noqa: PLC0415
   summary = plots.compare(args.real, args.out, args.synthetic, seed=args.seed)
   logging.info("wrote %s: %s", args.out, summary)
   print(json.dumps(summary))
@@ -167,10 +167,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
   # Deferred: optional, from the [bench] extra.
-  import tqdm
+  import tqdm  # noqa: PLC0415
 
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
-  from intune_tf.criteo import convert
+  from intune_tf.criteo import convert  # noqa: PLC0415
   try:
     with tqdm.tqdm(unit="row", unit_scale=True, disable=args.quiet) as bar:
       paths = convert.convert_files(args.inputs, args.out, args.format,
@@ -187,7 +187,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _count(args: argparse.Namespace) -> int:
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
-  from intune_tf.criteo import reader
+  from intune_tf.criteo import reader  # noqa: PLC0415
   ds = reader.read(args.inputs, batch_size=65536, on_bad_row=args.on_bad_row)
   rows = sum(int(label.shape[0]) for _, label in ds)
   print(f"rows: {rows}")
@@ -201,10 +201,10 @@ def _fixed(parallelism: dict[str, int]) -> str:
 
 def _bench(args: argparse.Namespace) -> int:
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
-  from intune_tf.criteo import bench
+  from intune_tf.criteo import bench  # noqa: PLC0415
 
   # Deferred: a subcommand loads its module (and TensorFlow) only when it runs.
-  from intune_tf.criteo import files
+  from intune_tf.criteo import files  # noqa: PLC0415
   paths = args.files or files.default_files(rows=args.rows,
                                             cache_dir=args.cache_dir)
   parallelism = args.parallelism
@@ -229,7 +229,8 @@ def add_commands(subparsers) -> None:
   """Adds the `criteo` commands to an argparse subparsers object."""
   p = subparsers.add_parser(
       "generate", help="Write synthetic Criteo TSV files (dac layout).")
-  p.add_argument("--rows", type=_positive_int, required=True, help="Rows in total.")
+  p.add_argument("--rows", type=_positive_int, required=True,
+                 help="Rows in total.")
   p.add_argument("--out", required=True, help="Output directory.")
   p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
   p.add_argument("--rows-per-file", type=_positive_int, default=1_000_000,

@@ -83,7 +83,7 @@ def _tfio():
   """Imports tensorflow_io, or explains why Parquet is unavailable."""
   try:
     # Deferred: compat stack only (tensorflow-io); the error says so.
-    import tensorflow_io
+    import tensorflow_io  # noqa: PLC0415
     return tensorflow_io
   except Exception as e:  # ImportError, or its op library failing to load.
     raise ParquetUnavailableError(
@@ -96,10 +96,10 @@ def _tfio():
 def _pyarrow():
   try:
     # Deferred: only for Parquet input.
-    import pyarrow
+    import pyarrow  # noqa: PLC0415
 
     # Deferred: only for Parquet input.
-    import pyarrow.parquet  # pylint: disable=unused-import
+    import pyarrow.parquet  # noqa: PLC0415
     return pyarrow
   except Exception as e:
     raise ParquetUnavailableError(

@@ -187,7 +187,7 @@ def compile_model(model: keras.Model, learning_rate: float = 1e-3
   return model
 
 
-def dlrm(config: str | DLRMConfig = "tiny", compile: bool = True) -> DLRM:  # pylint: disable=redefined-builtin
+def dlrm(config: str | DLRMConfig = "tiny", compile: bool = True) -> DLRM:
   """Builds a DLRM.
 
   Args:

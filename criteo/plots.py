@@ -45,10 +45,10 @@ def compare(real: str,
     "synthetic_label_rate": ...}`.
   """
   # Deferred: optional, from the [bench] extra.
-  import matplotlib
+  import matplotlib  # noqa: PLC0415
   matplotlib.use("Agg")
   # Deferred: optional, from the [bench] extra.
-  import matplotlib.pyplot as plt
+  import matplotlib.pyplot as plt  # noqa: PLC0415
 
   r_label, r_dense, r_sparse = synthetic.load_columns(real)
   if synthetic_file is None:

@@ -380,7 +380,8 @@ def any_gzip(specs: Sequence[FileSpec]) -> bool:
 
 
 def file_lines(index: tf.Tensor, path: tf.Tensor, compression: tf.Tensor,
-               header_lines: tf.Tensor, *, check: bool = True) -> tf.data.Dataset:
+               header_lines: tf.Tensor, *,
+               check: bool = True) -> tf.data.Dataset:
   """The rows of one file, as `lines_dataset` gives them.
 
   With `check` (default True), a damaged gzip file fails when it is opened,
@@ -405,7 +406,9 @@ def file_lines(index: tf.Tensor, path: tf.Tensor, compression: tf.Tensor,
 
 def _strip_last_char(line: tf.Tensor, where: tf.Tensor) -> tf.Tensor:
   n = tf.strings.length(line)
-  return tf.where(where, tf.strings.substr(line, tf.zeros_like(n), tf.maximum(n - 1, 0)),
+  return tf.where(where,
+                  tf.strings.substr(line, tf.zeros_like(n),
+                                    tf.maximum(n - 1, 0)),
                   line)
 
 

@@ -20,9 +20,10 @@ Model, per column, independently:
   ranks with their measured probabilities, then a Zipf-like power-law tail
   (`zipf_exponent`, fitted by least squares on log count vs log rank) up to
   `gen_vocab_size` ids (times `vocab_scale`): the vocabulary whose draws, as
-  many as the sample's rows, show the sample's distinct count (`vocab_size`). Rank r
-  of column c becomes a synthetic 8-hex id by a fixed 64-bit mix of (c, r)
-  (`category_id`), so ids are stable across files and runs.
+  many as the sample's rows, show the sample's distinct count
+  (`vocab_size`). Rank r of column c becomes a synthetic 8-hex id by a fixed
+  64-bit mix of (c, r) (`category_id`), so ids are stable across files and
+  runs.
 
 Rows are produced in chunks by vectorized numpy and formatted without
 per-row Python, deterministically from (seed, file, chunk).
@@ -42,7 +43,8 @@ import numpy as np
 from intune_tf import files
 from intune_tf.criteo import schema
 
-STATS_PATH = pathlib.Path(__file__).resolve().parent / "data" / "criteo_stats.json"
+STATS_PATH = (pathlib.Path(__file__).resolve().parent / "data" /
+              "criteo_stats.json")
 STATS_FORMAT = "intune_tf.criteo.stats/1"
 HEAD_RANKS = 100
 QUANTILE_LEVELS = tuple(np.round(np.concatenate([

@@ -175,7 +175,7 @@ class IntuneCallback(keras.callbacks.Callback):
     if self.log_dir:
       try:
         # Deferred: only checks that it is installed, when log_dir is given.
-        import tensorboard  # noqa: F401
+        import tensorboard  # noqa: F401,PLC0415
       except ImportError:
         raise ImportError("IntuneCallback(log_dir=...) writes TensorBoard "
                           "scalars and needs the tensorboard package: pip "

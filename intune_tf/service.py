@@ -22,9 +22,10 @@ tuned on every worker:
   worker's tuner from its own available memory (the client's value
   baked into the graph is replaced within the tuner's first second), shared
   among the worker's sessions (`tuner.default_budget_shares`).
-- Each worker writes a status file (`intune_tf.observe.status`) with the per-stage
-  table of its sessions. `worker_status()` and `intune inspect --service`
-  read them (same host, or a status dir shared by all hosts).
+- Each worker writes a status file (`intune_tf.observe.status`) with the
+  per-stage table of its sessions. `worker_status()` and
+  `intune inspect --service` read them (same host, or a status dir shared by
+  all hosts).
 
 tf.data service has no authentication and no encryption: anyone who can
 reach the ports can read the data and submit work. TensorFlow's servers
@@ -131,9 +132,9 @@ def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
 def _start_tuner(role: str, **service: Any) -> None:
   """Loads the kernel library, starts the tuner, labels the status file."""
   # Deferred: `intune --help` lists this command without loading TensorFlow.
-  import intune_tf
-  from intune_tf.observe import status  # pylint: disable=g-import-not-at-top
-  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
+  import intune_tf  # noqa: PLC0415
+  from intune_tf.observe import status  # noqa: PLC0415
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
 
   _kernels.ops()
   tuner = intune_tf.global_tuner()
@@ -188,7 +189,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     ServiceError: the port is in use.
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
-  import tensorflow as tf
+  import tensorflow as tf  # noqa: PLC0415
 
   check_port_free(port)
   _start_tuner("dispatcher", port=port, address=f"{host}:{port}",
@@ -203,10 +204,10 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
 
   def tick():
     # Deferred: `intune --help` lists this command without loading TensorFlow.
-    from intune_tf.observe import status
+    from intune_tf.observe import status  # noqa: PLC0415
     writer = status.writer()
     if writer is not None:
-      writer.set_info(workers=server._num_workers())  # pylint: disable=protected-access
+      writer.set_info(workers=server._num_workers())  # noqa: SLF001
 
   name = _wait_for_signal(tick, _DISPATCHER_STATUS_PERIOD_S)
   logging.info("Dispatcher stopping (%s).", name)
@@ -237,7 +238,7 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
     ServiceError: bad dispatcher address, port in use, no dispatcher.
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
-  import tensorflow as tf
+  import tensorflow as tf  # noqa: PLC0415
 
   d_host, d_port = parse_address(dispatcher, "--dispatcher")
   dispatcher = f"{d_host}:{d_port}"
@@ -278,7 +279,7 @@ def worker_status(status_dir: str | os.PathLike | None = None,
     "output_rate", "stages", ...) and "ended_sessions".
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
-  from intune_tf.observe import status
+  from intune_tf.observe import status  # noqa: PLC0415
 
   wanted = None
   if dispatcher is not None:

@@ -124,5 +124,6 @@ def rewriter_config(*, include_fixed: bool = False,
   return rewriter_config_pb2.RewriterConfig.FromString(config.numpy())
 
 
-__all__ = ["AUTOTUNE", "OPTIMIZER_NAME", "OPTIONS_OP", "ROOT_OP", "Result", "UNTRACKED_OP",
-           "fingerprint", "rewrite_graph", "rewriter_config", "run_passes"]
+__all__ = ["AUTOTUNE", "OPTIMIZER_NAME", "OPTIONS_OP", "ROOT_OP", "Result",
+           "UNTRACKED_OP", "fingerprint", "rewrite_graph", "rewriter_config",
+           "run_passes"]

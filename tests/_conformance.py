@@ -491,7 +491,8 @@ def _pipelines() -> list[Pipeline]:
       p("parallel_map_nondeterministic", lambda fs: _r(60).map(
           _f, num_parallel_calls=AUTOTUNE, deterministic=False), MULTISET),
       p("map_dict", lambda fs: _r(30).map(
-          lambda x: {"id": x, "name": s(x), "pair": (x * 2, tf.cast(x, tf.float32) / 4)},
+          lambda x: {"id": x, "name": s(x),
+                     "pair": (x * 2, tf.cast(x, tf.float32) / 4)},
           num_parallel_calls=AUTOTUNE)),
       p("map_and_batch", lambda fs: _r(50).map(
           lambda x: tf.fill([3], x), num_parallel_calls=AUTOTUNE).batch(

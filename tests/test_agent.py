@@ -1,4 +1,5 @@
-"""Tests of intune_tf.agent.policy: budget projection, BestConfigs, the policy."""
+"""Tests of intune_tf.agent.policy: budget projection, BestConfigs, the
+policy."""
 
 import time
 
@@ -92,7 +93,7 @@ def test_policy_never_moves_into_a_known_worse_configuration():
     policy.best_configs.update({"A/parallelism": config,
                          "B/parallelism": 2.0}, rate, 4)
   obs = _obs(knobs)
-  mask = policy._avoid_known_worse(  # pylint: disable=protected-access
+  mask = policy._avoid_known_worse(  # noqa: SLF001
       obs, {k.name: k.value for k in knobs}, dqn.action_mask(obs))
   # Flat actions: A -5, -1, +1, +5, B -5, -1, +1, +5, no-op. "A -1" (index 1)
   # leads to A = 1: masked; the others keep their validity.
@@ -120,8 +121,8 @@ def test_low_buffers_are_raised_to_one_element():
   assert policy.step(_obs(knobs, output_rate=1.0)) == {
       "P/buffer_size": 1.0}
   # ...and a held configuration with a buffer of 0 is floored at 1.
-  policy._hold, policy._hold_values = 2, {"P/buffer_size": 0.0}
-  policy._acc_elements = 100.0
+  policy._hold, policy._hold_values = 2, {"P/buffer_size": 0.0}  # noqa: SLF001
+  policy._acc_elements = 100.0  # noqa: SLF001
   assert policy.step(_obs(knobs, output_rate=100.0))[
       "P/buffer_size"] == 1.0
 
@@ -183,7 +184,8 @@ def test_shipped_agent_beats_even_in_simulation():
   pipes = pretrain.evaluation_pipelines(count=20, seed=99)
   opts = IntuneOptions()
   intune = pretrain.score(lambda: agent_lib.IntunePolicy(opts), pipes)
-  even = pretrain.score(lambda: intune_tf.tuning.policies.EvenPolicy(opts), pipes)
+  even = pretrain.score(lambda: intune_tf.tuning.policies.EvenPolicy(opts),
+                        pipes)
   assert np.median(intune) > np.median(even)
   assert np.median(intune) >= 0.9
 
@@ -212,7 +214,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   it = iter(_pipeline().with_options(options))
   next(it)
   session = intune_tf.session_of(it)
-  tuned = intune_tf.global_tuner()._tuned  # pylint: disable=protected-access
+  tuned = intune_tf.global_tuner()._tuned  # noqa: SLF001
   end = time.monotonic() + 8
   while time.monotonic() < end:
     next(it)
@@ -225,7 +227,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   del it
 
   # The next run of the same pipeline starts at the saved configuration.
-  from intune_tf.tuning import warmstart  # pylint: disable=g-import-not-at-top
+  from intune_tf.tuning import warmstart  # noqa: PLC0415
   it = iter(_pipeline().with_options(options))
   next(it)
   session = intune_tf.session_of(it)

@@ -172,7 +172,7 @@ def test_bad_traces(tmp_path, content, match):
 
 def _calibrate(argv, capsys):
   """Runs `intune calibrate argv` in-process: (exit status, stderr)."""
-  args = cli._parser().parse_args(["calibrate", *argv])  # pylint: disable=protected-access
+  args = cli._parser().parse_args(["calibrate", *argv])  # noqa: SLF001
   status = args.func(args)
   return status, capsys.readouterr().err
 
@@ -202,9 +202,9 @@ def test_recorded_criteo_trace_is_predicted_within_15_percent():
   """The trace `intune bench --scenarios criteo-l3-b4096,criteo-l4-b4096,
   criteo-l5-b4096 --policies oracle --oracle-seconds 4 --trace` recorded on
   this machine (65 configurations): median |error| <= 15%."""
-  import os  # pylint: disable=g-import-not-at-top
+  import os  # noqa: PLC0415
 
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np  # noqa: PLC0415
   path = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks",
                       "calibration-trace.jsonl.gz")
   points = calibration.load_trace(path)

@@ -37,19 +37,20 @@ def test_other_commands_work_without_the_extra(tmp_path):
 def _commands(parser, path=("intune",)):
   """(command path, parser) of every command under `parser`."""
   yield path, parser
-  for action in parser._actions:  # pylint: disable=protected-access  # argparse has no public walk
+  for action in parser._actions:  # noqa: SLF001  argparse has no public walk
     for name, sub in getattr(action, "choices", None).items() if isinstance(
-        action, argparse._SubParsersAction) else ():  # pylint: disable=protected-access
+        action, argparse._SubParsersAction) else ():  # noqa: SLF001
       yield from _commands(sub, path + (name,))
 
 
 def test_every_flag_of_every_command_is_kebab_case():
-  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads TF: only here
-  commands = dict(_commands(cli._parser()))  # pylint: disable=protected-access
-  assert ("intune", "bench") in commands and ("intune", "criteo", "generate") in commands
+  from intune_tf import cli  # noqa: PLC0415  loads TF: only here
+  commands = dict(_commands(cli._parser()))  # noqa: SLF001
+  assert (("intune", "bench") in commands and
+          ("intune", "criteo", "generate") in commands)
   flags = {(" ".join(path), flag)
            for path, parser in commands.items() if len(path) > 1
-           for action in parser._actions  # pylint: disable=protected-access
+           for action in parser._actions  # noqa: SLF001
            # absl's own flags (--log_dir, ...) come with every parser.
            if not type(action).__module__.startswith("absl.")
            for flag in action.option_strings if flag.startswith("--")}

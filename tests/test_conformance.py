@@ -92,7 +92,7 @@ def _reported(what: str) -> Iterator[None]:
     yield
   except AssertionError:
     raise
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:  # noqa: BLE001
     pytest.fail(f"{what}: {_failure(e)}", pytrace=False)
 
 
@@ -443,7 +443,7 @@ def _global_shuffle() -> Callable | None:
   if public is not None:
     return public
   try:
-    from tensorflow.python.data.experimental.ops import global_shuffle_op  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.data.experimental.ops import global_shuffle_op  # noqa: PLC0415
   except ImportError:
     return None
   return getattr(global_shuffle_op, "_global_shuffle", None)
@@ -631,7 +631,8 @@ _DIRECTIONS = {"on_to_on": (True, True), "off_to_on": (False, True),
 _TF_HANGS_ON_SYMBOLIC_RESTORE = {"text_parallel_interleave"}
 _CKPT_CASES = [
     pytest.param(name, direction, symbolic,
-                 id=f"{name}-{direction}-{'symbolic' if symbolic else 'saveable'}")
+                 id=f"{name}-{direction}-"
+                 f"{'symbolic' if symbolic else 'saveable'}")
     for name in _CKPT_PIPELINES for direction in _DIRECTIONS
     for symbolic in (False, True)
     if not (symbolic and name in _TF_HANGS_ON_SYMBOLIC_RESTORE)]
@@ -670,7 +671,7 @@ def test_checkpoint_mid_epoch(tmp_path, name, direction, symbolic):
     restored = iter(make(restore_on))
     tf.train.Checkpoint(iterator=restored).restore(path)
     rest = [conf.canonical(e) for e in restored]
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:  # noqa: BLE001
     message = str(e)
     if save_on == restore_on or structure_kept:
       pytest.fail(f"{direction}: restore failed for a pipeline whose "

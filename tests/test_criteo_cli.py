@@ -70,9 +70,10 @@ def _usage_error(argv, capsys) -> str:
 
 def test_bad_parallelism_flag(capsys):
   with pytest.raises(argparse.ArgumentTypeError):
-    cli._parse_parallelism("read")  # pylint: disable=protected-access
-  assert cli._parse_parallelism("read=2,parse=1") == {"read": 2, "parse": 1}  # pylint: disable=protected-access
-  assert cli._parse_parallelism("") is None  # pylint: disable=protected-access
+    cli._parse_parallelism("read")  # noqa: SLF001
+  assert (cli._parse_parallelism("read=2,parse=1") ==  # noqa: SLF001
+          {"read": 2, "parse": 1})
+  assert cli._parse_parallelism("") is None  # noqa: SLF001
 
 
 @pytest.mark.parametrize("value", ["read", "read=x", "foo=2", "read=0",
@@ -125,9 +126,9 @@ def test_convert_into_a_non_empty_folder_exits_2(tmp_path, monkeypatch):
 
 
 def test_convert_to_parquet_without_tensorflow_io_exits_2(tmp_path, capsys):
-  from intune_tf.criteo import convert  # pylint: disable=g-import-not-at-top
+  from intune_tf.criteo import convert  # noqa: PLC0415
   try:
-    convert._tfio()  # pylint: disable=protected-access
+    convert._tfio()  # noqa: SLF001
     pytest.skip("tensorflow-io loads here (compat stack): parquet works")
   except convert.ParquetUnavailableError:
     pass

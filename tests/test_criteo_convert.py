@@ -16,7 +16,7 @@ from intune_tf.criteo import synthetic
 def _tfio_loads() -> str | None:
   """None if tensorflow-io loads here, else why not."""
   try:
-    convert._tfio()  # pylint: disable=protected-access
+    convert._tfio()  # noqa: SLF001
     return None
   except convert.ParquetUnavailableError as e:
     return str(e)

@@ -152,6 +152,7 @@ def test_real_sample_files(criteo_real_dir):
 
 
 def test_real_sample_through_level5(criteo_real_dir):
-  ds = pipelines.pipeline(5, str(criteo_real_dir / "criteo_train_head_1999.tsv"),
-                          batch_size=500, seed=0)
+  ds = pipelines.pipeline(
+      5, str(criteo_real_dir / "criteo_train_head_1999.tsv"),
+      batch_size=500, seed=0)
   assert sum(int(y.shape[0]) for _, y in ds) == 1999

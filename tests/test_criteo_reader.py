@@ -199,7 +199,8 @@ GOOD = _row("0")
     (GOOD + "\textra", r"has 41 fields, expected 40"),
     (_row("1", ["1", "x7"] + ["1"] * 11),
      r"field 3 \(I2\) `x7` is not an integer"),
-    (_row("1", ["1.5"] + ["1"] * 12), r"field 2 \(I1\) `1.5` is not an integer"),
+    (_row("1", ["1.5"] + ["1"] * 12),
+     r"field 2 \(I1\) `1.5` is not an integer"),
     (_row("2"), r"label `2` is not 0 or 1"),
     (_row("1", None, ["zz000000"] + ["0000000a"] * 25),
      r"field 15 \(C1\) `zz000000` is not a categorical id"),
@@ -254,8 +255,9 @@ def test_empty_file_is_named(tmp_path):
     reader.read(str(path), batch_size=8)
   gz = tmp_path / "empty.tsv.gz"
   gz.write_bytes(gzip.compress(b""))
-  with pytest.raises(reader.CriteoFormatError,
-                     match=r"empty\.tsv\.gz: the gzip-compressed file is empty"):
+  with pytest.raises(
+      reader.CriteoFormatError,
+      match=r"empty\.tsv\.gz: the gzip-compressed file is empty"):
     reader.read(str(gz), batch_size=8)
 
 
@@ -319,7 +321,8 @@ def test_damaged_gzip_is_an_error_naming_the_file_in_every_mode(
   intact = tmp_path / "day_0.gz"
   intact.write_bytes(gzip.compress(_made_up_rows(GZIP_ROWS, seed=0)))
   damaged = tmp_path / "day_1.gz"
-  damaged.write_bytes(damage_fn(gzip.compress(_made_up_rows(GZIP_ROWS, seed=1))))
+  damaged.write_bytes(
+      damage_fn(gzip.compress(_made_up_rows(GZIP_ROWS, seed=1))))
   ds = reader.read([str(intact), str(damaged)], batch_size=GZIP_ROWS // 5,
                    on_bad_row=on_bad_row)
   rows = 0
@@ -327,7 +330,8 @@ def test_damaged_gzip_is_an_error_naming_the_file_in_every_mode(
     for _, label in ds:
       rows += int(label.shape[0])
   assert re.search(r"Criteo damaged gzip: \S*day_1\.gz \(\d+ bytes\): .*"
-                   + re.escape(what), raised.value.message), raised.value.message
+                   + re.escape(what),
+                   raised.value.message), raised.value.message
   assert "leave it out of the inputs" in raised.value.message
   # Every batch of the intact file (5 whole ones), then the error: no row of
   # the damaged one.
@@ -358,7 +362,7 @@ def test_a_gzip_file_damaged_after_a_clean_read_fails_the_next(tmp_path):
 
 
 def _calls_python(ds: tf.data.Dataset) -> bool:
-  graph = ds._as_serialized_graph().numpy()  # pylint: disable=protected-access
+  graph = ds._as_serialized_graph().numpy()  # noqa: SLF001
   return b"EagerPyFunc" in graph
 
 

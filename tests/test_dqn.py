@@ -1,4 +1,5 @@
-"""Tests of intune_tf.agent.dqn: reward, TD targets, masking, network, persistence."""
+"""Tests of intune_tf.agent.dqn: reward, TD targets, masking, network,
+persistence."""
 
 import io
 import resource
@@ -170,7 +171,8 @@ def test_replay_pads_and_refuses_too_many_knobs():
   assert replay.next_mask[0, :8].all() and replay.next_mask[0, -1]
   assert not replay.next_mask[0, 8:-1].any()
   big = np.ones((dqn.MAX_KNOBS + 1, dqn.NUM_FEATURES), np.float32)
-  assert not replay.add(big, 0, 0.0, big, np.ones(dqn.MOVES_PER_KNOB * len(big) + 1, bool),
+  assert not replay.add(big, 0, 0.0, big,
+                        np.ones(dqn.MOVES_PER_KNOB * len(big) + 1, bool),
                         False)
   assert replay.size == 1
 

@@ -141,7 +141,7 @@ def test_cli_rejects_unknown_names(tmp_path, capsys):
 
 
 def test_budget_larger_than_the_machine_warns(caplog):
-  from intune_tf.tuning import host
+  from intune_tf.tuning import host  # noqa: PLC0415
   with caplog.at_level("WARNING"):
     harness.Harness(cpu_budget=host.usable_cpus() + 64,
                     ram_budget=host.total_memory() * 4)
@@ -202,9 +202,9 @@ def test_autotune_variants_run_each_algorithm_with_the_option_off(policy,
 @pytest.mark.parametrize("flag", ["--json", "--trace"])
 def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
                                                           flag):
-  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads every command
+  from intune_tf import cli  # noqa: PLC0415  loads every command
   with pytest.raises(SystemExit) as exit_info:
-    cli._parser().parse_args(["bench", flag, str(tmp_path)])  # pylint: disable=protected-access
+    cli._parser().parse_args(["bench", flag, str(tmp_path)])  # noqa: SLF001
   assert exit_info.value.code == 2
   assert (f"error: argument {flag}: {tmp_path} is a folder: pass the path of "
           "a file to write.") in capsys.readouterr().err

@@ -20,13 +20,13 @@ def test_memory_readings_are_consistent():
   assert 0 < both_available <= both_total
 
 
-_meminfo = host._meminfo  # pylint: disable=protected-access
+_meminfo = host._meminfo  # noqa: SLF001
 
 
 def _close_meminfo() -> None:
   """Closes the /proc/meminfo stand-in a test made `host` keep open."""
-  if host._meminfo_fd is not None:  # pylint: disable=protected-access
-    os.close(host._meminfo_fd)  # pylint: disable=protected-access
+  if host._meminfo_fd is not None:  # noqa: SLF001
+    os.close(host._meminfo_fd)  # noqa: SLF001
 
 
 class _Clock:

@@ -342,7 +342,7 @@ def test_inspect_cli_against_a_running_job(tmp_path):
   script.write_text(_JOB.format(tests=str(pathlib.Path(__file__).parent)))
   env = dict(os.environ, INTUNE_STATUS_DIR=str(status_dir),
              INTUNE_DECISION_LOG=str(log_path))
-  job_log = open(tmp_path / "job.log", "wb")  # pylint: disable=consider-using-with
+  job_log = open(tmp_path / "job.log", "wb")
   job = subprocess.Popen([sys.executable, str(script)], env=env,
                          stdout=job_log, stderr=subprocess.STDOUT)
   try:

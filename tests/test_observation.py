@@ -73,13 +73,13 @@ class _FakeSession:
 
 
 def _snapshot(rows, elements: int = 0,
-              knobs=()) -> session_lib._Snapshot:  # pylint: disable=protected-access
+              knobs=()) -> session_lib._Snapshot:
   """A snapshot of `rows`: (stage name, node id, [elements,
   processing_time_ns, buffered_bytes, buffered_elements, bytes_produced,
   bytes_consumed])."""
   counters = dict.fromkeys(session_lib.COUNTERS, 0)
   counters.update(elements=elements, ram_budget=1 << 20)
-  return session_lib._Snapshot(  # pylint: disable=protected-access
+  return session_lib._Snapshot(  # noqa: SLF001
       knobs=tuple(knobs), stage_names=tuple(name for name, _, _ in rows),
       stage_stats=np.array([row + [node] for _, node, row in rows],
                            np.int64).reshape(-1, 7),

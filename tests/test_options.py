@@ -63,8 +63,8 @@ def test_defaults_are_measured_from_the_machine():
   assert intune_tf.IntuneOptions(max_cpus=64).resolved_max_cpus() == 64
   assert intune_tf.IntuneOptions(
       max_cpus=options_lib.MAX_CPUS).resolved_max_cpus() == 8192
-  assert intune_tf.IntuneOptions(ram_budget=2**63 - 1).resolved_ram_budget() == (
-      2**63 - 1)
+  assert intune_tf.IntuneOptions(
+      ram_budget=2**63 - 1).resolved_ram_budget() == (2**63 - 1)
 
 
 def test_cpu_budget_is_capped_by_usable_cpus():

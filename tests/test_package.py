@@ -85,8 +85,9 @@ def _imports(module: str, path: pathlib.Path,
       elif isinstance(child, ast.ImportFrom):
         base = child.module or ""
         if child.level:
-          base = ".".join(package.split(".")[:len(package.split(".")) -
-                                             child.level + 1] + [base]).strip(".")
+          base = ".".join(
+              package.split(".")[:len(package.split(".")) - child.level + 1] +
+              [base]).strip(".")
         names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
                  for a in child.names]
       else:

@@ -151,7 +151,7 @@ def test_registered_policy_is_selectable():
   try:
     assert isinstance(policies.create(IntuneOptions(policy="ones-test")), Ones)
   finally:
-    del policies._REGISTRY["ones-test"]
+    del policies._REGISTRY["ones-test"]  # noqa: SLF001  no unregister
 
 
 # --- on a live pipeline ------------------------------------------------------
@@ -184,7 +184,7 @@ def test_fixed_config_holds_in_every_epoch(pipeline):
   it = iter(make().with_options(options))
   next(it)
   session = intune_tf.session_of(it)
-  values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
+  values = lambda: {k.name: k.value for k in session.knobs()}
   assert wait_for(lambda: values() == config), values()
   displays = set()
   for _ in range(3):
@@ -208,7 +208,7 @@ def test_fixed_config_names_matching_no_knob_are_told_once_with_the_knobs(
   it = iter(ds.with_options(options))
   next(it)
   session = intune_tf.session_of(it)
-  told = lambda: [w for w in warnings if "Nope/parallelism" in str(w)]  # pylint: disable=unnecessary-lambda-assignment
+  told = lambda: [w for w in warnings if "Nope/parallelism" in str(w)]
   try:
     for _ in range(5):
       intune_tf.global_tuner().step()

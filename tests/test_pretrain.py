@@ -42,7 +42,8 @@ def test_pretrain_and_score_run():
   pipes = pretrain.evaluation_pipelines(count=3, seed=5)
   ratios = pretrain.score(
       lambda: pretrain.policies.EvenPolicy(pretrain.IntuneOptions()), pipes)
-  assert ratios.shape == (3,) and (ratios > 0).all() and (ratios <= 1 + 1e-9).all()
+  assert (ratios.shape == (3,) and (ratios > 0).all() and
+          (ratios <= 1 + 1e-9).all())
 
 
 @pytest.mark.slow
@@ -161,10 +162,10 @@ _NOT_WEIGHTS = {
     ["pretrain", "--ranker", "--out", "x.npz", "--init"]])
 @pytest.mark.parametrize("kind", sorted(_NOT_WEIGHTS))
 def test_a_bad_weights_file_is_a_usage_error(tmp_path, capsys, argv, kind):
-  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads every command
+  from intune_tf import cli  # noqa: PLC0415  loads every command
   path = _bad_weights(tmp_path, kind)
   with pytest.raises(SystemExit) as exit_info:
-    cli._parser().parse_args([*argv, path])  # pylint: disable=protected-access
+    cli._parser().parse_args([*argv, path])  # noqa: SLF001
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert (f"error: argument {argv[-1]}: "
@@ -177,9 +178,9 @@ def test_a_bad_weights_file_is_a_usage_error(tmp_path, capsys, argv, kind):
                                   ["simulate", "--json"]])
 def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
                                                           argv):
-  from intune_tf import cli  # pylint: disable=g-import-not-at-top  # loads every command
+  from intune_tf import cli  # noqa: PLC0415  loads every command
   with pytest.raises(SystemExit) as exit_info:
-    cli._parser().parse_args([*argv, str(tmp_path)])  # pylint: disable=protected-access
+    cli._parser().parse_args([*argv, str(tmp_path)])  # noqa: SLF001
   assert exit_info.value.code == 2
   assert (f"error: argument {argv[-1]}: {tmp_path} is a folder: pass the "
           "path of a file to write.") in capsys.readouterr().err

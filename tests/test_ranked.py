@@ -136,8 +136,8 @@ def test_rank_scores_transfers_by_the_sum_of_their_moves():
 
 
 def test_move_gains_try_each_valid_move_and_restore_the_state():
-  from intune_tf.sim import pretrain
-  from intune_tf.sim import simulator as sim_lib
+  from intune_tf.sim import pretrain  # noqa: PLC0415
+  from intune_tf.sim import simulator as sim_lib  # noqa: PLC0415
   rng = np.random.default_rng(3)
   sim = sim_lib.Simulator(sim_lib.random_pipeline(rng, cpus=(8, 16),
                                                   events=False), seed=1)

@@ -43,7 +43,8 @@ def test_encloses_follows_the_path():
 
 
 @pytest.mark.parametrize("name,key", [
-    ("Prefetch.ParallelMapV2/parallelism", "Prefetch.ParallelMapV2/parallelism"),
+    ("Prefetch.ParallelMapV2/parallelism",
+     "Prefetch.ParallelMapV2/parallelism"),
     ("ParallelInterleaveV4[*].ParallelMapV2/parallelism",
      "ParallelInterleaveV4-each.ParallelMapV2/parallelism"),
     ("Zip[1].Prefetch/buffer_size", "Zip-1.Prefetch/buffer_size"),

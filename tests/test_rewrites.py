@@ -40,7 +40,7 @@ def _serialized(variant) -> graph_pb2.GraphDef:
 
 
 def _graph(ds) -> graph_pb2.GraphDef:
-  return _serialized(ds._variant_tensor)  # pylint: disable=protected-access
+  return _serialized(ds._variant_tensor)  # noqa: SLF001
 
 
 def _nodes(graph_def):
@@ -569,10 +569,10 @@ def test_tf_rewrite_dataset_runs_the_passes(make):
   _kernels.ops()  # registers the optimizer
   ds = make()
   variant = tf.raw_ops.RewriteDataset(
-      input_dataset=ds._variant_tensor,  # pylint: disable=protected-access
+      input_dataset=ds._variant_tensor,  # noqa: SLF001
       rewrite_name=rewrites.OPTIMIZER_NAME,
-      **ds._flat_structure)  # pylint: disable=protected-access
-  rewritten = dataset_ops._VariantDataset(  # pylint: disable=protected-access
+      **ds._flat_structure)  # noqa: SLF001
+  rewritten = dataset_ops._VariantDataset(  # noqa: SLF001
       variant, ds.element_spec)
   assert _elements(rewritten) == _elements(ds)
   graph = _serialized(variant)

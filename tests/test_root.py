@@ -74,8 +74,9 @@ def _pipelines(tmp_path):
       "random": lambda: r(20).map(
           lambda x: tf.random.stateless_uniform([2], seed=[x, 1])),
       "ragged": lambda: r(10).map(lambda x: tf.range(x)).ragged_batch(3),
-      "dict": lambda: r(10).map(lambda x: {"a": x, "b": tf.strings.as_string(x)},
-                                num_parallel_calls=AUTOTUNE),
+      "dict": lambda: r(10).map(
+          lambda x: {"a": x, "b": tf.strings.as_string(x)},
+          num_parallel_calls=AUTOTUNE),
       "from_generator": lambda: tf.data.Dataset.from_generator(
           lambda: iter(range(30)),
           output_signature=tf.TensorSpec([], tf.int64)).map(
@@ -176,7 +177,7 @@ def test_fixed_prefetch_buffers_as_plain_tf(iterate, option, buffer):
   ahead, sessions = 0, None
   if iterate == "eager":
     it = iter(make())
-    get = lambda: next(it)  # pylint: disable=unnecessary-lambda-assignment
+    get = lambda: next(it)
     sessions = _live_sessions() - before
     for i in range(12):
       time.sleep(0.05)  # the producers run ahead as far as they can
@@ -305,8 +306,9 @@ def test_dataset_survives_graph_serialization():
   ds = _with_option(tf.data.Dataset.range(10).map(
       lambda x: x + 1, num_parallel_calls=AUTOTUNE))
   it = iter(ds)  # the tuned dataset is built at iteration time
-  tuned = ds._apply_debug_options()
-  graph = tf.raw_ops.DatasetToGraphV2(input_dataset=tuned._variant_tensor)
+  tuned = ds._apply_debug_options()  # noqa: SLF001
+  graph = tf.raw_ops.DatasetToGraphV2(
+      input_dataset=tuned._variant_tensor)  # noqa: SLF001
   assert b"IntuneDataset" in graph.numpy()
   rebuilt = tf.data.experimental.from_variant(
       tf.raw_ops.DatasetFromGraph(graph_def=graph), tuned.element_spec)
@@ -342,7 +344,7 @@ def test_guard_lowers_only_what_the_budget_needs_and_raises_back():
   next(it)
   session = intune_tf.session_of(it)
   buf = [k for k in session.knobs() if k.kind == "buffer_size"][0].name
-  values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
+  values = lambda: {k.name: k.value for k in session.knobs()}
   session.set({buf: 16})
   assert wait_for(lambda: session.counters()["buffered_bytes"] >= 12 * 8 << 20)
   session.set_ram_budget(80 << 20)
@@ -384,7 +386,7 @@ def test_guard_keeps_buffers_under_the_budget():
 
 
 def test_what_the_guard_cannot_lower_is_counted_and_told_once(monkeypatch):
-  from absl import logging  # pylint: disable=import-outside-toplevel
+  from absl import logging  # noqa: PLC0415
   told = []
   monkeypatch.setattr(logging, "warning", lambda *a, **k: told.append(a))
   mb = 1 << 20

@@ -155,7 +155,7 @@ def test_single_moves_stay_within_the_agents_mask(cls):
         for move, name in moves:
           mask = dqn.action_mask(current)
           assert mask[dqn.action_of(index[name], int(move))], (name, move)
-          current = search._moved(current, {name: values[name]})
+          current = search._moved(current, {name: values[name]})  # noqa: SLF001
       sim.set(values)
       sim.advance()
   assert tried > 50

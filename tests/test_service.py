@@ -47,7 +47,7 @@ class _Server:
     self.args = args
     self.log_path = log_path
     env = dict(os.environ, INTUNE_STATUS_DIR=str(status_dir))
-    self.log = open(log_path, "wb")  # pylint: disable=consider-using-with
+    self.log = open(log_path, "wb")
     self.proc = subprocess.Popen([_INTUNE, "service", *args], env=env,
                                  stdout=self.log, stderr=subprocess.STDOUT)
     self.pid = self.proc.pid

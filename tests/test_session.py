@@ -103,7 +103,7 @@ def test_value_outside_range_is_rejected(live, delta):
 
 def test_kernel_rejects_out_of_range_too(live):
   # The kernel validates on its own (for callers that bypass Python checks).
-  from intune_tf.ops import loader as _kernels
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
   _, session = live
   par = _by_kind(session, "parallelism")[0]
   with pytest.raises(tf.errors.OutOfRangeError, match="outside its range"):
@@ -111,14 +111,14 @@ def test_kernel_rejects_out_of_range_too(live):
 
 
 def test_kernel_rejects_a_session_id_that_is_not_a_scalar():
-  from intune_tf.ops import loader as _kernels
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="session_id must be a scalar"):
     _kernels.ops().intune_list_knobs(tf.constant([1, 2], tf.int64))
 
 
 def test_python_names_the_tables_as_the_kernels_lay_them_out(live):
-  from intune_tf.ops import loader as _kernels
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
   counters, columns = (t.numpy().astype(str).tolist()
                        for t in _kernels.ops().intune_layout())
   assert tuple(counters) == session_lib.COUNTERS
@@ -252,7 +252,7 @@ def test_snapshot_agrees_with_the_public_readings(live):
   for _ in range(50):
     next(it)
   knobs, stats, counters = session.knobs(), session.stats(), session.counters()
-  snap = session._snapshot()  # pylint: disable=protected-access
+  snap = session._snapshot()  # noqa: SLF001
   assert list(snap.knobs) == knobs
   assert snap.stage_names == tuple(s.name for s in stats)
   assert snap.stage_stats.shape == (len(stats), 7)  # and the node id
@@ -267,12 +267,12 @@ def test_snapshot_knobs_follow_every_change(live):
   # A reading whose knob names and values did not change reuses the knobs
   # of the one before; a change shows at the next reading.
   _, session = live
-  first = session._snapshot().knobs  # pylint: disable=protected-access
-  assert session._snapshot().knobs is first  # pylint: disable=protected-access
+  first = session._snapshot().knobs  # noqa: SLF001
+  assert session._snapshot().knobs is first  # noqa: SLF001
   buf = next(k for k in first if k.kind == "buffer_size")
   for value in (buf.value + 1, buf.value + 2, buf.value + 1):
     assert session.set({buf.name: value}) == {buf.name: value}
-    knobs = session._snapshot().knobs  # pylint: disable=protected-access
+    knobs = session._snapshot().knobs  # noqa: SLF001
     assert {k.name: k.value for k in knobs}[buf.name] == value
     assert knobs == tuple(session.knobs())
 
@@ -386,7 +386,7 @@ def test_names_are_the_same_for_a_new_and_a_restored_iterator(tmp_path):
 
 def test_branches_of_multi_input_stages_are_distinct():
   r = tf.data.Dataset.range
-  branch = lambda: r(100).map(lambda x: x + 1, num_parallel_calls=_AUTOTUNE)  # pylint: disable=unnecessary-lambda-assignment
+  branch = lambda: r(100).map(lambda x: x + 1, num_parallel_calls=_AUTOTUNE)
   ds = tf.data.Dataset.zip((branch(), branch())).prefetch(_AUTOTUNE)
   it = iter(_tuned(ds))
   next(it)
@@ -415,7 +415,7 @@ def test_kernel_names_agree_with_proto_stage_names():
     next(it)
   session = intune_tf.session_of(it)
   by_id = intune_tf.ops.session.proto_stage_names(session.model_proto())
-  snap = session._snapshot()  # pylint: disable=protected-access
+  snap = session._snapshot()  # noqa: SLF001
   ids = snap.stage_stats[:, -1].tolist()
   assert {i: by_id.get(i) for i in ids} == dict(zip(ids, snap.stage_names))
   del it
@@ -577,7 +577,7 @@ def _int64(value):
     ("intune_set_ram_budget", lambda: (_int64(1), _int64([5]))),
 ])
 def test_shape_functions_check_ranks(op, args):
-  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
   fn = getattr(_kernels.ops(), op)
   with pytest.raises(ValueError, match="rank|must be equal"):
     tf.function(lambda: fn(*args())).get_concrete_function()
@@ -601,7 +601,7 @@ def test_knob_set_to_its_max_is_clamped_to_what_int64_holds(live):
 @pytest.mark.parametrize("value", [float("nan"), float("-inf"),
                                    float("inf")])
 def test_kernel_rejects_values_that_are_not_finite(live, value):
-  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
   _, session = live
   par = _by_kind(session, "parallelism")[0]
   with pytest.raises(tf.errors.InvalidArgumentError,
@@ -610,7 +610,7 @@ def test_kernel_rejects_values_that_are_not_finite(live, value):
 
 
 def test_kernel_rejects_a_value_above_the_max(live):
-  from intune_tf.ops import loader as _kernels  # pylint: disable=g-import-not-at-top
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
   _, session = live
   buf = _by_kind(session, "buffer_size")[0]
   with pytest.raises(tf.errors.OutOfRangeError, match="outside its range"):

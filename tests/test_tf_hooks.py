@@ -60,7 +60,8 @@ def test_later_false_turns_it_off():
 @pytest.mark.parametrize("args, fields, expected", [
     ((), {}, True),
     ((), {"cpu_budget": 2}, intune_tf.IntuneOptions(cpu_budget=2)),
-    ((intune_tf.IntuneOptions(name="n"),), {}, intune_tf.IntuneOptions(name="n")),
+    ((intune_tf.IntuneOptions(name="n"),), {},
+     intune_tf.IntuneOptions(name="n")),
     ((False,), {}, False),
 ])
 def test_tune_sets_the_option_as_tf_data_options_would(args, fields, expected):

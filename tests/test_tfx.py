@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("tfx", reason="tfx is on the compat stack only "
                     "(.venv-compat: Python 3.10, TF 2.16, tfx 1.16)")
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 from tfx.components.trainer import fn_args_utils
 from tfx.types import standard_artifact_utils
@@ -188,7 +187,7 @@ def test_apply_tuned_config_starts_every_iterator_at_it():
   assert maps[0].value == maps[0].max
   del it
   # A configuration recorded on a pipeline with one more stage above.
-  shift = lambda n: f"Take.{n}"  # pylint: disable=unnecessary-lambda-assignment
+  shift = lambda n: f"Take.{n}"
   config = {"format": "intune_tf.config/1",
             "knobs": {shift(maps[0].name): 1.0, shift(maps[1].name): 2.0}}
   ds = intune_tfx.apply_tuned_config(_pipeline(), config)
@@ -221,8 +220,8 @@ def test_apply_tuned_config_then_another_policy_and_bad_fields():
 
 
 def test_tuned_policy_starts_at_the_config_then_hands_over():
-  from intune_tf.tfx import tuned_config
-  from intune_tf.tuning import policies
+  from intune_tf.tfx import tuned_config  # noqa: PLC0415
+  from intune_tf.tuning import policies  # noqa: PLC0415
   knobs = (_knob("Prefetch.ParallelMapV2/parallelism", hi=4),
            _knob("Prefetch/buffer_size", lo=0, hi=8))
   obs = types.SimpleNamespace(knobs=knobs)
@@ -336,8 +335,8 @@ def test_executor_module_without_input_fn_and_bad_parameters(tmp_path):
 
 # --- the example pipeline, end to end ----------------------------------------
 def _mlmd(path):
-  from ml_metadata.metadata_store import metadata_store
-  from ml_metadata.proto import metadata_store_pb2
+  from ml_metadata.metadata_store import metadata_store  # noqa: PLC0415
+  from ml_metadata.proto import metadata_store_pb2  # noqa: PLC0415
   config = metadata_store_pb2.ConnectionConfig()
   config.sqlite.filename_uri = str(path)
   config.sqlite.connection_mode = (

@@ -22,7 +22,7 @@ def _pipeline(path):
 
 def _graph(ds):
   graph_def = tf.compat.v1.GraphDef()
-  graph_def.ParseFromString(ds._as_serialized_graph().numpy())  # pylint: disable=protected-access
+  graph_def.ParseFromString(ds._as_serialized_graph().numpy())  # noqa: SLF001
   return graph_def
 
 
@@ -120,7 +120,7 @@ def test_concurrent_saves_of_one_pipeline_all_land(session):
     try:
       for _ in range(20):
         warmstart.save(session, {"k": float(n)}, 1.0, weights)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       errors.append(e)
 
   threads = [threading.Thread(target=save, args=(n,)) for n in range(6)]
@@ -174,7 +174,7 @@ def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
   it = iter(_epochs().with_options(options))
   next(it)
   session = intune_tf.session_of(it)
-  values = lambda: {k.name: k.value for k in session.knobs()}  # pylint: disable=unnecessary-lambda-assignment
+  values = lambda: {k.name: k.value for k in session.knobs()}
   assert wait_for(lambda: values() == config), values()
   for _ in range(3):
     for _ in range(40):

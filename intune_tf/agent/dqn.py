@@ -116,7 +116,7 @@ def td_targets(rewards: np.ndarray, next_q_target: np.ndarray,
   return rewards + gamma * (1.0 - dones) * value
 
 
-# --- actions -------------------------------------------------------------------
+# --- actions -----------------------------------------------------------------
 def cpu_limit(parallel_knobs: int, cpu_budget: int) -> int:
   """Most threads all parallel stages together may hold: 2 (C + n - 1),
   twice the C CPUs plus each stage's first thread, since tf.data's threads
@@ -293,15 +293,16 @@ def features(obs: "Observation") -> np.ndarray:
   return out
 
 
-# --- network -------------------------------------------------------------------
+# --- network -----------------------------------------------------------------
 def build_network(hidden: int = HIDDEN, seed: int = 0):
   """The Q-network: a 3-layer ReLU MLP applied to every knob's row.
 
   Input [batch, knobs, NUM_FEATURES] -> output [batch, knobs, 5] (the
   Q-values of -5, -1, stay, +1, +5).
   """
-  # Deferred: Keras only to build the network: acting and the simulator use numpy.
-  import keras
+  # Deferred: Keras only to build the network: acting and the simulator use
+  # numpy.
+  import keras  # noqa: PLC0415
   init = keras.initializers.GlorotUniform(seed=seed)
   return keras.Sequential([
       keras.Input((None, NUM_FEATURES)),
@@ -433,7 +434,7 @@ class Agent:
                learning_rate: float = 1e-3, batch_size: int = 64,
                target_period: int = 250, replay_capacity: int = 50_000):
     # Deferred: Keras only to train: acting and the simulator use numpy.
-    import keras
+    import keras  # noqa: PLC0415
     self.gamma = gamma
     self.batch_size = batch_size
     self.target_period = target_period
@@ -465,7 +466,7 @@ class Agent:
   # --- learning -----------------------------------------------------------
   def _make_train_fn(self):
     # Deferred: TensorFlow only to train: acting and the simulator use numpy.
-    import tensorflow as tf
+    import tensorflow as tf  # noqa: PLC0415
     network, optimizer = self.network, self.optimizer
     huber = tf.keras.losses.Huber() if hasattr(tf, "keras") else None
 
@@ -636,10 +637,12 @@ def load_weights(path: str) -> tuple[list[np.ndarray], dict]:
       metadata = (json.loads(bytes(data["metadata"]).decode())
                   if "metadata" in data.files else {})
   except (zipfile.BadZipFile, ValueError, KeyError, EOFError) as e:
-    raise ValueError(f"{path} is not an InTune agent weights file ({e}).") from e
+    raise ValueError(
+        f"{path} is not an InTune agent weights file ({e}).") from e
   if len(weights) != 6 or weights[0].shape[0] != NUM_FEATURES:
     raise ValueError(
-        f"{path} holds {len(weights)} arrays (first {weights[0].shape if weights else None}); "
+        f"{path} holds {len(weights)} arrays (first "
+        f"{weights[0].shape if weights else None}); "
         f"an InTune agent has 6, the first of shape ({NUM_FEATURES}, hidden).")
   # Dense layers: kernel (n, m) then bias (m,), each layer's n the last m.
   expected_in = NUM_FEATURES

@@ -444,9 +444,10 @@ def table(result: DemoResult) -> str:
 def plot(result: DemoResult, path: str) -> str:
   """Throughput (both tuners) and InTune's knob values over time, one PNG."""
   # Deferred: optional, from the [bench] extra.
-  import matplotlib
+  import matplotlib  # noqa: PLC0415
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # Deferred: as above (after use("Agg")).
+  # Deferred: as above (after use("Agg")).
+  from matplotlib import pyplot as plt  # noqa: PLC0415
   colors = {AUTOTUNE: "tab:gray", INTUNE: "tab:blue"}
   fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True,
                                     gridspec_kw={"height_ratios": [3, 2]})

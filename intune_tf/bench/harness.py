@@ -167,7 +167,7 @@ class _TablePolicy(policies.Policy):
 def _autotune_model(iterator) -> model_pb2.ModelProto | None:
   try:
     return model_pb2.ModelProto.FromString(tf.raw_ops.IteratorGetModelProto(
-        iterator=iterator._iterator_resource).numpy())  # pylint: disable=protected-access
+        iterator=iterator._iterator_resource).numpy())  # noqa: SLF001
   except (tf.errors.OpError, AttributeError):
     return None
 
@@ -367,7 +367,8 @@ class Harness:
     total = self.warmup + self.seconds
     schedule = None
     if scenario.resize:
-      schedule = resize_lib.Schedule([(f * total, n) for f, n in scenario.resize])
+      schedule = resize_lib.Schedule(
+          [(f * total, n) for f, n in scenario.resize])
     restart = policy == "autotune-restart"
     if policy in AUTOTUNE_POLICIES:
       ds = autotune_dataset(scenario, policy)
@@ -384,7 +385,8 @@ class Harness:
     def buffered():
       if policy in AUTOTUNE_POLICIES:
         proto = _autotune_model(state["it"])
-        return sum(n.buffered_bytes for n in proto.nodes.values()) if proto else 0
+        return (sum(n.buffered_bytes for n in proto.nodes.values())
+                if proto else 0)
       return intune_tf.session_of(state["it"]).counters()["buffered_bytes"]
 
     def knob_values():
@@ -456,11 +458,13 @@ class Harness:
            "seconds": self.seconds, "warmup": self.warmup, "scenarios": {}}
     by_scenario: dict[str, dict[str, list[Run]]] = {}
     for run in self.runs:
-      by_scenario.setdefault(run.scenario, {}).setdefault(run.policy, []).append(run)
+      by_scenario.setdefault(run.scenario, {}).setdefault(
+          run.policy, []).append(run)
     for name, per_policy in by_scenario.items():
       ceiling = self.ceilings.get(name)
       base = per_policy.get("autotune")
-      base_median = statistics.median(r.rows_per_s for r in base) if base else None
+      base_median = (statistics.median(r.rows_per_s for r in base)
+                     if base else None)
       live = {p: statistics.median(r.rows_per_s for r in runs)
               for p, runs in per_policy.items() if p in LIVE_BASELINES}
       best = max(live, key=live.get) if live else None
@@ -521,7 +525,7 @@ class Harness:
       lines.append("| policy | rows/s (median) | min | max | vs autotune | vs "
                    "best baseline | of ceiling | peak buffered MB |")
       lines.append("|---|---|---|---|---|---|---|---|")
-      ratio = lambda x: f"{x:.2f}x" if x else "-"  # pylint: disable=unnecessary-lambda-assignment
+      ratio = lambda x: f"{x:.2f}x" if x else "-"
       for policy, p in entry["policies"].items():
         of = f"{p['of_ceiling']:.2f}" if p["of_ceiling"] else "-"
         lines.append(f"| {policy} | {p['rows_per_s']:,.0f} | {p['min']:,.0f} "
@@ -547,9 +551,10 @@ class Harness:
     """Throughput over time per policy (resize events marked) and knob values
     over time, one PNG each per scenario (first repeat)."""
     # Deferred: optional, from the [bench] extra.
-    import matplotlib
+    import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt  # Deferred: as above (after use("Agg")).
+    # Deferred: as above (after use("Agg")).
+    from matplotlib import pyplot as plt  # noqa: PLC0415
     os.makedirs(directory, exist_ok=True)
     paths = []
     scenario_names = sorted({r.scenario for r in self.runs})
@@ -637,7 +642,7 @@ def main(args) -> int:
   except KeyboardInterrupt:
     interrupted = True
     print("\nintune bench: interrupted; reporting what was measured.")
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:  # noqa: BLE001
     interrupted = True
     logging.exception("intune bench failed: %s", e)
     print(f"\nintune bench: failed ({type(e).__name__}: {e}); reporting what "
@@ -664,7 +669,8 @@ def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
       "bench", help="Run policies side by side on benchmark scenarios.")
   p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
-                 help="Comma-separated policies (default: the baselines and intune)."
+                 help="Comma-separated policies (default: the baselines and "
+                 "intune)."
                  f" Valid: {', '.join(BASELINES)}, and registered ones.")
   p.add_argument("--scenarios", default=scenarios_lib.DEFAULT,
                  help=f"Comma-separated scenarios (default "

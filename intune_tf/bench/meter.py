@@ -145,7 +145,7 @@ class PeakSampler:
   def _sample(self) -> None:
     try:
       value = int(self.read())
-    except Exception:  # pylint: disable=broad-except  # see the class docstring
+    except Exception:  # noqa: BLE001  see the class docstring
       return
     if self.start is None:
       self.start = value

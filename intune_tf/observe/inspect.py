@@ -1,10 +1,11 @@
 """`intune inspect`: the per-stage table of running InTune jobs.
 
-Reads the status files that tuned processes write (`intune_tf.observe.status`) and
-prints, for every live session, one row per pipeline stage: parallelism,
-buffer (and fill), elements/s, CPUs busy, CPU share, thread utilization and
-which stage is the bottleneck. `--watch SECONDS` refreshes the table until
-Ctrl-C. With nothing running it says so and exits with status 1.
+Reads the status files that tuned processes write
+(`intune_tf.observe.status`) and prints, for every live session, one row per
+pipeline stage: parallelism, buffer (and fill), elements/s, CPUs busy, CPU
+share, thread utilization and which stage is the bottleneck. `--watch SECONDS`
+refreshes the table until Ctrl-C. With nothing running it says so and exits
+with status 1.
 """
 
 from __future__ import annotations

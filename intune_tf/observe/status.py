@@ -1,15 +1,16 @@
-"""What the tuner is doing, for `intune inspect`: status files and a decision log.
+"""What the tuner is doing, for `intune inspect`: status files and a decision
+log.
 
 Status files. Every process whose tuner runs writes one small JSON file,
 `<status dir>/<pid>@<host>.json`, rewritten atomically (temporary file,
 then rename) at most every `WRITE_PERIOD_S` while its sessions step (and at
-least every `HEARTBEAT_S`), and removed when the process exits. The status dir is `$INTUNE_STATUS_DIR`, else
-`~/.cache/intune_tf/status`. `INTUNE_STATUS=off` (or `0`, `false`, `no`)
-turns the files off. A file whose process is gone (killed before it could
-remove it; detected by pid and process start time on the same host, by a
-last update older than `REMOTE_STALE_S` for another host's file in a shared
-directory) is ignored by readers; the next writer that starts on the same
-host deletes it.
+least every `HEARTBEAT_S`), and removed when the process exits. The status dir
+is `$INTUNE_STATUS_DIR`, else `~/.cache/intune_tf/status`. `INTUNE_STATUS=off`
+(or `0`, `false`, `no`) turns the files off. A file whose process is gone
+(killed before it could remove it; detected by pid and process start time on
+the same host, by a last update older than `REMOTE_STALE_S` for another host's
+file in a shared directory) is ignored by readers; the next writer that starts
+on the same host deletes it.
 
 The file (format `intune_tf.status/1`) holds the process (pid, host, start
 time, command line, `role` and, for tf.data service workers, `service`) and
@@ -201,7 +202,8 @@ class StatusWriter:
   """A tuner listener that keeps this process's status file up to date.
 
   Args:
-    directory: where to write `<pid>@<host>.json`. Default None: `default_dir()`.
+    directory: where to write `<pid>@<host>.json`. Default None:
+      `default_dir()`.
     period_s: seconds between rewrites. Default `WRITE_PERIOD_S`.
   """
 
@@ -308,7 +310,7 @@ class StatusWriter:
         if dirty or time.monotonic() - last_write >= HEARTBEAT_S:
           self.write_now()
           last_write = time.monotonic()
-      except Exception:  # pylint: disable=broad-except
+      except Exception:  # noqa: BLE001
         logging.exception("InTune status writer failed; will retry.")
 
   def start(self) -> None:
@@ -516,7 +518,8 @@ def _load(path: pathlib.Path) -> dict[str, Any] | None:
       else None
 
 
-def read_all(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+def read_all(
+    directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
   """Status of every live process in `directory` (default `default_dir()`),
   by pid. Files of processes that are gone are ignored."""
   directory = pathlib.Path(directory) if directory else default_dir()

@@ -45,7 +45,7 @@ class IntuneOptionsDataset(dataset_ops.UnaryUnchangedStructureDataset):
     self._input_dataset = input_dataset
     self.intune_value = value
     variant = _kernels.ops().intune_options_dataset(
-        input_dataset._variant_tensor,  # pylint: disable=protected-access
+        input_dataset._variant_tensor,  # noqa: SLF001
         **_settings(value), **self._flat_structure)
     super().__init__(input_dataset, variant)
 
@@ -63,7 +63,7 @@ class IntuneDataset(dataset_ops.UnaryUnchangedStructureDataset):
   def __init__(self, input_dataset: tf.data.Dataset):
     self._input_dataset = input_dataset
     variant = _kernels.ops().intune_dataset(
-        input_dataset._variant_tensor,  # pylint: disable=protected-access
+        input_dataset._variant_tensor,  # noqa: SLF001
         find_settings=True, **self._flat_structure)
     super().__init__(input_dataset, variant)
 
@@ -82,7 +82,8 @@ def tune(dataset: tf.data.Dataset) -> tf.data.Dataset:
   In eager mode the root is made once per dataset object (as TF finalizes a
   dataset once), so that a new iterator each epoch costs no new rewrite.
   """
-  eager = isinstance(dataset._variant_tensor, tf_ops.EagerTensor)  # pylint: disable=protected-access
+  eager = isinstance(dataset._variant_tensor,  # noqa: SLF001
+                     tf_ops.EagerTensor)
   if eager:
     cached = getattr(dataset, _CACHE_ATTR, None)
     if cached is not None:

@@ -72,12 +72,12 @@ def check() -> None:
 
 
 def _get(options: options_lib.Options) -> Any:
-  return options._options.get(_OPTION)  # pylint: disable=protected-access
+  return options._options.get(_OPTION)  # noqa: SLF001
 
 
 def _set(options: options_lib.Options, value: Any) -> None:
   intune_options.coerce(value)  # type check with a clear message
-  options._options[_OPTION] = value  # pylint: disable=protected-access
+  options._options[_OPTION] = value  # noqa: SLF001
 
 
 _PROPERTY = property(
@@ -91,9 +91,9 @@ def _inputs(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
   # dataset in) answers with the inputs of the dataset it wraps, skipping
   # that dataset, which may be the declaration itself.
   if isinstance(dataset, dataset_ops.DatasetV1Adapter):
-    return [dataset._dataset]  # pylint: disable=protected-access
+    return [dataset._dataset]  # noqa: SLF001
   try:
-    return list(dataset._inputs())  # pylint: disable=protected-access
+    return list(dataset._inputs())  # noqa: SLF001
   except (AttributeError, NotImplementedError, TypeError):
     return []
 
@@ -186,7 +186,7 @@ def install() -> None:
 
   original_with_options = dataset_ops.DatasetV2.with_options
   original_options = dataset_ops.DatasetV2.options
-  original_apply = dataset_ops.DatasetV2._apply_debug_options  # pylint: disable=protected-access
+  original_apply = dataset_ops.DatasetV2._apply_debug_options  # noqa: SLF001
 
   @functools.wraps(original_with_options)
   def with_options(self, options, name=None):
@@ -201,7 +201,7 @@ def install() -> None:
     result = original_options(self)
     value, _ = find(self)
     if value is not None:
-      result._options[_OPTION] = value  # pylint: disable=protected-access
+      result._options[_OPTION] = value  # noqa: SLF001
     return result
 
   @functools.wraps(original_apply)
@@ -216,7 +216,7 @@ def install() -> None:
       _creating.after = session_lib.newest_session_id()
     return dataset_lib.tune(dataset)
 
-  original_create = iterator_ops.OwnedIterator._create_iterator  # pylint: disable=protected-access
+  original_create = iterator_ops.OwnedIterator._create_iterator  # noqa: SLF001
 
   @functools.wraps(original_create)
   def _create_iterator(self, dataset):
@@ -226,7 +226,8 @@ def install() -> None:
     if after is not None:
       session_lib.record_sessions(self, after)
 
-  original_restore = iterator_ops.OwnedIterator._restore_from_tensors  # pylint: disable=protected-access
+  original_restore = (
+      iterator_ops.OwnedIterator._restore_from_tensors)  # noqa: SLF001
 
   @functools.wraps(original_restore)
   def _restore_from_tensors(self, restored_tensors):
@@ -241,7 +242,9 @@ def install() -> None:
 
   dataset_ops.DatasetV2.with_options = with_options
   dataset_ops.DatasetV2.options = options
-  dataset_ops.DatasetV2._apply_debug_options = _apply_debug_options  # pylint: disable=protected-access
-  iterator_ops.OwnedIterator._create_iterator = _create_iterator  # pylint: disable=protected-access
-  iterator_ops.OwnedIterator._restore_from_tensors = _restore_from_tensors  # pylint: disable=protected-access
+  dataset_ops.DatasetV2._apply_debug_options = (  # noqa: SLF001
+      _apply_debug_options)
+  iterator_ops.OwnedIterator._create_iterator = _create_iterator  # noqa: SLF001
+  iterator_ops.OwnedIterator._restore_from_tensors = (  # noqa: SLF001
+      _restore_from_tensors)
   _installed = True

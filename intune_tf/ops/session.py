@@ -73,7 +73,7 @@ def proto_stage_names(proto: model_pb2.ModelProto,
   nodes = dict(proto.nodes.items())
   if proto.output not in nodes:
     return {}
-  clean = lambda n: re.sub(r"[^A-Za-z0-9_]", "_", n)  # pylint: disable=unnecessary-lambda-assignment
+  clean = lambda n: re.sub(r"[^A-Za-z0-9_]", "_", n)
   names = {proto.output: clean(nodes[proto.output].name)}
   todo = collections.deque([proto.output])
   while todo:

@@ -3,10 +3,10 @@
 `intune pretrain --seed S --out PATH` trains a fresh agent on randomized
 simulated pipelines (`simulator.random_pipeline`: 3-8 stages, 2-128 CPUs,
 heavy-tailed costs, resize and memory events) on randomized machines
-(`simulator.random_params`: oversubscription cost, pipelining). `intune simulate`
-(`compare`) scores the agent and the non-learning baselines (`BASELINES`)
-against the simulator's optimum on random pipelines, and each against the
-best baseline.
+(`simulator.random_params`: oversubscription cost, pipelining).
+`intune simulate` (`compare`) scores the agent and the non-learning baselines
+(`BASELINES`) against the simulator's optimum on random pipelines, and each
+against the best baseline.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _start(sim: sim_lib.Simulator, rng: np.random.Generator) -> None:
 def _fit(obs) -> dict[str, float]:
   # Deferred: the online policy loads TensorFlow (warm start, rewrites);
   # the simulation part must not at import.
-  from intune_tf.agent import policy as agent_lib
+  from intune_tf.agent import policy as agent_lib  # noqa: PLC0415
   return agent_lib.project_to_budget(obs)
 
 
@@ -120,7 +120,7 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
   bar = None
   if progress:
     # Deferred: optional, from the [bench] extra.
-    import tqdm
+    import tqdm  # noqa: PLC0415
     bar = tqdm.tqdm(total=steps, desc="pretrain", unit="step")
   t0 = time.time()
   step, episodes, recent = 0, 0, []
@@ -230,8 +230,8 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
     (weights, statistics of the run).
   """
   # Deferred: TensorFlow only to train: acting and the simulator use numpy.
-  import keras
-  import tensorflow as tf
+  import keras  # noqa: PLC0415
+  import tensorflow as tf  # noqa: PLC0415
   rng = np.random.default_rng(seed)
   network = dqn.build_network(seed=seed)
   network.set_weights(dqn.load_weights(init or ranked.AGENT_WEIGHTS)[0])
@@ -247,10 +247,12 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
   def train(state, knob_mask, gain, mask):
     with tf.GradientTape() as tape:
       per_knob = network(state, training=True)
-      moves = tf.gather(per_knob, dqn._MOVE_OUTPUTS, axis=2)
+      # The network is dqn's: its private output layout.
+      moves = tf.gather(per_knob, dqn._MOVE_OUTPUTS, axis=2)  # noqa: SLF001
       flat = tf.reshape(moves, [tf.shape(state)[0], -1])
-      noop = tf.reduce_sum(per_knob[:, :, dqn._STAY] * knob_mask, 1) / (
-          tf.maximum(tf.reduce_sum(knob_mask, 1), 1.0))
+      noop = tf.reduce_sum(
+          per_knob[:, :, dqn._STAY] * knob_mask, 1) / (  # noqa: SLF001
+              tf.maximum(tf.reduce_sum(knob_mask, 1), 1.0))
       error = (flat - noop[:, None] - gain)[..., None]
       loss = tf.reduce_sum(huber(tf.zeros_like(error), error) * mask) / (
           tf.maximum(tf.reduce_sum(mask), 1.0))
@@ -261,7 +263,7 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
   bar = None
   if progress:
     # Deferred: optional, from the [bench] extra.
-    import tqdm
+    import tqdm  # noqa: PLC0415
     bar = tqdm.tqdm(total=steps, desc="pretrain ranker", unit="step")
   opts = IntuneOptions()
   t0 = time.time()
@@ -532,7 +534,7 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
   if "intune" in names:
     # Deferred: the online policy loads TensorFlow (warm start, rewrites);
     # the simulation part must not at import.
-    from intune_tf.agent import policy as agent_lib
+    from intune_tf.agent import policy as agent_lib  # noqa: PLC0415
     agent = dqn.Agent(seed=seed, replay_capacity=5_000, batch_size=32)
     agent.load(weights or agent_lib.DEFAULT_WEIGHTS)
     pretrained = agent.get_weights()

@@ -294,7 +294,8 @@ def random_pipeline(rng: np.random.Generator, stages: tuple[int, int] = (3, 8),
     tunable = i == 0 or rng.random() < 0.8
     out.append(SimStage(
         name=chain_name(n, i),
-        cost_s=base * float(rng.lognormal(0.0, 1.0)) * (1.0 if tunable else 0.2),
+        cost_s=(base * float(rng.lognormal(0.0, 1.0)) *
+                (1.0 if tunable else 0.2)),
         cv=float(rng.choice([0.0, 0.3, 1.0, 2.0])),
         tunable=bool(tunable),
         buffer=bool(i == n - 1 or rng.random() < 0.3),
@@ -407,8 +408,9 @@ class Simulator:
       if step == self.step_count:
         self.memory_limit = limit
     if self.pipeline.drift:
-      self.costs = [c * float(math.exp(self._rng.normal(0, self.pipeline.drift)))
-                    for c in self.costs]
+      self.costs = [
+          c * float(math.exp(self._rng.normal(0, self.pipeline.drift)))
+          for c in self.costs]
     self._settle()
 
   def observe(self) -> records.Observation:

@@ -24,7 +24,6 @@ except ImportError as e:
       "Python 3.10: the project's compat stack, .venv-compat). "
       f"It does not import here: {e}") from e
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from intune_tf.tfx.artifacts import TunedInputConfig
 from intune_tf.tfx.component import IntuneTuner
 from intune_tf.tfx.component import Trainer

@@ -152,7 +152,7 @@ def load_input_fn(module_file: str | None, input_fn: str) -> Callable:
     sys.modules[name] = module
     try:
       spec.loader.exec_module(module)
-    except BaseException as e:  # pylint: disable=broad-except
+    except BaseException as e:
       sys.modules.pop(name, None)
       if isinstance(e, (KeyboardInterrupt, SystemExit)):
         raise
@@ -167,7 +167,7 @@ def load_input_fn(module_file: str | None, input_fn: str) -> Callable:
     described = f"module {module_name!r}"
     try:
       module = importlib.import_module(module_name)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       raise ImportError(f"IntuneTuner: the {described} failed to import: "
                         f"{type(e).__name__}: {e}") from e
   fn = getattr(module, fn_name, None)
@@ -216,15 +216,14 @@ def export_agent(session: "intune_tf.Session", config: dict[str, Any],
                  rows_per_s: float, directory: str) -> list[str]:
   """Saves the warm-start state of the tuning run into the artifact.
 
-  The hook: with `intune_tf.tuning.warmstart` present, the tuned configuration and,
-  when the policy has a fine-tuned agent (`policy.agent.get_weights()`
-  after gradient steps), its weights are saved with `warmstart.save` (into
-  the machine's warm-start folder, so the next run of this pipeline here
-  starts from them) and the files it wrote (`<key>.json`, `<key>.npz`) are
-  copied into `directory`. Copy them into `$INTUNE_WARMSTART_DIR` of
-  another machine of the same kind to warm-start there. Without
-  `intune_tf.tuning.warmstart`, or for a session with no graph fingerprint,
-  nothing is written.
+  The hook: with `intune_tf.tuning.warmstart` present, the tuned configuration
+  and, when the policy has a fine-tuned agent (`policy.agent.get_weights()`
+  after gradient steps), its weights are saved with `warmstart.save` (into the
+  machine's warm-start folder, so the next run of this pipeline here starts
+  from them) and the files it wrote (`<key>.json`, `<key>.npz`) are copied into
+  `directory`. Copy them into `$INTUNE_WARMSTART_DIR` of another machine of the
+  same kind to warm-start there. Without `intune_tf.tuning.warmstart`, or for a
+  session with no graph fingerprint, nothing is written.
 
   Args:
     session: the live tuning session.
@@ -311,7 +310,7 @@ def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
     if agent_dir and config["knobs"]:
       try:
         files = export_agent(session, config, rate, agent_dir)
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:  # noqa: BLE001
         # The configuration and figures are the artifact's main content.
         logging.warning("IntuneTuner: the agent's warm-start files were not "
                         "exported: %r", e)
@@ -319,7 +318,8 @@ def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
     return config, source, files, error
 
   tuning_rate, tuning_rows, (config, source, agent_files, agent_error) = _run(
-      intune_tf.tune(make_dataset(), policy=policy), tune_seconds, 0.0, finish_tuning)
+      intune_tf.tune(make_dataset(), policy=policy), tune_seconds, 0.0,
+      finish_tuning)
   if tuning_rows == 0:
     raise ValueError("IntuneTuner: the input pipeline yielded no element.")
   if config is None:

@@ -143,7 +143,7 @@ class Observer:
     """Reads the session and the host; rates are over the time since the
     previous call (or since the iterator started, the first time)."""
     now = time.monotonic()
-    snap = self.session._snapshot()  # pylint: disable=protected-access
+    snap = self.session._snapshot()  # noqa: SLF001
     knobs, row_names, table, counters = (snap.knobs, snap.stage_names,
                                          snap.stage_stats, snap.counters)
     if self._last_time is None:

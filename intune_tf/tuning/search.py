@@ -294,7 +294,8 @@ class ClimbPolicy(MeasuredSearch):
       after = _moved(obs, {donor.name: donor.value - move})
       if dqn.action_mask(after)[dqn.action_of(index[knob.name], move)]:
         return [(f"{donor.name} {-move:+d}, {knob.name} {move:+d}",
-                 {donor.name: donor.value - move, knob.name: knob.value + move})]
+                 {donor.name: donor.value - move,
+                  knob.name: knob.value + move})]
     return []
 
   def propose(self, obs):

@@ -69,11 +69,12 @@ class _Tuned:
   def __init__(self, session: session_lib.Session):
     self.session = session
     if session.options_error is not None:
-      raise ValueError(f"its options could not be read ({session.options_error})")
+      raise ValueError(
+          f"its options could not be read ({session.options_error})")
     self.policy = policies.create(session.options)
     try:
       self.policy.bind(session)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       logging.warning("InTune: %s.bind(%r) failed (tuning goes on): %r",
                       type(self.policy).__name__, session, e)
     self.observer = observation_lib.Observer(session)
@@ -155,7 +156,8 @@ class Tuner:
                                         daemon=True)
         self._thread.start()
     if self is _TUNER:
-      status.install(self)  # status file, decision log (see intune_tf.observe.status)
+      # status file, decision log (see intune_tf.observe.status)
+      status.install(self)
     with self._lock:
       # Registered after the listeners' own exit handlers, so it runs first
       # (atexit is last in, first out): no step writes to a closed log.
@@ -183,7 +185,7 @@ class Tuner:
     while not self._stop.is_set():
       try:
         self.step(only_due=True)
-      except Exception:  # pylint: disable=broad-except
+      except Exception:  # noqa: BLE001
         logging.exception("InTune tuner step failed; will retry.")
       wait = min([t.next_step for t in self._tuned.values() if t] or
                  [time.monotonic() + _DISCOVERY_S]) - time.monotonic()
@@ -200,7 +202,7 @@ class Tuner:
         if s.id not in self._tuned:
           try:
             self._tuned[s.id] = _Tuned(s)
-          except Exception as e:  # pylint: disable=broad-except
+          except Exception as e:  # noqa: BLE001
             # An unknown policy in a foreign tag (ValueError), or a bug or an
             # unreadable file in a policy's constructor: this session runs
             # with the knob values it has; the others are still tuned.
@@ -249,8 +251,9 @@ class Tuner:
       for t in tuned:
         sid = t.session.id
         target = buffer_budget(budgets[sid], held[sid])
-        if abs(target - counters[sid]["ram_budget"]) > _BUDGET_TOLERANCE * target:
-          t.session._apply_ram_budget(target)  # pylint: disable=protected-access
+        if (abs(target - counters[sid]["ram_budget"]) >
+            _BUDGET_TOLERANCE * target):
+          t.session._apply_ram_budget(target)  # noqa: SLF001
         if sid in default and sid not in self._budget_logged:
           self._budget_logged.add(sid)
           logging.info("InTune session %d: RAM budget %d MB, its share of "
@@ -268,7 +271,7 @@ class Tuner:
       self._budget_logged &= set(default)
     except session_lib.SessionGoneError:
       pass  # applied again at the next period
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       if not self._budget_failure_reported:
         self._budget_failure_reported = True
         logging.error("InTune could not apply the RAM budgets: %r "
@@ -282,7 +285,7 @@ class Tuner:
       if isinstance(held, bool) or not isinstance(held, (int, np.integer)):
         raise TypeError(f"held_bytes() returned {held!r}, not an int")
       return max(0, int(held))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       if t.first_report("policy", e):
         logging.error("InTune session %d: held_bytes() of its policy %r "
                       "failed: %r (its memory is not taken from the budget).",
@@ -297,7 +300,7 @@ class Tuner:
       self._step_one_unguarded(t)
     except session_lib.SessionGoneError:
       pass
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       if t.first_report("step", e):
         logging.error("InTune tuning step of %r failed: %r. Its pipeline "
                       "keeps its configuration; reported once.", t.session,
@@ -307,7 +310,7 @@ class Tuner:
     for listener in list(self._listeners):
       try:
         listener(t.session, obs, applied)
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:  # noqa: BLE001
         if id(listener) not in self._failed_listeners:
           self._failed_listeners.add(id(listener))
           logging.error("InTune step listener %r failed: %r (reported once; "
@@ -343,7 +346,7 @@ class Tuner:
       if not isinstance(wanted, Mapping):
         raise TypeError(f"step returned {wanted!r:.80}, not a mapping of "
                         "knob names to values")
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       if t.first_report("policy", e):
         logging.error("InTune policy %r failed on %r: %r. The pipeline "
                       "keeps its last good configuration (reported once).",
