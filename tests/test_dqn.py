@@ -1,6 +1,7 @@
 """Tests of intune_tf.agent.dqn: reward, TD targets, masking, network,
 persistence."""
 
+import dataclasses
 import io
 import resource
 import zipfile
@@ -158,6 +159,18 @@ def test_features_mark_the_bottleneck_and_gap():
   # Proportional share of 4 CPUs: A 3, B 1. Gap A (3 - 1)/3, B (1 - 3)/3.
   assert f[0, 5] == pytest.approx(2 / 3)
   assert f[1, 5] == pytest.approx(-2 / 3)
+
+
+def test_features_do_not_read_the_hosts_clock_or_bandwidth():
+  # The simulator models neither, so the network never learned from them: a
+  # live host (here 44 GB/s, 3.9 GHz) gets the state the simulator's gives.
+  knobs = [_knob("A/parallelism", "parallelism", 2),
+           _knob("B/buffer_size", "buffer", 4)]
+  trained = _obs(knobs, costs={"A": 0.02, "B": 0.01})
+  live = dataclasses.replace(trained, cpu_mhz=3900.0, dram_gbps=44.0)
+  np.testing.assert_array_equal(dqn.features(live), dqn.features(trained))
+  # 2500 MHz / 5000, 10 GB/s / 50: the two last pipeline-wide columns.
+  assert dqn.features(live)[0, -2:].tolist() == pytest.approx([0.5, 0.2])
 
 
 def test_replay_pads_and_refuses_too_many_knobs():

@@ -69,6 +69,13 @@ MAX_BUFFER = 64
 # Memory-use fraction above which the reward starts to fall.
 MEMORY_SAFE = 0.9
 HIDDEN = 64
+# The CPU clock (MHz) and DRAM bandwidth (GB/s) the state gives the network:
+# the machine of the simulator, which models neither, so the shipped
+# networks learned nothing from them. The observation still reports the
+# host's values; the state holds these so that a live host (44 GB/s here)
+# does not feed the network inputs it never saw in training.
+SIM_CPU_MHZ = 2500.0
+SIM_DRAM_GBPS = 10.0
 
 
 # --- reward and targets ------------------------------------------------------
@@ -267,8 +274,8 @@ def features(obs: "Observation") -> np.ndarray:
       min(2.0, (obs.model_step_s or 0.0) * obs.output_rate),
       math.log2(cpus) / 7.0,
       min(2.0, obs.output_rate / ref) if ref > 0 else 0.0,
-      obs.cpu_mhz / 5000.0,
-      min(obs.dram_gbps, 100.0) / 50.0,
+      SIM_CPU_MHZ / 5000.0,
+      SIM_DRAM_GBPS / 50.0,
   ]
   out[:, 9:] = globals_
   for i, k in enumerate(knobs):

@@ -38,6 +38,8 @@ import numpy as np
 
 from intune_tf import records
 from intune_tf.agent.dqn import MAX_BUFFER
+from intune_tf.agent.dqn import SIM_CPU_MHZ
+from intune_tf.agent.dqn import SIM_DRAM_GBPS
 from intune_tf.agent.dqn import cpu_limit
 
 MB = 1 << 20
@@ -448,7 +450,7 @@ class Simulator:
         free_memory=int(max(0.0, self.memory_limit - self.in_use)),
         total_memory=int(self.memory_limit),
         ram_budget=int(p.ram_budget), buffered_bytes=int(self.buffered),
-        cpu_mhz=2500.0, dram_gbps=10.0,
+        cpu_mhz=SIM_CPU_MHZ, dram_gbps=SIM_DRAM_GBPS,
         model_step_s=consumer if consumer > 0 else None)
 
   def params_noise(self) -> float:
