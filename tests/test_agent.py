@@ -214,11 +214,10 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   it = iter(_pipeline().with_options(options))
   next(it)
   session = intune_tf.session_of(it)
-  tuned = intune_tf.global_tuner()._tuned  # noqa: SLF001
   end = time.monotonic() + 8
   while time.monotonic() < end:
     next(it)
-  policy = tuned[session.id].policy
+  policy = intune_tf.global_tuner().policy(session.id)
   assert isinstance(policy, agent_lib.IntunePolicy)
   assert policy.steps >= 5 and policy.last_decision.action
   assert policy.last_decision.seconds < 0.05
@@ -237,9 +236,9 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   first = None
   while time.monotonic() < end and first is None:
     next(it)
-    policy = tuned.get(session.id)
-    if policy and policy.policy.last_decision:
-      first = policy.policy.last_decision.action
+    policy = intune_tf.global_tuner().policy(session.id)
+    if policy and policy.last_decision:
+      first = policy.last_decision.action
   assert first == "warm-start"
   # Within the hold that follows (6 decisions), the saved values are in force.
   end = time.monotonic() + 5

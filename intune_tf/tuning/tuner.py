@@ -102,6 +102,7 @@ class Tuner:
   def __init__(self):
     self._lock = threading.Lock()
     self._tuned: dict[int, _Tuned] = {}
+    self._untunable: set[int] = set()  # sessions whose policy failed to make
     self._thread: threading.Thread | None = None
     self._stop = threading.Event()
     self._listeners = []
@@ -187,7 +188,7 @@ class Tuner:
         self.step(only_due=True)
       except Exception:  # noqa: BLE001
         logging.exception("InTune tuner step failed; will retry.")
-      wait = min([t.next_step for t in self._tuned.values() if t] or
+      wait = min([t.next_step for t in self._tuned.values()] or
                  [time.monotonic() + _DISCOVERY_S]) - time.monotonic()
       self._stop.wait(min(max(wait, 0.005), _DISCOVERY_S))
 
@@ -198,8 +199,9 @@ class Tuner:
       ids = {s.id for s in live}
       for gone in set(self._tuned) - ids:
         del self._tuned[gone]
+      self._untunable &= ids
       for s in live:
-        if s.id not in self._tuned:
+        if s.id not in self._tuned and s.id not in self._untunable:
           try:
             self._tuned[s.id] = _Tuned(s)
           except Exception as e:  # noqa: BLE001
@@ -211,8 +213,8 @@ class Tuner:
                 "be made: %r. Its pipeline runs with the values it has.",
                 s.id, s.options.policy, e,
                 exc_info=not isinstance(e, ValueError))
-            self._tuned[s.id] = None
-      tuned = [t for t in self._tuned.values() if t is not None]
+            self._untunable.add(s.id)
+      tuned = list(self._tuned.values())
     now = time.monotonic()
     if now - self._budgets_shared_at >= _BUDGET_PERIOD_S:
       self._budgets_shared_at = now
