@@ -26,6 +26,27 @@ _WINDOWS = ([(t, 100.0) for t in range(0, 10)] +
             [(float(t), 60.0) for t in range(20, 30)])
 
 
+@pytest.mark.parametrize("values, expected", [
+    ([{"a": 1}, {"a": 1}, {"a": 2}, {"a": 2, "b": 1}, {"a": 3}], 2),
+    ([{"a": 1}, {"b": 4}, {"a": 1, "b": 4}], 0),  # no shared knob changed
+    ([{}], 0),
+    ([], 0),
+])
+def test_churn_counts_samples_that_changed_a_knob(values, expected):
+  assert harness.churn([(0.5 * i, v) for i, v in enumerate(values)]) == (
+      expected)
+
+
+@pytest.mark.parametrize("rate, best, expected", [
+    (90.0, 100.0, 0.1),    # 10 rows of 100 lost
+    (110.0, 100.0, -0.1),  # 10 more than the best static configuration
+    (90.0, None, None),    # no oracle in the run
+])
+def test_regret_against_the_best_static_configuration(rate, best, expected):
+  assert harness.regret(rate, best) == (
+      None if expected is None else pytest.approx(expected))
+
+
 def test_phase_targets_take_the_second_half_of_each_phase():
   run = harness.Run("oracle", "resize", 0, windows=_WINDOWS,
                     resize_events=_EVENTS)
@@ -99,6 +120,9 @@ def test_runs_summary_and_markdown(tmp_path):
   entry = summary["scenarios"]["tiny"]
   assert entry["ceiling_rows_per_s"] > 0
   assert entry["policies"]["autotune"]["vs_autotune"] == 1.0
+  for p in entry["policies"].values():
+    assert p["whole_run_rows_per_s"] > 0 and p["changes"] >= 0
+    assert p["regret"] is None  # no oracle in this run
   assert set(entry["policies"]) == set(policies)
   # The best live baseline: the fastest of all but "unoptimized".
   rates = {p: e["rows_per_s"] for p, e in entry["policies"].items()}
@@ -109,6 +133,7 @@ def test_runs_summary_and_markdown(tmp_path):
       rates["unoptimized"] / rates[best])
   text = h.markdown(summary)
   assert "| even |" in text and "ceiling" in text
+  assert "| whole run rows/s | regret vs oracle | changes |" in text
   assert f"best baseline (live, no learning): {best}" in text
   lines = (tmp_path / "trace.jsonl").read_text().splitlines()
   assert lines and json.loads(lines[0])["policy"] in ("even", "unoptimized")
@@ -122,6 +147,13 @@ def test_oracle_search_counts_configurations():
   table = h.search_oracle(_tiny(), settle=0.05, measure=0.1)
   tried = h.oracle["tiny"]["configurations_tried"]
   assert tried >= 2 and table and all(table.values())
+  # Regret is measured against the oracle's whole run in the same bench.
+  runs = {p: h.run(_tiny(), p, 0) for p in ("oracle", "even")}
+  entry = h.summary()["scenarios"]["tiny"]["policies"]
+  assert entry["oracle"]["regret"] == pytest.approx(0.0)
+  assert entry["even"]["regret"] == pytest.approx(
+      1 - runs["even"].whole_run_rows_per_s
+      / runs["oracle"].whole_run_rows_per_s)
 
 
 def _args(tmp_path, **kw):

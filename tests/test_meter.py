@@ -26,6 +26,8 @@ def test_the_window_opens_at_the_first_count_after_the_warmup():
   # 20 + 30 rows over 4.5 - 1.5 = 3 s.
   assert meter.rows == 50 and meter.counts == 4
   assert meter.rows_per_s == pytest.approx(50 / 3.0)
+  # The whole run: all 70 rows over the 4.5 s to the last count.
+  assert meter.whole_run_rows_per_s == pytest.approx(70 / 4.5)
   clock.now = 105.0  # warm-up + seconds = 5 s
   assert not meter.running()
 
@@ -33,7 +35,7 @@ def test_the_window_opens_at_the_first_count_after_the_warmup():
 def test_no_rate_before_two_counts_in_the_window():
   clock = _Clock()
   meter = meter_lib.Meter(seconds=1.0, clock=clock)
-  assert meter.rows_per_s == 0.0
+  assert meter.rows_per_s == 0.0 and meter.whole_run_rows_per_s == 0.0
   meter.count(5)
   assert meter.rows_per_s == 0.0 and meter.measured_s == 0.0
 

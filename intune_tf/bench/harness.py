@@ -2,8 +2,10 @@
 
 Every policy runs on every chosen scenario in ONE process, interleaved
 (A B C A B C ...), with repeats. Per policy: median, min and max rows/s after
-the warm-up, the ratio to `autotune`, the fraction of the ceiling, and the
-peak of buffered bytes.
+the warm-up, the ratio to `autotune` and to the best live baseline, the
+fraction of the ceiling, the whole run's rows/s (warm-up included) and its
+regret against the oracle's (`regret`), the configuration changes seen
+(`churn`), and the peak of buffered bytes.
 """
 
 from __future__ import annotations
@@ -136,6 +138,33 @@ def recovery_seconds(windows: Sequence[tuple[float, float]],
   return out
 
 
+def churn(knobs: Sequence[tuple[float, dict[str, float]]]) -> int:
+  """Configuration changes seen in a run: samples `(time, {knob: value})`
+  whose values differ from the sample before on a knob both have.
+
+  Example: {a: 1}, {a: 1}, {a: 2}, {a: 2, b: 1}, {a: 3} -> 2 (the third
+  sample, then the fifth; b appearing is not a change).
+  """
+  changes = 0
+  for (_, before), (_, after) in itertools.pairwise(knobs):
+    if any(before[k] != v for k, v in after.items() if k in before):
+      changes += 1
+  return changes
+
+
+def regret(rows_per_s: float, best_static_rows_per_s: float | None
+           ) -> float | None:
+  """Fraction of rows lost against the best static configuration over the
+  same whole run (warm-up included): 1 - rows_per_s / best. Negative: more
+  rows than it. None without a best.
+
+  Example: 90 rows/s against a best static 100 rows/s -> 0.1.
+  """
+  if not best_static_rows_per_s:
+    return None
+  return 1.0 - rows_per_s / best_static_rows_per_s
+
+
 @dataclasses.dataclass
 class Run:
   """One run of one policy on one scenario."""
@@ -143,6 +172,7 @@ class Run:
   scenario: str
   repeat: int
   rows_per_s: float = 0.0
+  whole_run_rows_per_s: float = 0.0
   windows: list = dataclasses.field(default_factory=list)   # (t, rows/s)
   knobs: list = dataclasses.field(default_factory=list)     # (t, {name: v})
   peak_buffered_bytes: int = 0
@@ -162,6 +192,28 @@ class _TablePolicy(policies.Policy):
     config = self.table[usable[-1]]
     return {k.name: min(max(config[k.name], k.min), k.max)
             for k in obs.knobs if k.name in config}
+
+
+class _Probe:
+  """What a run samples from its iterator: buffered bytes and knob values,
+  from TF's AUTOTUNE model (`autotune=True`) or from the InTune session."""
+
+  def __init__(self, autotune: bool):
+    self.autotune = autotune
+    self.iterator = None
+
+  def buffered(self) -> int:
+    if self.autotune:
+      proto = _autotune_model(self.iterator)
+      return (sum(n.buffered_bytes for n in proto.nodes.values())
+              if proto else 0)
+    return intune_tf.session_of(self.iterator).counters()["buffered_bytes"]
+
+  def knob_values(self) -> dict[str, float]:
+    if self.autotune:
+      return _autotune_knobs(_autotune_model(self.iterator))
+    return {k.name: k.value
+            for k in intune_tf.session_of(self.iterator).knobs()}
 
 
 def _autotune_model(iterator) -> model_pb2.ModelProto | None:
@@ -364,69 +416,66 @@ class Harness:
           repeat: int) -> Run:
     """One measured run (warm-up + seconds) of a policy on a scenario."""
     result = Run(policy, scenario.name, repeat)
-    total = self.warmup + self.seconds
+    ds = self._dataset(scenario, policy)
     schedule = None
     if scenario.resize:
-      schedule = resize_lib.Schedule(
-          [(f * total, n) for f, n in scenario.resize])
-    restart = policy == "autotune-restart"
-    if policy in AUTOTUNE_POLICIES:
-      ds = autotune_dataset(scenario, policy)
-    else:
-      if policy == "oracle":
-        _TablePolicy.table = self.oracle[scenario.name]["table"]
-      ds = self._tuned(scenario, policy)
+      total = self.warmup + self.seconds
+      schedule = resize_lib.Schedule([(f * total, n)
+                                      for f, n in scenario.resize])
+    probe = _Probe(autotune=policy in AUTOTUNE_POLICIES)
     self._trace_context = {"scenario": scenario.name, "policy": policy,
                            "repeat": repeat}
     tuner = intune_tf.global_tuner()
     tuner.add_listener(self._on_step)
-    state = {"it": None}
-
-    def buffered():
-      if policy in AUTOTUNE_POLICIES:
-        proto = _autotune_model(state["it"])
-        return (sum(n.buffered_bytes for n in proto.nodes.values())
-                if proto else 0)
-      return intune_tf.session_of(state["it"]).counters()["buffered_bytes"]
-
-    def knob_values():
-      if policy in AUTOTUNE_POLICIES:
-        return _autotune_knobs(_autotune_model(state["it"]))
-      return {k.name: k.value
-              for k in intune_tf.session_of(state["it"]).knobs()}
-
     try:
-      state["it"] = iter(ds)
-      next(state["it"])
+      probe.iterator = iter(ds)
+      next(probe.iterator)
       if schedule:
         schedule.start()
-      meter = meter_lib.Meter(self.seconds, self.warmup, window_s=WINDOW_S)
-      cpus_seen = host.usable_cpus()
-      with meter_lib.PeakSampler(buffered,
-                                 sample_period_s(scenario)) as sampler:
-        while meter.running():
-          next(state["it"])
-          window = meter.count(scenario.rows_per_element)
-          if scenario.pause_every and meter.counts % scenario.pause_every == 0:
-            time.sleep(scenario.pause_s)
-          if window is not None:
-            at = round(window[0], 3)
-            result.windows.append((at, window[1]))
-            result.knobs.append((at, knob_values()))
-            if restart and host.usable_cpus() != cpus_seen:
-              cpus_seen = host.usable_cpus()
-              state["it"] = _restart(ds, state["it"])
-        result.rows_per_s = meter.rows_per_s
-      result.peak_buffered_bytes = sampler.peak
+      self._measure(scenario, ds, probe, result,
+                    restart=policy == "autotune-restart")
     finally:
       tuner.remove_listener(self._on_step)
       if schedule:
         schedule.stop()
         result.resize_events = schedule.applied
-      state["it"] = None
+      probe.iterator = None
       gc.collect()
     self.runs.append(result)
     return result
+
+  def _dataset(self, scenario: scenarios_lib.Scenario,
+               policy: str) -> tf.data.Dataset:
+    if policy in AUTOTUNE_POLICIES:
+      return autotune_dataset(scenario, policy)
+    if policy == "oracle":
+      _TablePolicy.table = self.oracle[scenario.name]["table"]
+    return self._tuned(scenario, policy)
+
+  def _measure(self, scenario: scenarios_lib.Scenario, ds: tf.data.Dataset,
+               probe: "_Probe", result: Run, restart: bool) -> None:
+    """Pulls `probe.iterator` for the warm-up and the measured seconds,
+    filling `result`; `restart`: a new iterator (restored from a checkpoint
+    of the old) whenever the usable CPUs change."""
+    meter = meter_lib.Meter(self.seconds, self.warmup, window_s=WINDOW_S)
+    cpus_seen = host.usable_cpus()
+    with meter_lib.PeakSampler(probe.buffered,
+                               sample_period_s(scenario)) as sampler:
+      while meter.running():
+        next(probe.iterator)
+        window = meter.count(scenario.rows_per_element)
+        if scenario.pause_every and meter.counts % scenario.pause_every == 0:
+          time.sleep(scenario.pause_s)
+        if window is not None:
+          at = round(window[0], 3)
+          result.windows.append((at, window[1]))
+          result.knobs.append((at, probe.knob_values()))
+          if restart and host.usable_cpus() != cpus_seen:
+            cpus_seen = host.usable_cpus()
+            probe.iterator = _restart(ds, probe.iterator)
+      result.rows_per_s = meter.rows_per_s
+      result.whole_run_rows_per_s = meter.whole_run_rows_per_s
+    result.peak_buffered_bytes = sampler.peak
 
   def run_all(self, scenario_names: Sequence[str], policy_names: Sequence[str],
               repeats: int) -> None:
@@ -484,9 +533,13 @@ class Harness:
                  else None)
       if targets:
         entry["recovery_targets"] = {str(k): v for k, v in targets.items()}
+      oracle = per_policy.get("oracle")
+      best_static = (statistics.median(r.whole_run_rows_per_s for r in oracle)
+                     if oracle else None)
       for policy, runs in per_policy.items():
         rates = [r.rows_per_s for r in runs]
         med = statistics.median(rates)
+        regrets = [regret(r.whole_run_rows_per_s, best_static) for r in runs]
         entry["policies"][policy] = {
             "rows_per_s": med, "min": min(rates), "max": max(rates),
             "repeats": len(rates),
@@ -494,6 +547,10 @@ class Harness:
             "vs_best_baseline": med / live[best] if best else None,
             "of_ceiling": med / ceiling if ceiling else None,
             "peak_buffered_bytes": max(r.peak_buffered_bytes for r in runs),
+            "whole_run_rows_per_s": statistics.median(
+                r.whole_run_rows_per_s for r in runs),
+            "regret": (statistics.median(regrets) if best_static else None),
+            "changes": statistics.median(churn(r.knobs) for r in runs),
             "runs": [dataclasses.asdict(r) for r in runs]}
         if targets:
           entry["policies"][policy]["recovery_s"] = [
@@ -523,14 +580,19 @@ class Harness:
                      f"{entry['best_baseline']}")
       lines.append("")
       lines.append("| policy | rows/s (median) | min | max | vs autotune | vs "
-                   "best baseline | of ceiling | peak buffered MB |")
-      lines.append("|---|---|---|---|---|---|---|---|")
+                   "best baseline | of ceiling | whole run rows/s | regret "
+                   "vs oracle | changes | peak buffered MB |")
+      lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
       ratio = lambda x: f"{x:.2f}x" if x else "-"
       for policy, p in entry["policies"].items():
         of = f"{p['of_ceiling']:.2f}" if p["of_ceiling"] else "-"
+        lost = (f"{p['regret']:+.1%}" if p.get("regret") is not None
+                else "-")
         lines.append(f"| {policy} | {p['rows_per_s']:,.0f} | {p['min']:,.0f} "
                      f"| {p['max']:,.0f} | {ratio(p['vs_autotune'])} | "
                      f"{ratio(p.get('vs_best_baseline'))} | {of} | "
+                     f"{p['whole_run_rows_per_s']:,.0f} | {lost} | "
+                     f"{p['changes']:g} | "
                      f"{p['peak_buffered_bytes'] / 2**20:,.1f} |")
       lines.append("")
       if "recovery_targets" in entry:

@@ -44,8 +44,10 @@ class Meter:
     self.start = clock()
     self.counts = 0  # calls of `count`, warm-up included
     self.rows = 0  # rows in the measured window
+    self.total_rows = 0  # rows of every count, warm-up included
     self.measured_from: float | None = None
     self.last: float | None = None
+    self.last_count: float | None = None
     self._window_start, self._window_rows = self.start, 0
 
   def running(self) -> bool:
@@ -65,6 +67,8 @@ class Meter:
     """
     now = self._clock()
     self.counts += 1
+    self.total_rows += rows
+    self.last_count = now
     if now - self.start >= self.warmup:
       if self.measured_from is None:
         self.measured_from = now
@@ -92,6 +96,15 @@ class Meter:
   def rows_per_s(self) -> float:
     """Rows per second over the measured window (0.0 before it has any)."""
     return self.rows / self.measured_s if self.measured_s > 0 else 0.0
+
+
+  @property
+  def whole_run_rows_per_s(self) -> float:
+    """Rows per second from the start to the last count, warm-up included:
+    what a job that ran this long got (0.0 before any count)."""
+    if self.last_count is None or self.last_count <= self.start:
+      return 0.0
+    return self.total_rows / (self.last_count - self.start)
 
 
 def pull(iterator: Iterator[Any], seconds: float, warmup: float = 0.0,
