@@ -116,16 +116,12 @@ def _greedy(session) -> None:
 
 def child(case: str, variant: str, seconds: float, step_s: float) -> dict:
   """One run in this process; the figures as a dict."""
-  import tensorflow as tf  # noqa: PLC0415
-
   import intune_tf  # noqa: PLC0415
   ds, element, fields = _pipeline(case)
-  options = tf.data.Options()
-  options.experimental_intune = (
-      intune_tf.IntuneOptions(ram_budget=BUDGET, policy="manual",
-                              warm_start=False, **fields)
+  ds = intune_tf.tune(
+      ds, intune_tf.IntuneOptions(ram_budget=BUDGET, policy="manual",
+                                  warm_start=False, **fields)
       if variant == "intune" else False)
-  ds = ds.with_options(options)
   base = _rss()
   peak, stop = [base], threading.Event()
 
