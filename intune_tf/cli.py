@@ -32,7 +32,8 @@ _GROUPS = (
 )
 
 
-def _parser() -> argparse_flags.ArgumentParser:
+def parser() -> argparse_flags.ArgumentParser:
+  """The `intune` command's parser, every subcommand included."""
   parser = argparse_flags.ArgumentParser(
       prog="intune",
       description="InTune: reinforcement-learning tuning of tf.data pipelines.")
@@ -70,7 +71,7 @@ def run(argv: Sequence[str] | None = None) -> None:
   """Entry point of the `intune` console script."""
   logging.set_verbosity(logging.INFO)
   app.run(_main, argv=[sys.argv[0]] + list(argv) if argv is not None else None,
-          flags_parser=lambda a: _parser().parse_args(a[1:]))
+          flags_parser=lambda a: parser().parse_args(a[1:]))
 
 
 if __name__ == "__main__":

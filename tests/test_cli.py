@@ -45,7 +45,7 @@ def _commands(parser, path=("intune",)):
 
 def test_every_flag_of_every_command_is_kebab_case():
   from intune_tf import cli  # noqa: PLC0415  loads TF: only here
-  commands = dict(_commands(cli._parser()))  # noqa: SLF001
+  commands = dict(_commands(cli.parser()))
   assert (("intune", "bench") in commands and
           ("intune", "criteo", "generate") in commands)
   flags = {(" ".join(path), flag)

@@ -236,7 +236,7 @@ def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
                                                           flag):
   from intune_tf import cli  # noqa: PLC0415  loads every command
   with pytest.raises(SystemExit) as exit_info:
-    cli._parser().parse_args(["bench", flag, str(tmp_path)])  # noqa: SLF001
+    cli.parser().parse_args(["bench", flag, str(tmp_path)])
   assert exit_info.value.code == 2
   assert (f"error: argument {flag}: {tmp_path} is a folder: pass the path of "
           "a file to write.") in capsys.readouterr().err

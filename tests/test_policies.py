@@ -151,7 +151,10 @@ def test_registered_policy_is_selectable():
   try:
     assert isinstance(policies.create(IntuneOptions(policy="ones-test")), Ones)
   finally:
-    del policies._REGISTRY["ones-test"]  # noqa: SLF001  no unregister
+    policies.unregister("ones-test")
+  assert "ones-test" not in policies.names()
+  with pytest.raises(ValueError, match="Unknown InTune policy 'ones-test'"):
+    IntuneOptions(policy="ones-test")
 
 
 # --- on a live pipeline ------------------------------------------------------

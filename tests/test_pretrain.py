@@ -165,7 +165,7 @@ def test_a_bad_weights_file_is_a_usage_error(tmp_path, capsys, argv, kind):
   from intune_tf import cli  # noqa: PLC0415  loads every command
   path = _bad_weights(tmp_path, kind)
   with pytest.raises(SystemExit) as exit_info:
-    cli._parser().parse_args([*argv, path])  # noqa: SLF001
+    cli.parser().parse_args([*argv, path])
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert (f"error: argument {argv[-1]}: "
@@ -180,7 +180,7 @@ def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
                                                           argv):
   from intune_tf import cli  # noqa: PLC0415  loads every command
   with pytest.raises(SystemExit) as exit_info:
-    cli._parser().parse_args([*argv, str(tmp_path)])  # noqa: SLF001
+    cli.parser().parse_args([*argv, str(tmp_path)])
   assert exit_info.value.code == 2
   assert (f"error: argument {argv[-1]}: {tmp_path} is a folder: pass the "
           "path of a file to write.") in capsys.readouterr().err

@@ -78,7 +78,7 @@ def test_failing_policy_keeps_last_good_configuration_and_reports_once(
     assert par.value == par.min  # the last good configuration stays
     assert int(next(it)) > 0
   finally:
-    del policies._REGISTRY["exploding-test"]  # noqa: SLF001  no unregister
+    policies.unregister("exploding-test")
     del it
     gc.collect()
 
@@ -158,7 +158,7 @@ def test_a_faulty_policy_stops_only_its_own_session_and_is_reported_once(
     assert int(next(broken)) > 0 and broken_session.knobs()
     assert int(next(healthy)) > 0
   finally:
-    del policies._REGISTRY[name]  # noqa: SLF001  no unregister
+    policies.unregister(name)
     del broken, healthy
     gc.collect()
 
@@ -247,7 +247,7 @@ def test_the_memory_a_policy_holds_is_taken_from_the_budget(how):
     assert 0 < peak <= 32 * mib, peak
     assert [k.value for k in session.knobs() if k.kind == "buffer_size"][0] < 40
   finally:
-    del policies._REGISTRY["holds-16mib-test"]  # noqa: SLF001  no unregister
+    policies.unregister("holds-16mib-test")
     del it
     gc.collect()
 
@@ -314,7 +314,7 @@ def test_bind_is_called_once_with_the_session_before_the_first_step(
     failed = [w for w in warnings if "bind" in str(w) and "failed" in str(w)]
     assert len(failed) == (1 if name == "failing-bind" else 0)
   finally:
-    del policies._REGISTRY["binds-test"]  # noqa: SLF001  no unregister
+    policies.unregister("binds-test")
     del it
     gc.collect()
 
@@ -345,7 +345,7 @@ def test_values_for_vanished_knobs_are_dropped_and_the_rest_applied():
     assert applied and all("Gone/parallelism" not in c
                            for c in applied)
   finally:
-    del policies._REGISTRY["vanished-knob-test"]  # noqa: SLF001  no unregister
+    policies.unregister("vanished-knob-test")
     del it
     gc.collect()
 

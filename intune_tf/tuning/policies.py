@@ -258,6 +258,11 @@ def register(name: str, factory: Callable[[IntuneOptions], Policy]) -> None:
   _REGISTRY[name] = factory
 
 
+def unregister(name: str) -> None:
+  """Forgets a name given to `register` (nothing if it is unknown)."""
+  _REGISTRY.pop(name, None)
+
+
 def names() -> list[str]:
   return sorted(_REGISTRY)
 
