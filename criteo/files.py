@@ -7,6 +7,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+from typing import Callable
 
 from intune_tf.criteo import synthetic
 
@@ -21,6 +22,40 @@ def default_cache_dir() -> pathlib.Path:
   if env:
     return pathlib.Path(env)
   return pathlib.Path.home() / ".cache" / "intune_tf" / "criteo"
+
+
+def cached_folder(base: pathlib.Path, name: str,
+                  write: Callable[[pathlib.Path], None]) -> pathlib.Path:
+  """`base / name`, written once by `write`.
+
+  `write` fills a temporary folder beside the target, which is renamed into
+  place when done: readers never see half a set, and of two processes
+  writing the same set one wins and the other uses its result.
+
+  Args:
+    base: The cache folder (made if missing).
+    name: The set's folder name; it should change when the contents would.
+    write: Fills the folder it is given.
+
+  Returns:
+    `base / name`.
+  """
+  target = base / name
+  if not (target / _DONE).exists():
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+    try:
+      write(tmp)
+      (tmp / _DONE).write_text("ok\n")
+      try:
+        os.replace(tmp, target)
+      except OSError:  # Another process made it first.
+        if not (target / _DONE).exists():
+          raise
+    finally:
+      if tmp.exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+  return target
 
 
 def default_files(rows: int = 200_000,
@@ -44,21 +79,10 @@ def default_files(rows: int = 200_000,
   """
   base = pathlib.Path(cache_dir) if cache_dir else default_cache_dir()
   digest = hashlib.sha256(synthetic.STATS_PATH.read_bytes()).hexdigest()[:8]
-  target = base / f"synthetic-r{rows}-s{seed}-f{rows_per_file}-{digest}"
-  if not (target / _DONE).exists():
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
-    try:
-      synthetic.generate(rows, tmp, seed=seed, rows_per_file=rows_per_file)
-      (tmp / _DONE).write_text("ok\n")
-      try:
-        os.replace(tmp, target)
-      except OSError:  # Another process made it first.
-        if not (target / _DONE).exists():
-          raise
-    finally:
-      if tmp.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
+  target = cached_folder(
+      base, f"synthetic-r{rows}-s{seed}-f{rows_per_file}-{digest}",
+      lambda out: synthetic.generate(rows, out, seed=seed,
+                                     rows_per_file=rows_per_file))
   return sorted(str(p) for p in target.glob("part-*.tsv"))
 
 

@@ -144,6 +144,26 @@ def test_default_files_are_generated_once(tmp_path):
   assert __import__("os").path.getmtime(stamp) == mtime
 
 
+def test_cached_folder_is_written_once_and_never_half(tmp_path):
+  calls = []
+
+  def write(out):
+    calls.append(out)
+    (out / "part-0").write_text("x")
+
+  def fail(out):
+    (out / "part-0").write_text("half")
+    raise OSError("disk full")
+
+  with pytest.raises(OSError, match="disk full"):
+    files.cached_folder(tmp_path, "set", fail)
+  assert list(tmp_path.iterdir()) == []  # neither the set nor a temporary
+  target = files.cached_folder(tmp_path, "set", write)
+  assert files.cached_folder(tmp_path, "set", write) == target
+  assert len(calls) == 1 and (target / "part-0").read_text() == "x"
+  assert [p.name for p in tmp_path.iterdir()] == ["set"]
+
+
 def test_real_sample_files(criteo_real_dir):
   found = files.real_sample_files()
   assert found is not None

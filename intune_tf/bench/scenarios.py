@@ -1,4 +1,9 @@
-"""Benchmark scenarios: the pipelines `intune bench` runs policies on."""
+"""Benchmark scenarios: the pipelines `intune bench` runs policies on.
+
+The Criteo text pipelines (`criteo-l*`, `resize`, `sharded`), `memory-cap`,
+and two pipelines of other shapes from `workloads`: `tfrecord-examples` and
+`image-augment`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Callable, Mapping
 
 import tensorflow as tf
 
+from intune_tf.bench import workloads
 from intune_tf.criteo import files
 from intune_tf.criteo import pipelines
 
@@ -86,6 +92,31 @@ def _big_elements(parallelism=None):
           tf.data.AUTOTUNE)
 
 
+def _examples(parallelism=None):
+  return workloads.examples_pipeline(workloads.examples_files(),
+                                     parallelism=parallelism)
+
+
+def _examples_prefixes():
+  """One thread per stage; each prefix adds one stage to the previous."""
+  one = {s: 1 for s in workloads.EXAMPLES_TUNABLE}
+  def make(last):
+    return lambda: workloads.examples_pipeline(
+        workloads.examples_files(), parallelism=one, last_stage=last)
+  return (("read+batch", make("batch")), ("parse", make("parse")),
+          ("features", make("features")))
+
+
+def _images(parallelism=None):
+  return workloads.images_pipeline(parallelism=parallelism)
+
+
+# One substantial stage (decode); the ceiling's one prefix is the whole
+# pipeline with one thread (it counts the batch copy with decode).
+_IMAGES_PREFIXES = (("decode+batch", functools.partial(
+    workloads.images_pipeline, parallelism={"decode": 1, "prefetch": 1})),)
+
+
 @functools.cache
 def all_scenarios() -> dict[str, Scenario]:
   result = {}
@@ -107,6 +138,17 @@ def all_scenarios() -> dict[str, Scenario]:
       "memory-cap", "8 MB elements, prefetch(AUTOTUNE), bursty consumer, "
       "64 MB budget", _big_elements, 1, ram_budget=64 * MB, pause_every=50,
       pause_s=0.3)
+  result["tfrecord-examples"] = Scenario(
+      "tfrecord-examples", "TFRecord of tf.train.Example (13 int64, 26 "
+      "bytes features): interleave, batch, parse_example, hashing; batch "
+      f"{workloads.EXAMPLES_BATCH}", _examples, workloads.EXAMPLES_BATCH,
+      prefixes=_examples_prefixes())
+  result["image-augment"] = Scenario(
+      "image-augment", f"{workloads.IMAGE_SIZE}x{workloads.IMAGE_SIZE} JPEGs "
+      "in memory: decode, "
+      "random crop, flip, brightness, normalize; batch "
+      f"{workloads.IMAGES_BATCH}", _images, workloads.IMAGES_BATCH,
+      prefixes=_IMAGES_PREFIXES)
   return result
 
 
