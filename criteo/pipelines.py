@@ -35,7 +35,7 @@ UDFs:
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -188,18 +188,35 @@ class _Heavy:
     return out, label
 
 
-def _stage_parallelism(parallelism: Mapping[str, int] | None,
-                       level: int) -> dict[str, int]:
+def fixed_parallelism(parallelism: Mapping[str, int] | None,
+                      tunable: Sequence[str]) -> dict[str, int]:
+  """Each tunable stage's parallelism: the value given, else AUTOTUNE.
+
+  Args:
+    parallelism: `{stage: parallelism}` (None: all AUTOTUNE).
+    tunable: The stages a pipeline lets `parallelism` fix.
+
+  Returns:
+    `{stage: value}` for every stage of `tunable`.
+
+  Raises:
+    ValueError: an unknown stage, or a value below 1 (other than AUTOTUNE).
+  """
   parallelism = dict(parallelism or {})
-  unknown = set(parallelism) - set(TUNABLE_STAGES)
+  unknown = set(parallelism) - set(tunable)
   if unknown:
     raise ValueError(f"unknown stage(s) {sorted(unknown)} in parallelism; "
-                     f"tunable stages are {TUNABLE_STAGES}")
+                     f"tunable stages are {tuple(tunable)}")
   for name, value in parallelism.items():
     if value != tf.data.AUTOTUNE and int(value) < 1:
       raise ValueError(f"parallelism[{name!r}] must be >= 1 or AUTOTUNE")
-  return {s: int(parallelism.get(s, tf.data.AUTOTUNE))
-          for s in STAGES[level] if s in TUNABLE_STAGES}
+  return {s: int(parallelism.get(s, tf.data.AUTOTUNE)) for s in tunable}
+
+
+def _stage_parallelism(parallelism: Mapping[str, int] | None,
+                       level: int) -> dict[str, int]:
+  par = fixed_parallelism(parallelism, TUNABLE_STAGES)
+  return {s: par[s] for s in STAGES[level] if s in par}
 
 
 def pipeline(level: int,

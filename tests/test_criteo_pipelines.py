@@ -2,6 +2,7 @@
 
 import math
 
+from _stages import parallel_calls
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -94,26 +95,14 @@ def test_shuffle_is_seeded(synthetic_files):
   assert not np.array_equal(first(5), first(6))
 
 
-def _parallel_calls(ds):
-  """Each tf.data stage's num_parallel_calls (or buffer size), output first."""
-  found = []
-  while ds is not None:
-    for attr in ("_num_parallel_calls", "_buffer_size"):
-      value = getattr(ds, attr, None)
-      if value is not None:
-        found.append((type(ds).__name__, int(value)))
-    ds = getattr(ds, "_input_dataset", None)
-  return found
-
-
 def test_fixed_parallelism_replaces_autotune(synthetic_files):
   ds = pipelines.pipeline(5, synthetic_files, batch_size=64, parallelism={
       "read": 2, "batch": 1, "parse": 3, "features": 2, "heavy": 4,
       "prefetch": 5})
-  values = [v for _, v in _parallel_calls(ds)]
+  values = [v for _, v in parallel_calls(ds)]
   # prefetch 5, heavy 4, features 2, parse 3, batch 1; shuffle buffer 16384.
   assert values[:6] == [5, 4, 2, 3, 1, 16_384]
-  auto = [v for _, v in _parallel_calls(pipelines.pipeline(
+  auto = [v for _, v in parallel_calls(pipelines.pipeline(
       5, synthetic_files, batch_size=64))]
   assert auto[:5] == [tf.data.AUTOTUNE] * 5
   next(iter(ds))

@@ -4,6 +4,7 @@
 import json
 import types
 
+from _stages import parallel_calls
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -35,18 +36,6 @@ def _take(ds, n):
 
 def _assert_same(a, b):
   tf.nest.map_structure(np.testing.assert_array_equal, a, b)
-
-
-def _parallel_calls(ds):
-  """Each stage's num_parallel_calls (or buffer size), output first."""
-  found = []
-  while ds is not None:
-    for attr in ("_num_parallel_calls", "_buffer_size"):
-      value = getattr(ds, attr, None)
-      if value is not None:
-        found.append((type(ds).__name__, int(value)))
-    ds = getattr(ds, "_input_dataset", None)
-  return found
 
 
 def test_examples_files_are_cached_and_complete(tmp_path):
@@ -112,9 +101,9 @@ def test_examples_fixed_parallelism():
   fixed = scenario.make({"read": 1, "parse": 1, "features": 2,
                          "prefetch": 3})
   # prefetch 3, features 2, parse 1, read (interleave) 1.
-  assert [v for _, v in _parallel_calls(fixed)] == [3, 2, 1, 1]
+  assert [v for _, v in parallel_calls(fixed)] == [3, 2, 1, 1]
   auto = scenario.make(None)
-  assert [v for _, v in _parallel_calls(auto)] == [AUTO] * 4
+  assert [v for _, v in parallel_calls(auto)] == [AUTO] * 4
   _assert_same(_take(fixed, 2), _take(auto, 2))
   with pytest.raises(ValueError, match="unknown stage"):
     scenario.make({"decode": 1})
@@ -131,7 +120,7 @@ def test_examples_prefixes_add_one_stage_each():
   assert set(specs[1]) == set(schema.FIELD_NAMES)
   assert specs[2] == scenario.make(None).element_spec
   last = scenario.prefixes[-1][1]()
-  assert all(v == 1 for _, v in _parallel_calls(last))
+  assert all(v == 1 for _, v in parallel_calls(last))
 
 
 def test_image_scenario_batches():
@@ -173,15 +162,15 @@ def test_image_augmentation_varies_per_element():
 def test_image_fixed_parallelism():
   scenario = scenarios.get("image-augment")
   fixed = scenario.make({"decode": 1, "prefetch": 2})
-  assert [v for _, v in _parallel_calls(fixed)] == [2, 1]
+  assert [v for _, v in parallel_calls(fixed)] == [2, 1]
   auto = scenario.make(None)
-  assert [v for _, v in _parallel_calls(auto)] == [AUTO, AUTO]
+  assert [v for _, v in parallel_calls(auto)] == [AUTO, AUTO]
   _assert_same(_take(fixed, 2), _take(auto, 2))
   with pytest.raises(ValueError, match="unknown stage"):
     scenario.make({"batch": 1})
   (name, make), = scenario.prefixes
   assert name == "decode+batch"
-  assert [v for _, v in _parallel_calls(make())] == [1, 1]
+  assert [v for _, v in parallel_calls(make())] == [1, 1]
 
 
 @pytest.mark.slow

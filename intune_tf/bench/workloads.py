@@ -40,32 +40,6 @@ from intune_tf.criteo import pipelines
 from intune_tf.criteo import schema
 from intune_tf.criteo import synthetic
 
-
-def _fixed(parallelism: Mapping[str, int] | None,
-           tunable: tuple[str, ...]) -> dict[str, int]:
-  """Each tunable stage's parallelism: the fixed value given, else AUTOTUNE.
-
-  Args:
-    parallelism: `{stage: parallelism}` (None: all AUTOTUNE).
-    tunable: The stages a pipeline lets `parallelism` fix.
-
-  Returns:
-    `{stage: value}` for every stage of `tunable`.
-
-  Raises:
-    ValueError: an unknown stage, or a value below 1 (other than AUTOTUNE).
-  """
-  parallelism = dict(parallelism or {})
-  unknown = sorted(set(parallelism) - set(tunable))
-  if unknown:
-    raise ValueError(f"unknown stage(s) {unknown} in parallelism; tunable "
-                     f"stages are {tunable}")
-  for name, value in parallelism.items():
-    if value != tf.data.AUTOTUNE and int(value) < 1:
-      raise ValueError(f"parallelism[{name!r}] must be >= 1 or AUTOTUNE")
-  return {s: int(parallelism.get(s, tf.data.AUTOTUNE)) for s in tunable}
-
-
 # --- tfrecord-examples -----------------------------------------------------
 
 EXAMPLES_STAGES: tuple[str, ...] = ("read", "batch", "parse", "features",
@@ -217,7 +191,7 @@ def examples_pipeline(paths: Iterable[str],
     raise ValueError(f"last_stage must be one of {EXAMPLES_STAGES}, got "
                      f"{last_stage!r}")
   stages = EXAMPLES_STAGES[:EXAMPLES_STAGES.index(last_stage) + 1]
-  par = _fixed(parallelism, EXAMPLES_TUNABLE)
+  par = pipelines.fixed_parallelism(parallelism, EXAMPLES_TUNABLE)
   paths = list(paths)
   read = par["read"]
   cycle = max(1, min(len(paths), max(os.cpu_count() or 1, read)))
@@ -330,7 +304,7 @@ def images_pipeline(jpegs: Iterable[bytes] | None = None,
   """
   if jpegs is None:
     jpegs, labels = jpeg_images()
-  par = _fixed(parallelism, IMAGES_TUNABLE)
+  par = pipelines.fixed_parallelism(parallelism, IMAGES_TUNABLE)
   ds = tf.data.Dataset.from_tensor_slices((
       tf.constant(list(jpegs), tf.string),
       tf.constant(list(labels), tf.int64))).repeat().enumerate()
