@@ -73,6 +73,3 @@ def run(argv: Sequence[str] | None = None) -> None:
   app.run(_main, argv=[sys.argv[0]] + list(argv) if argv is not None else None,
           flags_parser=lambda a: parser().parse_args(a[1:]))
 
-
-if __name__ == "__main__":
-  run()

@@ -28,6 +28,16 @@ def test_commands_without_the_extra_say_what_to_install(tmp_path):
 
 
 @pytest.mark.slow
+def test_python_dash_m_runs_the_command(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "intune_tf", "inspect", "--status-dir",
+       str(tmp_path)], capture_output=True, text=True, timeout=300,
+      check=False, cwd=tmp_path)
+  assert result.returncode == 1, result.stderr[-2000:]
+  assert result.stdout.startswith("no running InTune job found")
+
+
+@pytest.mark.slow
 def test_other_commands_work_without_the_extra(tmp_path):
   result = _intune(tmp_path, "inspect", "--status-dir", str(tmp_path))
   assert result.returncode == 1  # nothing running, and no import error
