@@ -12,9 +12,9 @@ from intune_tf.bench import scenarios
 
 def test_ceiling_arithmetic():
   # 2 CPUs / (1.27 + 1.86 + 0.50) us per row = 2 / 3.63e-6 = 550,964 rows/s.
-  assert harness.ceiling_rows_per_s(2, [1.27e-6, 1.86e-6, 0.50e-6]) == (
+  assert harness.work_estimate_rows_per_s(2, [1.27e-6, 1.86e-6, 0.50e-6]) == (
       pytest.approx(550_964, rel=1e-5))
-  assert harness.ceiling_rows_per_s(2, []) == float("inf")
+  assert harness.work_estimate_rows_per_s(2, []) == float("inf")
 
 
 # Windows (t, rows/s) of a run with CPU changes at 0 s (start, 1 CPU),
@@ -45,6 +45,17 @@ def test_churn_counts_samples_that_changed_a_knob(values, expected):
 def test_regret_against_the_best_static_configuration(rate, best, expected):
   assert harness.regret(rate, best) == (
       None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize("runs, expected", [
+    ([(2, 10e-6), (2, 8e-6)], 250_000.0),   # 2 / 8e-6
+    ([(1, 4e-6), (2, 10e-6)], 500_000.0),   # the most CPUs, the least CPU
+    ([(2, 0.0), (0, 5e-6)], None),          # nothing measured both
+    ([], None),
+])
+def test_cpu_ceiling_by_hand(runs, expected):
+  got = harness.cpu_ceiling(runs)
+  assert got == (None if expected is None else pytest.approx(expected))
 
 
 def test_phase_targets_take_the_second_half_of_each_phase():
@@ -110,7 +121,7 @@ def test_runs_summary_and_markdown(tmp_path):
   h = harness.Harness(seconds=1.0, warmup=0.3,
                       trace_path=str(tmp_path / "trace.jsonl"))
   scenario = _tiny()
-  h.measure_ceiling(scenario, seconds=0.5)
+  h.measure_work_estimate(scenario, seconds=0.5)
   policies = ("autotune", "autotune-stage-based", "even", "unoptimized")
   for policy in policies:
     run = h.run(scenario, policy, 0)
@@ -120,8 +131,11 @@ def test_runs_summary_and_markdown(tmp_path):
   entry = summary["scenarios"]["tiny"]
   assert entry["ceiling_rows_per_s"] > 0
   assert entry["policies"]["autotune"]["vs_autotune"] == 1.0
+  assert entry["work_estimate_rows_per_s"] > 0
   for p in entry["policies"].values():
     assert p["whole_run_rows_per_s"] > 0 and p["changes"] >= 0
+    # A bound by construction: no policy's median exceeds it.
+    assert 0 < p["of_ceiling"] <= 1 and p["cpu_seconds_per_row"] > 0
     assert p["regret"] is None  # no oracle in this run
   assert set(entry["policies"]) == set(policies)
   # The best live baseline: the fastest of all but "unoptimized".

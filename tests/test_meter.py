@@ -17,7 +17,8 @@ class _Clock:
 
 def test_the_window_opens_at_the_first_count_after_the_warmup():
   clock = _Clock()
-  meter = meter_lib.Meter(seconds=4.0, warmup=1.0, clock=clock)
+  meter = meter_lib.Meter(seconds=4.0, warmup=1.0, clock=clock,
+                          cpu_clock=lambda: 2 * clock.now)  # 2 busy CPUs
   for t, rows in [(0.5, 10), (1.5, 10), (2.5, 20), (4.5, 30)]:
     clock.now = 100.0 + t
     assert meter.running()
@@ -26,6 +27,8 @@ def test_the_window_opens_at_the_first_count_after_the_warmup():
   # 20 + 30 rows over 4.5 - 1.5 = 3 s.
   assert meter.rows == 50 and meter.counts == 4
   assert meter.rows_per_s == pytest.approx(50 / 3.0)
+  # CPU over the window: 2 x (4.5 - 1.5) = 6 s for 50 rows.
+  assert meter.cpu_seconds_per_row == pytest.approx(6.0 / 50)
   # The whole run: all 70 rows over the 4.5 s to the last count.
   assert meter.whole_run_rows_per_s == pytest.approx(70 / 4.5)
   clock.now = 105.0  # warm-up + seconds = 5 s
@@ -36,6 +39,7 @@ def test_no_rate_before_two_counts_in_the_window():
   clock = _Clock()
   meter = meter_lib.Meter(seconds=1.0, clock=clock)
   assert meter.rows_per_s == 0.0 and meter.whole_run_rows_per_s == 0.0
+  assert meter.cpu_seconds_per_row == 0.0
   meter.count(5)
   assert meter.rows_per_s == 0.0 and meter.measured_s == 0.0
 

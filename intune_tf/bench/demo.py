@@ -116,7 +116,7 @@ def measure_ceiling(files: Sequence[str], level: int, batch_size: int,
 
   Each stage's single-threaded CPU cost comes from the prefix pipelines
   L1..L`level`; ceiling = usable CPUs / their sum (see
-  `harness.Harness.measure_ceiling`). It is the input pipeline's ceiling:
+  `harness.Harness.measure_work_estimate`). It is the input pipeline's ceiling:
   `model.fit` also spends CPU on the model, on the same cores.
 
   Returns:
@@ -138,7 +138,7 @@ def measure_ceiling(files: Sequence[str], level: int, batch_size: int,
       prefixes=tuple((stage_names[k], prefix(k)) for k in range(1, level + 1)))
   h = harness.Harness(seconds=0.0, warmup=0.0)
   try:
-    ceiling = h.measure_ceiling(scenario, seconds=seconds)
+    ceiling = h.measure_work_estimate(scenario, seconds=seconds)
   finally:
     h.close()
   return ceiling, h.stage_costs["demo"]

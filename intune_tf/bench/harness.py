@@ -3,9 +3,10 @@
 Every policy runs on every chosen scenario in ONE process, interleaved
 (A B C A B C ...), with repeats. Per policy: median, min and max rows/s after
 the warm-up, the ratio to `autotune` and to the best live baseline, the
-fraction of the ceiling, the whole run's rows/s (warm-up included) and its
-regret against the oracle's (`regret`), the configuration changes seen
-(`churn`), and the peak of buffered bytes.
+fraction of the ceiling (`cpu_ceiling`, a bound on every run), the whole
+run's rows/s (warm-up included) and its regret against the oracle's
+(`regret`), the configuration changes seen (`churn`), the process CPU time
+per row, and the peak of buffered bytes.
 """
 
 from __future__ import annotations
@@ -78,14 +79,40 @@ def check_policies(names: Sequence[str]) -> None:
       raise ValueError(f"Unknown policy {name!r}. Valid policies: {valid}.")
 
 
-def ceiling_rows_per_s(cpus: float, seconds_per_row: Sequence[float]) -> float:
-  """Work ceiling: usable CPUs / sum of the stages' CPU-seconds per row.
+def work_estimate_rows_per_s(cpus: float,
+                             seconds_per_row: Sequence[float]) -> float:
+  """Work estimate: usable CPUs / sum of the stages' single-threaded
+  CPU-seconds per row. Not a bound: a tuned pipeline can spend less per row
+  than its stages did alone (see `cpu_ceiling`).
 
   Example: 2 CPUs, stages costing 1.27, 1.86 and 0.50 us/row:
   2 / 3.63e-6 = 550,964 rows/s.
   """
   total = sum(seconds_per_row)
   return cpus / total if total > 0 else float("inf")
+
+
+def cpu_ceiling(runs: Sequence[tuple[float, float]]) -> float | None:
+  """The rows/s that no run of a scenario can exceed: the most CPUs any run
+  had / the least process CPU time per row any run spent.
+
+  A run's rate is at most its CPUs / its own CPU time per row (a process
+  cannot spend more CPU time than CPUs x seconds), so every run, and every
+  median, is at most this; "of ceiling" is at most 1 by construction.
+
+  Args:
+    runs: (usable CPUs, process CPU-seconds per row) of each run.
+
+  Returns:
+    The ceiling in rows/s; None without a run that measured both.
+
+  Example: (2 CPUs, 10 us/row) and (2 CPUs, 8 us/row) -> 2 / 8e-6 =
+  250,000 rows/s.
+  """
+  measured = [(c, s) for c, s in runs if c > 0 and s > 0]
+  if not measured:
+    return None
+  return max(c for c, _ in measured) / min(s for _, s in measured)
 
 
 def _phases(events: Sequence[tuple[float, int]]):
@@ -173,6 +200,8 @@ class Run:
   repeat: int
   rows_per_s: float = 0.0
   whole_run_rows_per_s: float = 0.0
+  cpu_seconds_per_row: float = 0.0  # process CPU time, measured window
+  usable_cpus: int = 0  # the most seen during the run
   windows: list = dataclasses.field(default_factory=list)   # (t, rows/s)
   knobs: list = dataclasses.field(default_factory=list)     # (t, {name: v})
   peak_buffered_bytes: int = 0
@@ -275,7 +304,7 @@ class Harness:
     self.warm_start = warm_start
     self.cpu_budget, self.ram_budget = cpu_budget, ram_budget
     self.runs: list[Run] = []
-    self.ceilings: dict[str, float] = {}
+    self.work_estimates: dict[str, float] = {}
     self.stage_costs: dict[str, dict[str, float]] = {}
     self.oracle: dict[str, dict] = {}
     self._trace = open(trace_path, "a") if trace_path else None
@@ -322,9 +351,9 @@ class Harness:
     return intune_tf.tune(scenario.make(None),
                           self._options(policy, scenario, config))
 
-  def measure_ceiling(self, scenario: scenarios_lib.Scenario,
-                      seconds: float = 3.0) -> float:
-    """The work ceiling: usable CPUs / the stages' CPU-seconds per row.
+  def measure_work_estimate(self, scenario: scenarios_lib.Scenario,
+                            seconds: float = 3.0) -> float:
+    """The work estimate: usable CPUs / the stages' CPU-seconds per row.
 
     Each stage's cost is measured single-threaded: the scenario's prefix
     pipelines run one after the other with one thread per stage, each cost
@@ -346,9 +375,10 @@ class Harness:
       del it
       gc.collect()
     self.stage_costs[scenario.name] = costs
-    ceiling = ceiling_rows_per_s(host.usable_cpus(), list(costs.values()))
-    self.ceilings[scenario.name] = ceiling
-    return ceiling
+    estimate = work_estimate_rows_per_s(host.usable_cpus(),
+                                        list(costs.values()))
+    self.work_estimates[scenario.name] = estimate
+    return estimate
 
   def search_oracle(self, scenario: scenarios_lib.Scenario,
                     settle: float = 0.5, measure: float = 1.5) -> dict:
@@ -458,7 +488,7 @@ class Harness:
     filling `result`; `restart`: a new iterator (restored from a checkpoint
     of the old) whenever the usable CPUs change."""
     meter = meter_lib.Meter(self.seconds, self.warmup, window_s=WINDOW_S)
-    cpus_seen = host.usable_cpus()
+    cpus_seen = result.usable_cpus = host.usable_cpus()
     with meter_lib.PeakSampler(probe.buffered,
                                sample_period_s(scenario)) as sampler:
       while meter.running():
@@ -470,11 +500,14 @@ class Harness:
           at = round(window[0], 3)
           result.windows.append((at, window[1]))
           result.knobs.append((at, probe.knob_values()))
-          if restart and host.usable_cpus() != cpus_seen:
-            cpus_seen = host.usable_cpus()
+          cpus = host.usable_cpus()
+          result.usable_cpus = max(result.usable_cpus, cpus)
+          if restart and cpus != cpus_seen:
+            cpus_seen = cpus
             probe.iterator = _restart(ds, probe.iterator)
       result.rows_per_s = meter.rows_per_s
       result.whole_run_rows_per_s = meter.whole_run_rows_per_s
+      result.cpu_seconds_per_row = meter.cpu_seconds_per_row
     result.peak_buffered_bytes = sampler.peak
 
   def run_all(self, scenario_names: Sequence[str], policy_names: Sequence[str],
@@ -486,8 +519,8 @@ class Harness:
                            ("oracle" in policy_names))
     with tqdm(total=total, desc="intune bench", unit="run") as bar:
       for scenario in chosen:
-        bar.set_postfix_str(f"{scenario.name}: ceiling")
-        self.measure_ceiling(scenario)
+        bar.set_postfix_str(f"{scenario.name}: stage costs")
+        self.measure_work_estimate(scenario)
         bar.update()
         if "oracle" in policy_names:
           bar.set_postfix_str(f"{scenario.name}: oracle search")
@@ -510,14 +543,17 @@ class Harness:
       by_scenario.setdefault(run.scenario, {}).setdefault(
           run.policy, []).append(run)
     for name, per_policy in by_scenario.items():
-      ceiling = self.ceilings.get(name)
+      ceiling = cpu_ceiling([(r.usable_cpus, r.cpu_seconds_per_row)
+                             for runs in per_policy.values() for r in runs])
       base = per_policy.get("autotune")
       base_median = (statistics.median(r.rows_per_s for r in base)
                      if base else None)
       live = {p: statistics.median(r.rows_per_s for r in runs)
               for p, runs in per_policy.items() if p in LIVE_BASELINES}
       best = max(live, key=live.get) if live else None
-      entry = {"ceiling_rows_per_s": ceiling, "policies": {},
+      entry = {"ceiling_rows_per_s": ceiling,
+               "work_estimate_rows_per_s": self.work_estimates.get(name),
+               "policies": {},
                "best_baseline": best,
                "stage_seconds_per_row": self.stage_costs.get(name, {})}
       if name in self.oracle:
@@ -551,6 +587,8 @@ class Harness:
                 r.whole_run_rows_per_s for r in runs),
             "regret": (statistics.median(regrets) if best_static else None),
             "changes": statistics.median(churn(r.knobs) for r in runs),
+            "cpu_seconds_per_row": statistics.median(
+                r.cpu_seconds_per_row for r in runs),
             "runs": [dataclasses.asdict(r) for r in runs]}
         if targets:
           entry["policies"][policy]["recovery_s"] = [
@@ -566,6 +604,13 @@ class Harness:
       ceiling = entry["ceiling_rows_per_s"]
       lines.append(f"### {name}: ceiling {ceiling:,.0f} rows/s"
                    if ceiling else f"### {name}")
+      if ceiling:
+        lines.append("ceiling: the most usable CPUs / the least process CPU "
+                     "time per row of any run here (no run can exceed it)")
+      if entry.get("work_estimate_rows_per_s"):
+        lines.append("work estimate (usable CPUs / single-threaded stage "
+                     f"costs): {entry['work_estimate_rows_per_s']:,.0f} "
+                     "rows/s")
       if entry.get("stage_seconds_per_row"):
         lines.append("stage CPU cost, single-threaded (us/row): " + ", ".join(
             f"{k} {v * 1e6:.2f}"
@@ -581,8 +626,8 @@ class Harness:
       lines.append("")
       lines.append("| policy | rows/s (median) | min | max | vs autotune | vs "
                    "best baseline | of ceiling | whole run rows/s | regret "
-                   "vs oracle | changes | peak buffered MB |")
-      lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                   "vs oracle | changes | CPU us/row | peak buffered MB |")
+      lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
       ratio = lambda x: f"{x:.2f}x" if x else "-"
       for policy, p in entry["policies"].items():
         of = f"{p['of_ceiling']:.2f}" if p["of_ceiling"] else "-"
@@ -593,6 +638,7 @@ class Harness:
                      f"{ratio(p.get('vs_best_baseline'))} | {of} | "
                      f"{p['whole_run_rows_per_s']:,.0f} | {lost} | "
                      f"{p['changes']:g} | "
+                     f"{p['cpu_seconds_per_row'] * 1e6:.2f} | "
                      f"{p['peak_buffered_bytes'] / 2**20:,.1f} |")
       lines.append("")
       if "recovery_targets" in entry:

@@ -34,13 +34,18 @@ class Meter:
     warmup: Seconds counted but not measured. Default 0.
     window_s: Length of the rate-over-time windows; None (default): none.
     clock: Monotonic clock in seconds. Default `time.monotonic`.
+    cpu_clock: The process's CPU time in seconds, all threads. Default
+      `time.process_time`.
   """
 
   def __init__(self, seconds: float, warmup: float = 0.0,
                window_s: float | None = None,
-               clock: Callable[[], float] = time.monotonic):
+               clock: Callable[[], float] = time.monotonic,
+               cpu_clock: Callable[[], float] = time.process_time):
     self.seconds, self.warmup, self.window_s = seconds, warmup, window_s
-    self._clock = clock
+    self._clock, self._cpu_clock = clock, cpu_clock
+    self._cpu_from: float | None = None
+    self.cpu_seconds = 0.0  # process CPU time over the measured window
     self.start = clock()
     self.counts = 0  # calls of `count`, warm-up included
     self.rows = 0  # rows in the measured window
@@ -72,9 +77,11 @@ class Meter:
     if now - self.start >= self.warmup:
       if self.measured_from is None:
         self.measured_from = now
+        self._cpu_from = self._cpu_clock()
       else:
         self.rows += rows
         self.last = now
+        self.cpu_seconds = self._cpu_clock() - self._cpu_from
     if self.window_s is None:
       return None
     self._window_rows += rows
@@ -97,6 +104,12 @@ class Meter:
     """Rows per second over the measured window (0.0 before it has any)."""
     return self.rows / self.measured_s if self.measured_s > 0 else 0.0
 
+
+  @property
+  def cpu_seconds_per_row(self) -> float:
+    """The process's CPU time per row over the measured window, every
+    thread counted (0.0 before the window has rows)."""
+    return self.cpu_seconds / self.rows if self.rows else 0.0
 
   @property
   def whole_run_rows_per_s(self) -> float:
