@@ -292,6 +292,21 @@ def sample_chunk(stats: dict[str, Any], n: int, rng: np.random.Generator,
           "sparse": sparse, "sparse_missing": sparse_missing}
 
 
+def hex_digits(ids: np.ndarray) -> np.ndarray:
+  """The low 32 bits of each id as 8 lower-case hexadecimal ASCII digits.
+
+  Example: 0x2a -> b"0000002a" (the last axis holds the 8 digits).
+
+  Args:
+    ids: Integer ids of any shape.
+
+  Returns:
+    uint8 array of shape `ids.shape + (8,)`.
+  """
+  shifts = np.arange(28, -1, -4, dtype=np.uint32)
+  return _HEX[(ids.astype(np.uint32)[..., None] >> shifts) & np.uint32(15)]
+
+
 def format_rows(chunk: dict[str, np.ndarray]) -> bytes:
   """Formats sampled rows as dac-layout TSV lines, vectorized.
 
@@ -327,9 +342,7 @@ def format_rows(chunk: dict[str, np.ndarray]) -> bytes:
   dense[:, :, _DIGITS] = 9
   # Categoricals: 8 hexadecimal characters and a tab each.
   sparse = grid[:, stop:].reshape(n, schema.NUM_SPARSE, 9)
-  ids = chunk["sparse"].astype(np.uint32)
-  for i in range(8):
-    sparse[:, :, i] = _HEX[(ids >> np.uint32(28 - 4 * i)) & np.uint32(15)]
+  sparse[:, :, :8] = hex_digits(chunk["sparse"])
   sparse[chunk["sparse_missing"], :8] = 0
   sparse[:, :, 8] = 9
   sparse[:, -1, 8] = 10

@@ -145,3 +145,14 @@ def test_compare_writes_a_png(tmp_path, criteo_real_dir):
 def test_generate_rejects_bad_sizes(tmp_path):
   with pytest.raises(ValueError):
     synthetic.generate(10, tmp_path, rows_per_file=0)
+
+
+@pytest.mark.parametrize("ids, expected", [
+    ([0x2a], [b"0000002a"]),
+    ([[0, 0xdeadbeef]], [[b"00000000", b"deadbeef"]]),
+    ([0x1_0000_0001], [b"00000001"]),  # the low 32 bits only
+])
+def test_hex_digits(ids, expected):
+  digits = synthetic.hex_digits(np.array(ids, np.int64))
+  assert digits.shape == np.array(ids).shape + (8,)
+  assert digits.view("S8")[..., 0].tolist() == expected

@@ -51,15 +51,6 @@ EXAMPLES_ROWS = 131_072
 EXAMPLES_ROWS_PER_FILE = 16_384
 # Part of the cache folder's name: change it when the records change.
 _EXAMPLES_VERSION = b"tf-examples/1"
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
-_HEX_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
-
-
-def _hex_ids(ids: np.ndarray) -> np.ndarray:
-  """uint ids `[n, k]` -> their low 32 bits as 8 hex digits (`S8` `[n, k]`)."""
-  ids = ids.astype(np.uint32)[..., None]
-  digits = _HEX[(ids >> _HEX_SHIFTS) & np.uint32(15)]
-  return np.ascontiguousarray(digits).view("S8")[..., 0]
 
 
 def _serialized_examples(chunk: Mapping[str, np.ndarray]) -> Iterator[bytes]:
@@ -69,7 +60,8 @@ def _serialized_examples(chunk: Mapping[str, np.ndarray]) -> Iterator[bytes]:
                               tf.train.BytesList)
   rows = zip(chunk["label"].tolist(), chunk["dense"].tolist(),
              chunk["dense_missing"].tolist(),
-             _hex_ids(chunk["sparse"]).tolist(),
+             synthetic.hex_digits(chunk["sparse"]).view("S8")[..., 0]
+             .tolist(),
              chunk["sparse_missing"].tolist())
   for label, dense, dense_missing, sparse, sparse_missing in rows:
     values = {"label": feature(int64_list=int64s(value=[label]))}
