@@ -14,6 +14,8 @@ from setuptools.command import build_ext as _build_ext
 # Keep in sync with the `srcs` of BUILD (tests/test_build_files.py checks it).
 KERNEL_SOURCES = [
     "intune_tf/cc/kernels/intune_dataset_op.cc",
+    "intune_tf/cc/kernels/bounded_buffers.cc",
+    "intune_tf/cc/kernels/buffer_release_dataset_op.cc",
     "intune_tf/cc/kernels/control_ops.cc",
     "intune_tf/cc/kernels/session_registry.cc",
     "intune_tf/cc/kernels/untracked_dataset_op.cc",
@@ -34,6 +36,7 @@ KERNEL_SOURCES = [
     "rewrites/untrack_inner.cc",
 ]
 KERNEL_HEADERS = [
+    "intune_tf/cc/kernels/bounded_buffers.h",
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",
     "intune_tf/cc/kernels/tf_compat.h",

@@ -84,10 +84,13 @@ class IntuneOptions:
       smaller (the `raise_interleave_buffers` pass, `rewrites/passes.h`).
       Default 16: with TF's 3, each row read is a thread hand-off; on the
       Criteo L4 pipeline the deeper buffer halves the context switches per
-      row and gives 3-8% more rows/s. It holds at most (cycle_length +
-      prefetched inputs) * 16 records; the guard counts them in the
-      pipeline's buffered bytes but cannot lower this buffer, so it is at
-      most MAX_INTERLEAVE_BUFFER. None keeps TF's default.
+      row and gives 3-8% more rows/s. The guard bounds these buffers by
+      the RAM budget (down to one record per input, before any other
+      knob), so a raised interleave runs cycle_length workers; an
+      interleave given fewer (a fixed num_parallel_calls below its
+      cycle_length), or whose per-input datasets are not untracked
+      (inner_stats, symbolic checkpoints), keeps TF's buffers. At most
+      MAX_INTERLEAVE_BUFFER. None keeps TF's default.
     name: a label for the pipeline, shown in session listings. Default "".
     warm_start: start from the configuration (and fine-tuned agent) saved by
       earlier runs of the same pipeline on the same kind of machine, and save
@@ -134,9 +137,8 @@ class IntuneOptions:
         self.interleave_buffer > MAX_INTERLEAVE_BUFFER):
       raise ValueError(
           f"IntuneOptions.interleave_buffer is {self.interleave_buffer}, more "
-          f"than {MAX_INTERLEAVE_BUFFER} records per interleave input: the "
-          "budget guard cannot lower this buffer, so it could hold more "
-          "memory than ram_budget. Use at most "
+          f"than {MAX_INTERLEAVE_BUFFER} records per interleave input. Use "
+          "at most "
           f"{MAX_INTERLEAVE_BUFFER} (default {DEFAULT_INTERLEAVE_BUFFER}).")
     for field in ("include_fixed", "insert_prefetch", "inner_stats",
                   "warm_start"):

@@ -129,6 +129,20 @@ std::unordered_map<std::string, NodeDef*> NodesByName(FunctionDef* function) {
   return nodes;
 }
 
+std::string* ReturnedDataset(FunctionDef* function) {
+  if (function->signature().output_arg_size() != 1) return nullptr;
+  const std::string& out = function->signature().output_arg(0).name();
+  auto ret = function->mutable_ret()->find(out);
+  if (ret == function->mutable_ret()->end()) return nullptr;
+  std::string* returned = &ret->second;
+  for (NodeDef& node : *function->mutable_node_def()) {
+    if (node.name() == InputName(*returned) && IsFakeSink(node)) {
+      return node.mutable_input(0);
+    }
+  }
+  return returned;
+}
+
 NodeNames::NodeNames(const GraphDef& graph) {
   for (const NodeDef& node : graph.node()) names_.insert(node.name());
 }

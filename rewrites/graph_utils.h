@@ -24,6 +24,13 @@ namespace rewrites {
 inline constexpr int64_t kAutotune = -1;
 inline constexpr char kPrefetchOp[] = "PrefetchDataset";
 inline constexpr char kUntrackedOp[] = "IntuneUntrackedDataset";
+inline constexpr char kBufferReleaseOp[] = "IntuneBufferReleaseDataset";
+// Its node in the model, left out of stage names.
+inline constexpr char kBufferReleaseNode[] = "IntuneBufferRelease";
+// Attrs of the bounded interleave buffers (kernels/bounded_buffers.h): the
+// group both ops share, and the interleave's records per input.
+inline constexpr char kBufferGroupAttr[] = "buffer_group";
+inline constexpr char kRecordsPerInputAttr[] = "records_per_input";
 inline constexpr char kOutputTypes[] = "output_types";
 inline constexpr char kOutputShapes[] = "output_shapes";
 inline constexpr char kLegacyAutotune[] = "legacy_autotune";
@@ -86,6 +93,11 @@ Status CopyAttr(absl::string_view attr, const NodeDef& from, NodeDef* to);
 // The nodes of a graph by name (the last one of a name wins).
 std::unordered_map<std::string, NodeDef*> NodesByName(GraphDef* graph);
 std::unordered_map<std::string, NodeDef*> NodesByName(FunctionDef* function);
+
+// The reference to the dataset a single-output function returns: its ret,
+// or the input of the FakeSink Identity the ret points at; null if the
+// function has no ret for its output.
+std::string* ReturnedDataset(FunctionDef* function);
 
 // Node names of a graph, to make new ones unique.
 class NodeNames {

@@ -30,9 +30,19 @@ Status InsertPrefetch(GraphDef* graph, bool* structure_changed) {
     if (!IsParallelStage(producer.op())) continue;
     const auto uses = consumers.find(producer.name());
     if (uses == consumers.end()) continue;
+    // A bounded interleave's release op (raise_interleave_buffers) passes
+    // its elements through: what counts is what reads them from it.
     bool all_prefetch = true;
     for (const auto& [consumer, unused] : uses->second) {
-      all_prefetch &= consumer->op() == kPrefetchOp;
+      if (consumer->op() != kBufferReleaseOp) {
+        all_prefetch &= consumer->op() == kPrefetchOp;
+        continue;
+      }
+      const auto above = consumers.find(consumer->name());
+      if (above == consumers.end()) all_prefetch = false;
+      for (const auto& [reader, unused_index] : above->second) {
+        all_prefetch &= reader->op() == kPrefetchOp;
+      }
     }
     if (all_prefetch) continue;
 

@@ -68,7 +68,11 @@ Status UntrackInner(GraphDef* graph, bool* structure_changed);
 // input's worker stops after three rows and is woken again for each row
 // consumed: one thread hand-off per row. Only buffers still at TF's default
 // are changed, and only upwards; interleaves inside functions are left as
-// they are. Element values and order are unchanged.
+// they are, and so are interleaves whose function does not return an
+// IntuneUntrackedDataset (untrack_inner): that wrapper, given the
+// interleave's `buffer_group`, and an IntuneBufferReleaseDataset put above
+// the interleave let the budget guard bound the deeper buffers. Element
+// values and order are unchanged.
 Status RaiseInterleaveBuffers(int64_t elements, GraphDef* graph);
 
 // Sets, in every OptionsDataset's serialized_options, autotune.enabled =

@@ -75,20 +75,12 @@ std::string NodeOf(absl::string_view reference) {
 // element spec of `outer`, unless it already returns one.
 Status Wrap(const NodeDef& outer, FunctionDef* function,
             bool* structure_changed) {
-  const std::string& out = function->signature().output_arg(0).name();
-  auto ret = function->mutable_ret()->find(out);
-  if (ret == function->mutable_ret()->end()) {
+  std::string* returned = ReturnedDataset(function);
+  if (returned == nullptr) {
     return errors::InvalidArgument("function ", function->signature().name(),
-                                   " has no ret for its output ", out);
+                                   " has no ret for its output");
   }
   const auto nodes = NodesByName(function);
-  // The reference that holds the returned dataset: the ret, or the input of
-  // the FakeSink Identity the ret points at.
-  std::string* returned = &ret->second;
-  const auto sink = nodes.find(NodeOf(*returned));
-  if (sink != nodes.end() && IsFakeSink(*sink->second)) {
-    returned = sink->second->mutable_input(0);
-  }
   const auto current = nodes.find(NodeOf(*returned));
   if (current != nodes.end() && current->second->op() == kUntrackedOp) {
     return OkStatus();

@@ -25,7 +25,7 @@ from intune_tf.tuning import host
     ({"warm_start": "no"}, TypeError, "warm_start must be True or False"),
     ({"interleave_buffer": 0}, ValueError, "None keeps TF's default"),
     ({"interleave_buffer": 2.5}, TypeError, "interleave_buffer must be an int"),
-    ({"interleave_buffer": 10**6}, ValueError, "cannot lower this buffer"),
+    ({"interleave_buffer": 10**6}, ValueError, "records per interleave input"),
     # Used to abort the process (an int32 thread count gone negative).
     ({"max_cpus": 2**31}, ValueError, r"max_cpus is 2147483648, out of its "
      r"range 1\.\.8192\. Pass at most 8192, or None for TF's own runner"),

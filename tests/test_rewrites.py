@@ -348,33 +348,71 @@ def _interleave_buffer(graph_def):
   return _const(graph_def, _data_inputs(_one(graph_def, INTERLEAVE))[-3])
 
 
-@pytest.mark.parametrize("inner,block,expected", [
-    # Records (scalar strings), block 1: TF's 2 * 1 + 1 = 3 is raised to 16.
-    (_lines, 1, 16),
+# Only untrack_inner and the raise: the raise needs the wrapper.
+ONLY_RAISE = dict(insert_prefetch=False, untrack_inner=True)
+
+
+def _raised(graph_def):
+  """(records per input, workers, buffer group of the function's wrapper) of
+  the graph's bounded interleave, or None if it is not bounded."""
+  node = _one(graph_def, INTERLEAVE)
+  releases = [n for n in graph_def.node if n.op == "IntuneBufferReleaseDataset"]
+  if not releases:
+    return None
+  (release,) = releases
+  assert release.input[0] == node.name
+  # Every consumer of the interleave now reads the release op.
+  assert _consumers(graph_def, node.name) == [release]
+  wrapper = _returned(_function(graph_def, node.attr["f"].func.name))
+  assert wrapper.op == "IntuneUntrackedDataset"
+  group = release.attr["buffer_group"].s
+  assert wrapper.attr["buffer_group"].s == group == node.name.encode()
+  records = release.attr["records_per_input"].i
+  assert _interleave_buffer(graph_def) == records
+  return records, _const(graph_def, _data_inputs(node)[-1]), group
+
+
+@pytest.mark.parametrize("inner,block,calls,expected", [
+    # Records (scalar strings), block 1: TF's 2 * 1 + 1 = 3 is raised to 16;
+    # the interleave runs cycle_length (2) workers.
+    (_lines, 1, 2, 16),
+    (_lines, 1, AUTOTUNE, 16),
     # Block 4: TF's 2 * 4 + 1 = 9, raised to 16.
-    (_lines, 4, 16),
+    (_lines, 4, 2, 16),
     # Block 8: TF's 2 * 8 + 1 = 17 is already deeper; left alone.
-    (_lines, 8, 17),
+    (_lines, 8, 2, None),
+    # Fewer workers than the cycle length: a held input could take the thread
+    # another input needs; TF's buffers stay.
+    (_lines, 1, 1, None),
     # Elements that are not records (vectors of 1,000) keep TF's 3.
     (lambda x: tf.data.Dataset.from_tensors(tf.fill([1000], x)).repeat(5),
-     1, 3),
+     1, 2, None),
 ])
-def test_raise_interleave_buffers(inner, block, expected):
+def test_raise_interleave_buffers(inner, block, calls, expected):
   ds = tf.data.Dataset.range(4).interleave(
-      inner, cycle_length=2, block_length=block, num_parallel_calls=2)
+      inner, cycle_length=2, block_length=block, num_parallel_calls=calls)
   before = _graph(ds)
   assert _interleave_buffer(before) == 2 * block + 1  # TF's own default
   graph, _ = rewrites.rewrite_graph(before, interleave_buffer=16,
-                                    **ONLY_ALWAYS)
-  assert _interleave_buffer(graph) == expected
+                                    **ONLY_RAISE)
+  raised = _raised(graph)
+  if expected is None:
+    assert raised is None
+    assert _interleave_buffer(graph) == 2 * block + 1
+  else:
+    assert raised[:2] == (expected, 2)
   assert rewrites.rewrite_graph(graph, interleave_buffer=16,
-                                **ONLY_ALWAYS)[0] == graph
+                                **ONLY_RAISE)[0] == graph
   # The original graph is not modified.
   assert _interleave_buffer(before) == 2 * block + 1
-  # None (and 0) keep TF's.
-  for keep in (None, 0):
-    assert _interleave_buffer(rewrites.rewrite_graph(
-        before, interleave_buffer=keep, **ONLY_ALWAYS)[0]) == 2 * block + 1
+  # None (and 0) keep TF's, and so does an interleave whose function is not
+  # wrapped (untrack_inner off): the guard could not bound its buffers.
+  for keep in (dict(interleave_buffer=None, **ONLY_RAISE),
+               dict(interleave_buffer=0, **ONLY_RAISE),
+               dict(interleave_buffer=16, **ONLY_ALWAYS)):
+    graph = rewrites.rewrite_graph(before, **keep)[0]
+    assert _interleave_buffer(graph) == 2 * block + 1
+    assert _raised(graph) is None
 
 
 # disable_tf_autotune

@@ -2,6 +2,8 @@
 
 import collections
 import gc
+import os
+import tempfile
 import threading
 import time
 
@@ -250,9 +252,10 @@ def test_per_element_datasets_run_without_the_model_by_default(inner_stats):
     # Each wrapper accounts for its whole per-element dataset.
     assert sum(s.elements for s in untracked) > 0
     assert all(s.processing_time_ns > 0 for s in untracked if s.elements)
-  # The interleave's own knob is there either way.
+  # The interleave's own knob is there with TF's buffers (inner stats);
+  # with the deeper buffers the guard bounds, it runs cycle_length workers.
   assert any(intune_tf.records.parse_knob(k.name)[0].op ==
-             "ParallelInterleaveV4" for k in session.knobs())
+             "ParallelInterleaveV4" for k in session.knobs()) == inner_stats
   del it
 
 
@@ -414,3 +417,84 @@ def test_what_the_guard_cannot_lower_is_counted_and_told_once(monkeypatch):
   assert mine[0][2].endswith("Shuffle") and 15 <= mine[0][3] <= 16, mine
   del it
   gc.collect()
+
+
+# --- deeper interleave buffers, bounded by the budget -----------------------
+
+_RECORD = 256 * 1024
+
+
+def _big_records(cycle=4, **fields):
+  """A parallel interleave of 256 KB serialized records (scalar strings), the
+  deeper buffers at 256 records per input."""
+  record = lambda i: tf.io.serialize_tensor(
+      tf.fill([_RECORD // 4], tf.cast(i, tf.float32)))
+  ds = tf.data.Dataset.range(8).interleave(
+      lambda i: tf.data.Dataset.range(10**6).map(record),
+      cycle_length=cycle, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+  return _with_option(ds, interleave_buffer=256, policy="manual", **fields)
+
+
+def test_interleave_buffers_stay_under_the_budget_and_grow_back():
+  budget = 24 << 20
+  it = iter(_big_records(ram_budget=budget))
+  next(it)
+  session = intune_tf.session_of(it)
+  peak, stop, thread = _sample_peak(
+      lambda: session.counters()["buffered_bytes"], 6)
+  thread.start()
+  rows, end = 0, time.monotonic() + 6
+  while time.monotonic() < end:  # bursts of 40 records (10 MB)
+    for _ in range(40):
+      next(it)
+    rows += 40
+    time.sleep(0.2)
+  stop.set()
+  thread.join()
+  # Unbounded, 8 inputs (4 read, 4 prefetched) x 256 records x 256 KB would
+  # hold 512 MB; the budget holds, and every burst was served.
+  assert 0 < peak[0] <= budget, peak[0] >> 20
+  assert rows >= 400
+  # With room again, the buffers deepen past the old budget.
+  session.set_ram_budget(1 << 30)
+  assert wait_for(lambda: session.counters()["buffered_bytes"] > 4 * budget)
+  del it
+  gc.collect()
+
+
+def _uneven_records():
+  # Inputs of 0 to 12 records: the cycle refills as inputs end.
+  return tf.data.Dataset.range(11).interleave(
+      lambda i: tf.data.Dataset.range((i * 7) % 13).map(
+          lambda j, i=i: tf.strings.format("{}-{}", (i, j))),
+      cycle_length=3, block_length=2, num_parallel_calls=AUTOTUNE)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_interleave_held_at_one_record_per_input_reads_as_plain_tf(
+    deterministic):
+  plain = [x.numpy() for x in _deterministic(_uneven_records(), deterministic)]
+  # A 1-byte budget holds every input at one record.
+  ds = _deterministic(_with_option(
+      _uneven_records(), ram_budget=1, interleave_buffer=256,
+      policy="manual", warm_start=False), deterministic)
+  start = time.monotonic()
+  for _ in range(3):  # new iterators, and epochs of a repeat
+    assert [x.numpy() for x in ds] == plain or not deterministic
+    assert sorted(x.numpy() for x in ds.repeat(2)) == sorted(plain * 2)
+  # No input waited for the last-resort escape (200 ms a record).
+  assert time.monotonic() - start < 0.2 * len(plain)
+
+
+@pytest.mark.parametrize("on_restore", [True, False])
+def test_interleave_held_at_one_record_checkpoints_mid_epoch(on_restore):
+  plain = [x.numpy() for x in _uneven_records()]
+  tuned = _with_option(_uneven_records(), ram_budget=1, interleave_buffer=256,
+      policy="manual", warm_start=False)
+  it = iter(tuned)
+  head = [next(it).numpy() for _ in range(17)]
+  checkpoint = tf.train.Checkpoint(it=it)
+  saved = checkpoint.write(os.path.join(tempfile.mkdtemp(), "ckpt"))
+  fresh = iter(tuned if on_restore else _uneven_records())
+  tf.train.Checkpoint(it=fresh).read(saved).assert_consumed()
+  assert head + [x.numpy() for x in fresh] == plain

@@ -60,6 +60,19 @@ _MULTI_INPUT = ("Zip", "Concatenate", "DirectedInterleave", "ChooseFastest",
                 "ChooseFastestBranch", "WeightedFlatMap")
 
 
+# The model node of a bounded interleave's release op, which stage names
+# leave out (rewrites/graph_utils.h kBufferReleaseNode).
+_RELEASE_NODE = "IntuneBufferRelease"
+
+
+def _below_release(nodes, nid: int) -> int:
+  """`nid`, or the node below it if it is a release node."""
+  while (nid in nodes and nodes[nid].name == _RELEASE_NODE and
+         len(nodes[nid].inputs) == 1):
+    nid = nodes[nid].inputs[0]
+  return nid
+
+
 def proto_stage_names(proto: model_pb2.ModelProto,
                       root: str = "Intune") -> dict[int, str]:
   """Stage names of the nodes of a `ModelProto`, by node id, with the
@@ -82,9 +95,10 @@ def proto_stage_names(proto: model_pb2.ModelProto,
     inputs = [i for i in parent.inputs if i in nodes]
     top = pid == proto.output and parent.name == root
     for position, cid in enumerate(inputs):
+      first = cid == pid + 1
+      cid = _below_release(nodes, cid)
       if cid in names:
         continue
-      first = cid == pid + 1
       ptype = parent.name
       if ptype != "DirectedInterleave" and (
           "Interleave" in ptype or ptype in _INTERLEAVE_LIKE):
@@ -317,7 +331,9 @@ class Session:
           name, *row[:NODE_ID_COLUMN],
           parameters=({p.name: p.value for p in node.parameters}
                       if node is not None else {}),
-          inputs=(tuple(names[i] for i in node.inputs if i in names)
+          inputs=(tuple(names[j] for j in
+                        (_below_release(nodes, i) for i in node.inputs)
+                        if j in names)
                   if node is not None else ()),
           display=f"{node.name}(id:{nid})" if node is not None else ""))
     return result

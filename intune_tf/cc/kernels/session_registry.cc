@@ -13,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "intune_tf/cc/kernels/bounded_buffers.h"
+#include "rewrites/graph_utils.h"
 #include "tensorflow/core/framework/model.pb.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/errors.h"
@@ -186,14 +188,22 @@ std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
   std::vector<WalkNode> walk;
   std::shared_ptr<Node> output = model_->output();
   if (output == nullptr) return walk;
-  walk.push_back({std::move(output), -1, 0, 1});
+  const int64_t output_id = output->id();
+  walk.push_back({std::move(output), -1, 0, 1, output_id});
   // Breadth first; `walk` grows while it is read.
   for (size_t i = 0; i < walk.size(); ++i) {
     std::list<std::shared_ptr<Node>> inputs = walk[i].node->inputs();
     const int n = static_cast<int>(inputs.size());
     int position = 0;
     for (auto& input : inputs) {
-      walk.push_back({std::move(input), static_cast<int>(i), position++, n});
+      const int64_t id = input->id();
+      while (input->name() == rewrites::kBufferReleaseNode) {
+        std::list<std::shared_ptr<Node>> below = input->inputs();
+        if (below.size() != 1) break;
+        input = std::move(below.front());
+      }
+      walk.push_back(
+          {std::move(input), static_cast<int>(i), position++, n, id});
     }
   }
   return walk;
@@ -209,7 +219,7 @@ std::string TuningSession::StageName(const std::vector<WalkNode>& walk,
   const std::string& type = parent.node->name();
   // An input created right after its parent is the one its Initialize made:
   // the first input of an interleave or a concatenate.
-  const bool first = w.node->id() == parent.node->id() + 1;
+  const bool first = w.id == parent.node->id() + 1;
   std::string label;
   if (IsInterleaveLike(type)) {
     label = first ? "" : "[*]";
@@ -412,8 +422,22 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   while (total > peak && !peak_buffered_bytes_.compare_exchange_weak(peak, total)) {
   }
   const int64_t budget = ram_budget_.load();
-  if (budget <= 0 || (!thorough && total <= budget / 2)) {
+  // Bounded interleave buffers by the interleave's node. One below its cap
+  // needs a thorough pass.
+  absl::flat_hash_map<const Node*, std::shared_ptr<BoundedBuffers>> bounded;
+  bool bounded_pending = false;
+  for (auto& buffers : BoundedBuffersOf(model_.get())) {
+    std::shared_ptr<Node> node = buffers->node();
+    if (node == nullptr) continue;
+    bounded_pending |= buffers->limit() < buffers->cap();
+    bounded[node.get()] = std::move(buffers);
+  }
+  if (budget <= 0 ||
+      (!thorough && !bounded_pending && total <= budget / 2)) {
     if (total > budget && budget > 0) guard_over_budget_.fetch_add(1);
+    if (budget <= 0) {
+      for (auto& [unused, buffers] : bounded) buffers->SetLimit(buffers->cap());
+    }
     mutex_lock l(mu_);
     write(to_write);
     return;
@@ -424,6 +448,14 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   // are subtracted from what the knobs may commit. Buffer knobs are lowered
   // before parallelism knobs.
   std::vector<MemoryKnob> knobs;
+  // A bounded interleave's memory knob is its records per input (bytes per
+  // element: a record on every input).
+  struct BoundedKnob {
+    std::shared_ptr<BoundedBuffers> buffers;
+    double bytes_per_element;
+    int64_t limit = 0;
+  };
+  std::vector<BoundedKnob> bounded_knobs;
   double fixed_bytes = 0;
   for (const WalkNode& w : walk) {
     const std::shared_ptr<Node>& node = w.node;
@@ -431,6 +463,16 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     for (const auto& parameter : NodeAccess::TunableParameters(*node)) {
       if (parameter->name == kBufferSize) buffer = parameter;
       if (parameter->name == kParallelism) parallelism = parameter;
+    }
+    auto group = bounded.find(node.get());
+    if (group != bounded.end()) {
+      const std::shared_ptr<BoundedBuffers>& buffers = group->second;
+      const double per_record = buffers->bytes_per_record();
+      if (per_record > 0) {
+        bounded_knobs.push_back(
+            {buffers, per_record * std::max<int64_t>(buffers->inputs(), 1)});
+        continue;
+      }
     }
     const double bpe = BytesPerElement(*node);
     std::shared_ptr<Parameter> knob = buffer ? buffer : parallelism;
@@ -471,8 +513,22 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   // also holds the element its consumer is taking (out of its buffer, not
   // yet in the consumer's): one more per knob.
   double committed = fixed_bytes;
+  for (const BoundedKnob& b : bounded_knobs) {
+    committed += (b.buffers->cap() + 1) * b.bytes_per_element;
+  }
   for (size_t i = 0; i < knobs.size(); ++i) {
     committed += (wanted[i] + 1) * knobs[i].bytes_per_element;
+  }
+  // Bounded interleave buffers are lowered first: they are InTune's own
+  // deeper buffers.
+  for (BoundedKnob& b : bounded_knobs) {
+    b.limit = b.buffers->cap();
+    if (committed <= budget) continue;
+    const double excess = std::ceil((committed - budget) / b.bytes_per_element);
+    const int64_t lowered = std::max<int64_t>(
+        1, b.limit - static_cast<int64_t>(std::min<double>(excess, b.limit)));
+    committed -= (b.limit - lowered) * b.bytes_per_element;
+    b.limit = lowered;
   }
   for (size_t i = 0; i < knobs.size(); ++i) {
     const MemoryKnob& k = knobs[i];
@@ -496,6 +552,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     }
   }
   write(to_write);
+  for (const BoundedKnob& b : bounded_knobs) b.buffers->SetLimit(b.limit);
 }
 
 Status TuningSession::ModelProto(std::string* serialized) {

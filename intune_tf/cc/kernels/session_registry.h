@@ -158,11 +158,14 @@ class TuningSession {
 
  private:
   // One node of a walk of the model, parents before children.
+  // A bounded interleave's release node (bounded_buffers.h) is left out: the
+  // walk goes from its parent straight to the interleave.
   struct WalkNode {
     std::shared_ptr<model::Node> node;
     int parent;    // index in the walk; -1 for the output
     int position;  // among the parent's inputs
     int siblings;  // the parent's number of inputs
+    int64_t id;    // the node's id, or the id of the node left out above it
     const std::string* stage = nullptr;  // set by SyncLocked
   };
   // What the session remembers of a knob name.

@@ -7,10 +7,15 @@
 // bookkeeping is a tenth of a row-level pipeline's CPU time, and none of
 // those iterators has a knob. This op is one node in the model whose own
 // time covers its whole input, which runs with no model at all.
+//
+// With a `buffer_group`, each iterator is one input of a parallel interleave
+// whose buffers the guard bounds (bounded_buffers.h).
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "intune_tf/cc/kernels/bounded_buffers.h"
+#include "rewrites/graph_utils.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/model.h"
 
@@ -25,7 +30,9 @@ inline constexpr char kNodeName[] = "IntuneUntracked";
 class IntuneUntrackedDatasetOp : public data::UnaryDatasetOpKernel {
  public:
   explicit IntuneUntrackedDatasetOp(OpKernelConstruction* ctx)
-      : UnaryDatasetOpKernel(ctx) {}
+      : UnaryDatasetOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(rewrites::kBufferGroupAttr, &buffer_group_));
+  }
 
  protected:
   void MakeDataset(OpKernelContext* ctx, data::DatasetBase* input,
@@ -33,12 +40,17 @@ class IntuneUntrackedDatasetOp : public data::UnaryDatasetOpKernel {
 
  private:
   class Dataset;
+
+  std::string buffer_group_;
 };
 
 class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
  public:
-  Dataset(OpKernelContext* ctx, const DatasetBase* input)
-      : DatasetBase(data::DatasetContext(ctx)), input_(input) {
+  Dataset(OpKernelContext* ctx, const DatasetBase* input,
+          std::string buffer_group)
+      : DatasetBase(data::DatasetContext(ctx)),
+        input_(input),
+        buffer_group_(std::move(buffer_group)) {
     input_->Ref();
   }
 
@@ -78,7 +90,10 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
                             Node** output) const override {
     Node* input_node = nullptr;
     TF_RETURN_IF_ERROR(b->AddInputDataset(ctx, input_, &input_node));
-    return b->AddDataset(this, {input_node}, output);
+    AttrValue group;
+    b->BuildAttrValue(buffer_group_, &group);
+    return b->AddDataset(this, {input_node}, {{rewrites::kBufferGroupAttr, group}},
+                         output);
   }
 
  private:
@@ -87,9 +102,18 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
     explicit Iterator(const Params& params)
         : DatasetIterator<Dataset>(params) {}
 
+    ~Iterator() override {
+      if (buffers_ != nullptr) buffers_->RemoveInput(input_);
+    }
+
     bool SymbolicCheckpointCompatible() const override { return true; }
 
     Status Initialize(data::IteratorContext* ctx) override {
+      if (!dataset()->buffer_group_.empty() && ctx->model() != nullptr) {
+        buffers_ = FindBoundedBuffers(ctx->model().get(),
+                                      dataset()->buffer_group_);
+        if (buffers_ != nullptr) input_ = buffers_->AddInput();
+      }
       data::IteratorContext input_ctx(WithoutModel(ctx));
       Status s = dataset()->input_->MakeIterator(&input_ctx, this, prefix(),
                                                  &input_impl_);
@@ -100,9 +124,18 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
     Status GetNextInternal(data::IteratorContext* ctx,
                            std::vector<Tensor>* out_tensors,
                            bool* end_of_sequence) override {
+      if (buffers_ != nullptr) {
+        CancellationManager* cancellation = ctx->cancellation_manager();
+        buffers_->WaitForRoom(input_, [cancellation]() {
+          return cancellation != nullptr && cancellation->IsCancelled();
+        });
+      }
       data::IteratorContext input_ctx(WithoutModel(ctx));
       Status s = input_impl_->GetNext(&input_ctx, out_tensors, end_of_sequence);
       ctx->MergeCheckpoint(input_ctx.checkpoint());
+      if (buffers_ != nullptr && s.ok() && !*end_of_sequence) {
+        buffers_->Produced(input_, *out_tensors);
+      }
       return s;
     }
 
@@ -136,15 +169,18 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
     }
 
     std::unique_ptr<data::IteratorBase> input_impl_;
+    std::shared_ptr<BoundedBuffers> buffers_;
+    int64_t input_ = 0;
   };
 
   const DatasetBase* const input_;
+  const std::string buffer_group_;
 };
 
 void IntuneUntrackedDatasetOp::MakeDataset(OpKernelContext* ctx,
                                            data::DatasetBase* input,
                                            data::DatasetBase** output) {
-  *output = new Dataset(ctx, input);
+  *output = new Dataset(ctx, input, buffer_group_);
 }
 
 REGISTER_KERNEL_BUILDER(Name("IntuneUntrackedDataset").Device(DEVICE_CPU),

@@ -91,6 +91,7 @@ REGISTER_OP("IntuneUntrackedDataset")
     .Output("handle: variant")
     .Attr("output_types: list(type) >= 1")
     .Attr("output_shapes: list(shape) >= 1")
+    .Attr("buffer_group: string = ''")
     .Attr("metadata: string = ''")
     .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
                                                            "output_types"))
@@ -99,6 +100,25 @@ REGISTER_OP("IntuneUntrackedDataset")
 A pass-through dataset whose input runs without the autotuning model: one
 node in the model stands for its whole input, whose iterators record no
 statistics (the rewrite puts it around an interleave's per-element datasets).
+With a `buffer_group`, each of its iterators is one input of a parallel
+interleave whose per-input buffers the budget guard bounds.
+)doc");
+
+REGISTER_OP("IntuneBufferReleaseDataset")
+    .Input("input_dataset: variant")
+    .Output("handle: variant")
+    .Attr("output_types: list(type) >= 1")
+    .Attr("output_shapes: list(shape) >= 1")
+    .Attr("buffer_group: string")
+    .Attr("records_per_input: int >= 1")
+    .Attr("metadata: string = ''")
+    .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
+                                                           "output_types"))
+    .SetShapeFn(shape_inference::ScalarShape)
+    .Doc(R"doc(
+A pass-through dataset above a parallel interleave of records whose per-input
+buffers (`records_per_input` each) the budget guard bounds: it reports each
+record that leaves the interleave to the inputs of `buffer_group`.
 )doc");
 
 REGISTER_OP("IntuneListSessions")

@@ -1,0 +1,191 @@
+#include "intune_tf/cc/kernels/bounded_buffers.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <utility>
+
+#include "tensorflow/core/platform/env.h"
+
+namespace tensorflow {
+namespace intune {
+namespace {
+
+// How often a held input checks for cancellation and a stalled consumer.
+constexpr int64_t kPollUs = 10'000;
+
+int64_t NowUs() { return static_cast<int64_t>(Env::Default()->NowMicros()); }
+
+const void* Key(const std::vector<Tensor>& record) {
+  return record.empty() ? nullptr : record[0].data();
+}
+
+class Registry {
+ public:
+  static Registry* Global() {
+    static Registry* registry = new Registry();
+    return registry;
+  }
+
+  std::shared_ptr<BoundedBuffers> Get(const data::model::Model* model,
+                                      const std::string& group, int64_t cap,
+                                      bool create) TF_LOCKS_EXCLUDED(mu_) {
+    mutex_lock l(mu_);
+    Prune();
+    auto& slot = groups_[{model, group}];
+    std::shared_ptr<BoundedBuffers> found = slot.lock();
+    if (found == nullptr && create) {
+      found = std::make_shared<BoundedBuffers>(cap);
+      slot = found;
+    }
+    return found;
+  }
+
+  std::vector<std::shared_ptr<BoundedBuffers>> Of(
+      const data::model::Model* model) TF_LOCKS_EXCLUDED(mu_) {
+    std::vector<std::shared_ptr<BoundedBuffers>> result;
+    mutex_lock l(mu_);
+    for (auto it = groups_.lower_bound({model, ""});
+         it != groups_.end() && it->first.first == model; ++it) {
+      if (auto group = it->second.lock()) result.push_back(std::move(group));
+    }
+    return result;
+  }
+
+ private:
+  void Prune() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = groups_.begin(); it != groups_.end();) {
+      it = it->second.expired() ? groups_.erase(it) : std::next(it);
+    }
+  }
+
+  mutex mu_;
+  std::map<std::pair<const data::model::Model*, std::string>,
+           std::weak_ptr<BoundedBuffers>>
+      groups_ TF_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+BoundedBuffers::BoundedBuffers(int64_t cap)
+    : cap_(std::max<int64_t>(cap, 1)), limit_(1) {}
+
+void BoundedBuffers::SetLimit(int64_t limit) {
+  limit = std::clamp<int64_t>(limit, 1, cap_);
+  const int64_t before = limit_.exchange(limit);
+  if (before == limit) return;
+  mutex_lock l(mu_);
+  // Records counted while tracking are forgotten when it stops: a later
+  // start counts from empty (at most `cap` records per input uncounted).
+  if (limit >= cap_) {
+    for (auto& [unused, records] : inputs_) records.clear();
+  }
+  room_.notify_all();
+}
+
+int64_t BoundedBuffers::inputs() const {
+  mutex_lock l(mu_);
+  return static_cast<int64_t>(inputs_.size());
+}
+
+double BoundedBuffers::bytes_per_record() const {
+  const int64_t records = records_.load();
+  return records > 0 ? static_cast<double>(bytes_.load()) / records : 0.0;
+}
+
+void BoundedBuffers::set_node(std::shared_ptr<data::model::Node> node) {
+  mutex_lock l(mu_);
+  node_ = std::move(node);
+}
+
+std::shared_ptr<data::model::Node> BoundedBuffers::node() const {
+  mutex_lock l(mu_);
+  return node_;
+}
+
+int64_t BoundedBuffers::AddInput() {
+  mutex_lock l(mu_);
+  const int64_t id = next_input_++;
+  inputs_[id];
+  return id;
+}
+
+void BoundedBuffers::RemoveInput(int64_t input) {
+  mutex_lock l(mu_);
+  inputs_.erase(input);
+  room_.notify_all();
+}
+
+void BoundedBuffers::WaitForRoom(int64_t input,
+                                 const std::function<bool()>& cancelled) {
+  if (!Tracking()) return;
+  mutex_lock l(mu_);
+  while (true) {
+    auto found = inputs_.find(input);
+    if (found == inputs_.end() || !Tracking() || saving_.load() > 0 ||
+        static_cast<int64_t>(found->second.size()) < limit_.load()) {
+      return;
+    }
+    if (cancelled()) return;
+    const int64_t now = NowUs();
+    const int64_t waiting_since = consumer_waiting_since_us_.load();
+    if (waiting_since > 0 && now - waiting_since > kStallUs &&
+        now - last_produced_us_.load() > kStallUs) {
+      return;
+    }
+    room_.wait_for(l, std::chrono::microseconds(kPollUs));
+  }
+}
+
+void BoundedBuffers::Produced(int64_t input, const std::vector<Tensor>& record) {
+  int64_t bytes = 0;
+  for (const Tensor& t : record) bytes += t.TotalBytes();
+  bytes_.fetch_add(bytes);
+  records_.fetch_add(1);
+  last_produced_us_.store(NowUs());
+  if (!Tracking()) return;
+  mutex_lock l(mu_);
+  auto found = inputs_.find(input);
+  if (found != inputs_.end()) found->second.push_back(Key(record));
+}
+
+void BoundedBuffers::Released(const std::vector<Tensor>& record) {
+  if (!Tracking()) return;
+  const void* key = Key(record);
+  mutex_lock l(mu_);
+  for (auto& [unused, records] : inputs_) {
+    if (!records.empty() && records.front() == key) {
+      records.pop_front();
+      room_.notify_all();
+      return;
+    }
+  }
+}
+
+void BoundedBuffers::SetSaving(bool saving) {
+  saving_.fetch_add(saving ? 1 : -1);
+  mutex_lock l(mu_);
+  room_.notify_all();
+}
+
+void BoundedBuffers::SetConsumerWaiting(bool waiting) {
+  consumer_waiting_since_us_.store(waiting ? NowUs() : 0);
+}
+
+std::shared_ptr<BoundedBuffers> GetBoundedBuffers(
+    const data::model::Model* model, const std::string& group, int64_t cap) {
+  return Registry::Global()->Get(model, group, cap, /*create=*/true);
+}
+
+std::shared_ptr<BoundedBuffers> FindBoundedBuffers(
+    const data::model::Model* model, const std::string& group) {
+  return Registry::Global()->Get(model, group, 0, /*create=*/false);
+}
+
+std::vector<std::shared_ptr<BoundedBuffers>> BoundedBuffersOf(
+    const data::model::Model* model) {
+  return Registry::Global()->Of(model);
+}
+
+}  // namespace intune
+}  // namespace tensorflow

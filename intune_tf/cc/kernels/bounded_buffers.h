@@ -1,0 +1,120 @@
+// Bounded interleave buffers: how many records each input of a parallel
+// interleave of records may hold, set by the budget guard.
+//
+// TF's ParallelInterleaveDatasetV4 fills each input's output buffer up to its
+// fixed buffer_output_elements (the cap, raised by the rewrite's
+// raise_interleave_buffers). Two ops share one BoundedBuffers per interleave
+// and iterator:
+// - IntuneUntrackedDataset with a `buffer_group`, around what the
+//   interleave's function returns: each of its iterators is one input (a
+//   slot); before reading a record it waits while its slot holds `limit`
+//   records;
+// - IntuneBufferReleaseDataset above the interleave: each record that leaves
+//   the interleave leaves its slot.
+// A record is known by the data of its first component (a scalar: its buffer
+// travels through the interleave unchanged); an input's records leave in the
+// order they came.
+//
+// An input with no record is never held, and the consumer of a
+// deterministic interleave only ever waits for one input, so it always gets
+// its record, provided a worker thread is free to read it: the rewrite gives
+// the interleave as many workers as its cycle length (held workers use no
+// CPU). As a last resort, when the consumer has waited `kStallUs` and no
+// input has produced in that time, held inputs read one record each.
+#ifndef INTUNE_TF_CC_KERNELS_BOUNDED_BUFFERS_H_
+#define INTUNE_TF_CC_KERNELS_BOUNDED_BUFFERS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "tensorflow/core/framework/model.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/mutex.h"
+#include "tensorflow/core/platform/thread_annotations.h"
+
+namespace tensorflow {
+namespace intune {
+
+class BoundedBuffers {
+ public:
+  // How long the consumer waits, with no input producing, before held inputs
+  // read one record each.
+  static constexpr int64_t kStallUs = 200'000;
+
+  explicit BoundedBuffers(int64_t cap);
+
+  // TF's per-input buffer: the most records an input holds.
+  int64_t cap() const { return cap_; }
+  // The records per input the guard allows: one until it has seen records
+  // and decided.
+  int64_t limit() const { return limit_.load(); }
+  void SetLimit(int64_t limit) TF_LOCKS_EXCLUDED(mu_);
+
+  // Inputs alive now.
+  int64_t inputs() const TF_LOCKS_EXCLUDED(mu_);
+  // Mean bytes of the records read so far (0 before the first).
+  double bytes_per_record() const;
+
+  // The interleave's own node in the model.
+  void set_node(std::shared_ptr<data::model::Node> node) TF_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<data::model::Node> node() const TF_LOCKS_EXCLUDED(mu_);
+
+  int64_t AddInput() TF_LOCKS_EXCLUDED(mu_);
+  void RemoveInput(int64_t input) TF_LOCKS_EXCLUDED(mu_);
+  // Blocks while `input` holds `limit` records or more, until `cancelled`.
+  void WaitForRoom(int64_t input, const std::function<bool()>& cancelled)
+      TF_LOCKS_EXCLUDED(mu_);
+  void Produced(int64_t input, const std::vector<Tensor>& record)
+      TF_LOCKS_EXCLUDED(mu_);
+  // A record left the interleave.
+  void Released(const std::vector<Tensor>& record) TF_LOCKS_EXCLUDED(mu_);
+  // The consumer is (or no longer is) waiting for the interleave.
+  void SetConsumerWaiting(bool waiting);
+  // While an iterator checkpoint is written, no input is held: TF's
+  // interleave saves once every worker has stopped, and a worker stops only
+  // when its input's buffer is full (at the cap) or the input ends.
+  void SetSaving(bool saving) TF_LOCKS_EXCLUDED(mu_);
+
+ private:
+  using Records = std::deque<const void*>;
+
+  bool Tracking() const { return limit_.load() < cap_; }
+
+  const int64_t cap_;
+  std::atomic<int64_t> limit_;
+  std::atomic<int64_t> records_{0};
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> consumer_waiting_since_us_{0};
+  std::atomic<int64_t> last_produced_us_{0};
+  std::atomic<int64_t> saving_{0};
+
+  mutable mutex mu_;
+  condition_variable room_;
+  int64_t next_input_ TF_GUARDED_BY(mu_) = 0;
+  // Records each live input holds, oldest first (while tracking).
+  absl::flat_hash_map<int64_t, Records> inputs_ TF_GUARDED_BY(mu_);
+  std::shared_ptr<data::model::Node> node_ TF_GUARDED_BY(mu_);
+};
+
+// The BoundedBuffers of interleave `group` in the pipeline of `model`,
+// made with `cap` if there is none yet.
+std::shared_ptr<BoundedBuffers> GetBoundedBuffers(const data::model::Model* model,
+                                                  const std::string& group,
+                                                  int64_t cap);
+// The existing one, or null.
+std::shared_ptr<BoundedBuffers> FindBoundedBuffers(
+    const data::model::Model* model, const std::string& group);
+// Every live one of the pipeline of `model`.
+std::vector<std::shared_ptr<BoundedBuffers>> BoundedBuffersOf(
+    const data::model::Model* model);
+
+}  // namespace intune
+}  // namespace tensorflow
+
+#endif  // INTUNE_TF_CC_KERNELS_BOUNDED_BUFFERS_H_
