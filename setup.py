@@ -37,6 +37,7 @@ KERNEL_SOURCES = [
 ]
 KERNEL_HEADERS = [
     "intune_tf/cc/kernels/bounded_buffers.h",
+    "intune_tf/cc/kernels/pass_through.h",
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",
     "intune_tf/cc/kernels/tf_compat.h",

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "intune_tf/cc/kernels/bounded_buffers.h"
+#include "intune_tf/cc/kernels/pass_through.h"
 #include "rewrites/graph_utils.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/model.h"
@@ -39,18 +40,13 @@ class IntuneBufferReleaseDatasetOp : public data::UnaryDatasetOpKernel {
   int64_t records_ = 0;
 };
 
-class IntuneBufferReleaseDatasetOp::Dataset : public data::DatasetBase {
+class IntuneBufferReleaseDatasetOp::Dataset : public PassThroughDataset {
  public:
   Dataset(OpKernelContext* ctx, const DatasetBase* input, std::string group,
           int64_t records)
-      : DatasetBase(data::DatasetContext(ctx)),
-        input_(input),
+      : PassThroughDataset(ctx, input),
         group_(std::move(group)),
-        records_(records) {
-    input_->Ref();
-  }
-
-  ~Dataset() override { input_->Unref(); }
+        records_(records) {}
 
   std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
       const std::string& prefix) const override {
@@ -59,25 +55,8 @@ class IntuneBufferReleaseDatasetOp::Dataset : public data::DatasetBase {
     return std::make_unique<Iterator>(Iterator::Params{this, prefix});
   }
 
-  const DataTypeVector& output_dtypes() const override {
-    return input_->output_dtypes();
-  }
-  const std::vector<PartialTensorShape>& output_shapes() const override {
-    return input_->output_shapes();
-  }
   std::string DebugString() const override {
     return "IntuneBufferReleaseDatasetOp::Dataset";
-  }
-  int64_t CardinalityInternal(data::CardinalityOptions options) const override {
-    return input_->Cardinality(options);
-  }
-  Status InputDatasets(
-      std::vector<const DatasetBase*>* inputs) const override {
-    inputs->push_back(input_);
-    return OkStatus();
-  }
-  Status CheckExternalState() const override {
-    return input_->CheckExternalState();
   }
 
  protected:
@@ -159,7 +138,6 @@ class IntuneBufferReleaseDatasetOp::Dataset : public data::DatasetBase {
     std::shared_ptr<BoundedBuffers> buffers_;
   };
 
-  const DatasetBase* const input_;
   const std::string group_;
   const int64_t records_;
 };

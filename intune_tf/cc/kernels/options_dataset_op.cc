@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "intune_tf/cc/kernels/pass_through.h"
 #include "intune_tf/cc/kernels/settings.h"
 #include "intune_tf/cc/kernels/tf_compat.h"
 #include "tensorflow/core/framework/dataset.h"
@@ -36,17 +37,12 @@ class IntuneOptionsDatasetOp : public data::UnaryDatasetOpKernel {
   Settings settings_;
 };
 
-class IntuneOptionsDatasetOp::Dataset : public data::DatasetBase,
+class IntuneOptionsDatasetOp::Dataset : public PassThroughDataset,
                                         public DeclaresSettings {
  public:
   Dataset(OpKernelContext* ctx, const DatasetBase* input, Settings settings)
-      : DatasetBase(data::DatasetContext(ctx)),
-        input_(input),
-        settings_(std::move(settings)) {
-    input_->Ref();
-  }
-
-  ~Dataset() override { input_->Unref(); }
+      : PassThroughDataset(ctx, input),
+        settings_(std::move(settings)) {}
 
   const Settings& settings() const override { return settings_; }
 
@@ -55,25 +51,8 @@ class IntuneOptionsDatasetOp::Dataset : public data::DatasetBase,
     return std::make_unique<Iterator>(Iterator::Params{this, prefix});
   }
 
-  const DataTypeVector& output_dtypes() const override {
-    return input_->output_dtypes();
-  }
-  const std::vector<PartialTensorShape>& output_shapes() const override {
-    return input_->output_shapes();
-  }
   std::string DebugString() const override {
     return "IntuneOptionsDatasetOp::Dataset";
-  }
-  int64_t CardinalityInternal(data::CardinalityOptions options) const override {
-    return input_->Cardinality(options);
-  }
-  Status InputDatasets(
-      std::vector<const DatasetBase*>* inputs) const override {
-    inputs->push_back(input_);
-    return OkStatus();
-  }
-  Status CheckExternalState() const override {
-    return input_->CheckExternalState();
   }
   Status Get(OpKernelContext* ctx, int64_t index,
              std::vector<Tensor>* out_tensors) const override {
@@ -137,7 +116,6 @@ class IntuneOptionsDatasetOp::Dataset : public data::DatasetBase,
     std::unique_ptr<data::IteratorBase> input_impl_;
   };
 
-  const DatasetBase* const input_;
   const Settings settings_;
 };
 

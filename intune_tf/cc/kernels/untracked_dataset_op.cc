@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "intune_tf/cc/kernels/bounded_buffers.h"
+#include "intune_tf/cc/kernels/pass_through.h"
 #include "rewrites/graph_utils.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/model.h"
@@ -44,17 +45,12 @@ class IntuneUntrackedDatasetOp : public data::UnaryDatasetOpKernel {
   std::string buffer_group_;
 };
 
-class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
+class IntuneUntrackedDatasetOp::Dataset : public PassThroughDataset {
  public:
   Dataset(OpKernelContext* ctx, const DatasetBase* input,
           std::string buffer_group)
-      : DatasetBase(data::DatasetContext(ctx)),
-        input_(input),
-        buffer_group_(std::move(buffer_group)) {
-    input_->Ref();
-  }
-
-  ~Dataset() override { input_->Unref(); }
+      : PassThroughDataset(ctx, input),
+        buffer_group_(std::move(buffer_group)) {}
 
   std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
       const std::string& prefix) const override {
@@ -63,25 +59,8 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
     return std::make_unique<Iterator>(Iterator::Params{this, prefix});
   }
 
-  const DataTypeVector& output_dtypes() const override {
-    return input_->output_dtypes();
-  }
-  const std::vector<PartialTensorShape>& output_shapes() const override {
-    return input_->output_shapes();
-  }
   std::string DebugString() const override {
     return "IntuneUntrackedDatasetOp::Dataset";
-  }
-  int64_t CardinalityInternal(data::CardinalityOptions options) const override {
-    return input_->Cardinality(options);
-  }
-  Status InputDatasets(
-      std::vector<const DatasetBase*>* inputs) const override {
-    inputs->push_back(input_);
-    return OkStatus();
-  }
-  Status CheckExternalState() const override {
-    return input_->CheckExternalState();
   }
 
  protected:
@@ -173,7 +152,6 @@ class IntuneUntrackedDatasetOp::Dataset : public data::DatasetBase {
     int64_t input_ = 0;
   };
 
-  const DatasetBase* const input_;
   const std::string buffer_group_;
 };
 
