@@ -137,7 +137,8 @@ void BoundedBuffers::WaitForRoom(int64_t input,
   }
 }
 
-void BoundedBuffers::Produced(int64_t input, const std::vector<Tensor>& record) {
+void BoundedBuffers::Produced(int64_t input,
+                              const std::vector<Tensor>& record) {
   int64_t bytes = 0;
   for (const Tensor& t : record) bytes += t.TotalBytes();
   bytes_.fetch_add(bytes);

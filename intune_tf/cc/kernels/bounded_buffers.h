@@ -62,7 +62,8 @@ class BoundedBuffers {
   double bytes_per_record() const;
 
   // The interleave's own node in the model.
-  void set_node(std::shared_ptr<data::model::Node> node) TF_LOCKS_EXCLUDED(mu_);
+  void set_node(std::shared_ptr<data::model::Node> node)
+      TF_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<data::model::Node> node() const TF_LOCKS_EXCLUDED(mu_);
 
   int64_t AddInput() TF_LOCKS_EXCLUDED(mu_);
@@ -104,9 +105,8 @@ class BoundedBuffers {
 
 // The BoundedBuffers of interleave `group` in the pipeline of `model`,
 // made with `cap` if there is none yet.
-std::shared_ptr<BoundedBuffers> GetBoundedBuffers(const data::model::Model* model,
-                                                  const std::string& group,
-                                                  int64_t cap);
+std::shared_ptr<BoundedBuffers> GetBoundedBuffers(
+    const data::model::Model* model, const std::string& group, int64_t cap);
 // The existing one, or null.
 std::shared_ptr<BoundedBuffers> FindBoundedBuffers(
     const data::model::Model* model, const std::string& group);

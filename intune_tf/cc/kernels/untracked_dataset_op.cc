@@ -32,7 +32,8 @@ class IntuneUntrackedDatasetOp : public data::UnaryDatasetOpKernel {
  public:
   explicit IntuneUntrackedDatasetOp(OpKernelConstruction* ctx)
       : UnaryDatasetOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(rewrites::kBufferGroupAttr, &buffer_group_));
+    OP_REQUIRES_OK(ctx,
+                   ctx->GetAttr(rewrites::kBufferGroupAttr, &buffer_group_));
   }
 
  protected:
@@ -71,8 +72,8 @@ class IntuneUntrackedDatasetOp::Dataset : public PassThroughDataset {
     TF_RETURN_IF_ERROR(b->AddInputDataset(ctx, input_, &input_node));
     AttrValue group;
     b->BuildAttrValue(buffer_group_, &group);
-    return b->AddDataset(this, {input_node}, {{rewrites::kBufferGroupAttr, group}},
-                         output);
+    return b->AddDataset(this, {input_node},
+                         {{rewrites::kBufferGroupAttr, group}}, output);
   }
 
  private:
