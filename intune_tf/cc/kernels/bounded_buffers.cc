@@ -143,8 +143,9 @@ void BoundedBuffers::Produced(int64_t input,
   for (const Tensor& t : record) bytes += t.TotalBytes();
   bytes_.fetch_add(bytes);
   records_.fetch_add(1);
-  last_produced_us_.store(NowUs());
+  // Untracked (the limit at its cap), no input waits: no clock reading.
   if (!Tracking()) return;
+  last_produced_us_.store(NowUs());
   mutex_lock l(mu_);
   auto found = inputs_.find(input);
   if (found != inputs_.end()) found->second.push_back(Key(record));
@@ -170,7 +171,7 @@ void BoundedBuffers::SetSaving(bool saving) {
 }
 
 void BoundedBuffers::SetConsumerWaiting(bool waiting) {
-  consumer_waiting_since_us_.store(waiting ? NowUs() : 0);
+  consumer_waiting_since_us_.store(waiting && Tracking() ? NowUs() : 0);
 }
 
 std::shared_ptr<BoundedBuffers> GetBoundedBuffers(
