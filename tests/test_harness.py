@@ -170,11 +170,58 @@ def test_oracle_search_counts_configurations():
       / runs["oracle"].whole_run_rows_per_s)
 
 
+@pytest.mark.slow
+def test_oracle_repeats_measure_each_configuration_in_passes(tmp_path):
+  from intune_tf.sim import calibration  # noqa: PLC0415  reads the trace
+  trace = tmp_path / "trace.jsonl"
+  h = harness.Harness(trace_path=str(trace))
+  cpus_before = harness.resize_lib.machine_cpu_ids()
+  table = h.search_oracle(_tiny(), settle=0.05, measure=0.1, repeats=2,
+                          cpu_counts=(1,))
+  h.close()
+  # On one CPU the map (the only knob) is tried at 1 and 2 threads, each
+  # measured twice.
+  assert h.oracle["tiny"]["configurations_tried"] == 2
+  assert list(table) == [1]
+  lines = [json.loads(line) for line in trace.read_text().splitlines()]
+  measured = [r for r in lines if r.get("kind") == "measurement"]
+  assert len(measured) == 4 and {r["cpus"] for r in measured} == {1}
+  # The grid is measured in passes: all of it once, then again.
+  configs = [json.dumps(r["config"], sort_keys=True) for r in measured]
+  assert configs[:2] == configs[2:4] and configs[0] != configs[1]
+  points = calibration.load_trace(str(trace))["tiny"]
+  assert len(points) == 2
+  assert harness.resize_lib.machine_cpu_ids() == cpus_before
+
+
+@pytest.mark.parametrize("flag,value,match", [
+    ("--oracle-repeats", "0", "must be an int >= 1, got '0'"),
+    ("--oracle-repeats", "two", "must be an int >= 1, got 'two'"),
+    ("--oracle-cpus", "1,x", "must be comma-separated CPU counts such as "
+     "1,2, got '1,x'"),
+    ("--oracle-cpus", "0", "must be comma-separated CPU counts"),
+])
+def test_bad_oracle_flags_are_usage_errors(flag, value, match, capsys):
+  from intune_tf import cli  # noqa: PLC0415  loads every command
+  with pytest.raises(SystemExit) as exit_info:
+    cli.parser().parse_args(["bench", flag, value])
+  assert exit_info.value.code == 2
+  assert f"argument {flag}: {match}" in capsys.readouterr().err
+
+
+def test_more_oracle_cpus_than_usable_is_an_error():
+  h = harness.Harness()
+  too_many = len(harness.resize_lib.machine_cpu_ids()) + 1
+  with pytest.raises(ValueError, match=f"cannot search {too_many} CPUs"):
+    h.search_oracle(_tiny(), cpu_counts=(too_many,))
+
+
 def _args(tmp_path, **kw):
   base = dict(policies="even", scenarios="memory-cap", repeats=1, seconds=0.5,
               warmup=0.1, cpu_budget=None, ram_budget=None,
               json=str(tmp_path / "out.json"), plots=None, trace=None,
-              oracle_seconds=1.5, warm_start=False)
+              oracle_seconds=1.5, oracle_repeats=1, oracle_cpus=None,
+              warm_start=False)
   base.update(kw)
   return types.SimpleNamespace(**base)
 

@@ -179,7 +179,8 @@ def test_bench_runs_on_the_scenario(name, tmp_path):
   args = types.SimpleNamespace(
       policies="even", scenarios=name, repeats=1, seconds=1.0, warmup=0.5,
       cpu_budget=None, ram_budget=None, json=str(tmp_path / "out.json"),
-      plots=None, trace=None, oracle_seconds=1.5, warm_start=False)
+      plots=None, trace=None, oracle_seconds=1.5, oracle_repeats=1,
+      oracle_cpus=None, warm_start=False)
   assert harness.main(args) == 0
   entry = json.loads((tmp_path / "out.json").read_text())["scenarios"][name]
   assert entry["policies"]["even"]["rows_per_s"] > 0

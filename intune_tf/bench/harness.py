@@ -11,6 +11,8 @@ per row, and the peak of buffered bytes.
 
 from __future__ import annotations
 
+import argparse
+import collections
 import dataclasses
 import gc
 import itertools
@@ -297,9 +299,13 @@ class Harness:
   def __init__(self, *, seconds: float = 20.0, warmup: float = 5.0,
                cpu_budget: int | None = None, ram_budget: int | None = None,
                trace_path: str | None = None, oracle_seconds: float = 1.5,
+               oracle_repeats: int = 1,
+               oracle_cpus: Sequence[int] | None = None,
                warm_start: bool = False):
     self.seconds, self.warmup = seconds, warmup
     self.oracle_seconds = oracle_seconds
+    self.oracle_repeats = oracle_repeats
+    self.oracle_cpus = tuple(oracle_cpus) if oracle_cpus else None
     # Repeats are independent cold starts unless asked otherwise.
     self.warm_start = warm_start
     self.cpu_budget, self.ram_budget = cpu_budget, ram_budget
@@ -381,16 +387,33 @@ class Harness:
     return estimate
 
   def search_oracle(self, scenario: scenarios_lib.Scenario,
-                    settle: float = 0.5, measure: float = 1.5) -> dict:
-    """Best static configuration per CPU count the scenario uses.
+                    settle: float = 0.5, measure: float = 1.5,
+                    repeats: int = 1,
+                    cpu_counts: Sequence[int] | None = None) -> dict:
+    """Best static configuration per CPU count.
 
-    A grid over every parallelism in 1..CPUs per parallel stage (buffers at
-    2), then one coordinate pass over each buffer in {1, 2, 4, 8} from the
-    best point. All configurations are measured in one iterator.
+    A grid over every parallelism in 1..max(CPUs, 2) per parallel stage
+    (buffers at 2; on one CPU a second thread can overlap a stage that
+    waits), then one coordinate pass over each buffer in {1, 4, 8} from the
+    best point. All configurations are measured in one iterator; with
+    `repeats`, each pass over the grid (and over the buffers) runs that many
+    times, interleaved, and a configuration's rate is its median.
+
+    Args:
+      scenario: the pipeline.
+      settle: seconds run before each measurement (default 0.5).
+      measure: seconds each measurement lasts (default 1.5).
+      repeats: measurements per configuration (default 1).
+      cpu_counts: the CPU counts searched (default: the scenario's resize
+        schedule's, or the usable CPUs).
     """
-    cpu_counts = sorted({n for _, n in scenario.resize} or
+    cpu_counts = sorted(set(cpu_counts or ()) or
+                        {n for _, n in scenario.resize} or
                         {host.usable_cpus()})
     cpu_ids = resize_lib.machine_cpu_ids()
+    if cpu_counts[-1] > len(cpu_ids):
+      raise ValueError(f"cannot search {cpu_counts[-1]} CPUs: this process "
+                       f"may use {len(cpu_ids)}.")
     table, tried = {}, 0
     it = iter(self._tuned(scenario, "manual"))
     next(it)
@@ -400,11 +423,9 @@ class Harness:
     buf = [k for k in knobs if k.kind == "buffer_size"]
 
     def measure_config(config):
-      nonlocal tried
       session.set(config)
       self._trace_context = {"scenario": scenario.name,
                              "policy": "oracle-search", "config": config}
-      tried += 1
       rate = meter_lib.pull(it, measure, settle,  # noqa: F821  `del it` below
                             lambda _: scenario.rows_per_element).rows_per_s
       self._write_trace({"kind": "measurement", "scenario": scenario.name,
@@ -413,26 +434,35 @@ class Harness:
                          "rows_per_element": scenario.rows_per_element})
       return rate
 
+    def best_of(configs):
+      nonlocal tried
+      rates = collections.defaultdict(list)
+      for _ in range(repeats):
+        for config in configs:
+          rates[json.dumps(config, sort_keys=True)].append(
+              measure_config(config))
+      tried += len(rates)
+      key = max(rates, key=lambda k: statistics.median(rates[k]))
+      return json.loads(key), statistics.median(rates[key])
+
     tuner = intune_tf.global_tuner()
     tuner.add_listener(self._on_step)
     try:
       for cpus in cpu_counts:
         resize_lib.set_process_cpus(cpu_ids[:cpus])
         buffers = {k.name: 2.0 for k in buf}
-        best, best_rate = None, -1.0
-        for values in itertools.product(
-            *[range(int(k.min), int(min(k.max, cpus)) + 1) for k in par]):
-          config = {**dict(zip([k.name for k in par], map(float, values))),
-                    **buffers}
-          rate = measure_config(config)
+        grid = [{**dict(zip([k.name for k in par], map(float, values))),
+                 **buffers}
+                for values in itertools.product(
+                    *[range(int(k.min), int(min(k.max, max(cpus, 2))) + 1)
+                      for k in par])]
+        best, best_rate = best_of(grid)
+        coordinate = [{**best, k.name: size} for k in buf
+                      for size in (1.0, 4.0, 8.0)]
+        if coordinate:
+          candidate, rate = best_of(coordinate)
           if rate > best_rate:
-            best, best_rate = config, rate
-        for k in buf:
-          for size in (1.0, 4.0, 8.0):
-            config = {**best, k.name: size}
-            rate = measure_config(config)
-            if rate > best_rate:
-              best, best_rate = config, rate
+            best = candidate
         table[cpus] = best
     finally:
       tuner.remove_listener(self._on_step)
@@ -524,7 +554,9 @@ class Harness:
         bar.update()
         if "oracle" in policy_names:
           bar.set_postfix_str(f"{scenario.name}: oracle search")
-          self.search_oracle(scenario, measure=self.oracle_seconds)
+          self.search_oracle(scenario, measure=self.oracle_seconds,
+                             repeats=self.oracle_repeats,
+                             cpu_counts=self.oracle_cpus)
           bar.update()
         for repeat in range(repeats):
           for policy in policy_names:
@@ -729,6 +761,27 @@ def _restart(ds: tf.data.Dataset, iterator):
   return fresh
 
 
+def _positive_int(text: str) -> int:
+  """An argparse type: an int of at least 1."""
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}")
+  return value
+
+
+def _cpu_counts(text: str) -> tuple[int, ...]:
+  """An argparse type: comma-separated CPU counts, each at least 1."""
+  try:
+    return tuple(sorted({_positive_int(t) for t in text.split(",")}))
+  except argparse.ArgumentTypeError as e:
+    raise argparse.ArgumentTypeError(
+        f"must be comma-separated CPU counts such as 1,2, got {text!r}"
+    ) from e
+
+
 def main(args) -> int:
   """`intune bench`: runs, prints the table, writes JSON and plots."""
   names = [p for p in args.policies.split(",") if p]
@@ -743,6 +796,8 @@ def main(args) -> int:
   harness = Harness(seconds=args.seconds, warmup=args.warmup,
                     cpu_budget=args.cpu_budget, ram_budget=args.ram_budget,
                     trace_path=args.trace, oracle_seconds=args.oracle_seconds,
+                    oracle_repeats=args.oracle_repeats,
+                    oracle_cpus=args.oracle_cpus,
                     warm_start=args.warm_start)
   interrupted = False
   try:
@@ -801,6 +856,12 @@ def add_parser(subparsers) -> None:
   p.add_argument("--oracle-seconds", type=float, default=1.5,
                  help="Seconds the oracle search measures each configuration "
                  "(longer: less noise, e.g. for calibration traces).")
+  p.add_argument("--oracle-repeats", type=_positive_int, default=1,
+                 help="Measurements of each configuration in the oracle "
+                 "search, interleaved; it keeps the best median (default 1).")
+  p.add_argument("--oracle-cpus", type=_cpu_counts, default=None,
+                 help="Comma-separated CPU counts the oracle searches, e.g. "
+                 "1,2 (default: the scenario's, or the usable CPUs).")
   p.add_argument("--json", type=files.output_file_arg, default=None,
                  help="Write the results here.")
   p.add_argument("--plots", default=None, help="Write PNG plots here.")
