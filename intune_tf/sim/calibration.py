@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import gzip
 import itertools
 import json
@@ -55,6 +56,14 @@ class Point:
   rows_per_s: float
   rows_per_element: float
   observations: list[dict]
+  # Every measurement of the configuration (rows/s), when merged from
+  # repeats (`merge_repeats`); rows_per_s is their median.
+  measurements: tuple[float, ...] = ()
+
+  @functools.cached_property
+  def costs(self) -> dict[str, float]:
+    """Each stage's median CPU-seconds per output element (`_costs`)."""
+    return _costs(self.observations)
 
 
 def _read_record(path: str, number: int, line: str,
@@ -111,7 +120,48 @@ def load_trace(path: str) -> dict[str, list[Point]]:
         f"{path} holds no oracle-search measurements. Record a trace with "
         "`intune bench --scenarios criteo-l4-b4096 --policies oracle "
         "--repeats 1 --trace PATH`.")
-  return dict(points)
+  return {s: merge_repeats(p) for s, p in points.items()}
+
+
+def merge_repeats(points: Sequence[Point]) -> list[Point]:
+  """One point per (configuration, CPUs), in the order first measured: the
+  median rows/s of its measurements (`intune bench --oracle-repeats`) and
+  all their observations (each measurement's first one left out: it
+  straddles two configurations).
+
+  Example: rows/s 90, 110 and 100 of one configuration -> one point of 100.
+  """
+  groups: dict[tuple, list[Point]] = {}
+  for p in points:
+    groups.setdefault((p.cpus, json.dumps(p.config, sort_keys=True)),
+                      []).append(p)
+  return [dataclasses.replace(
+      same[0], rows_per_s=float(np.median([p.rows_per_s for p in same])),
+      measurements=tuple(p.rows_per_s for p in same),
+      observations=[o for p in same for o in (p.observations[1:] or
+                                               p.observations)])
+          if len(same) > 1 else same[0] for same in groups.values()]
+
+
+def spread(points: Sequence[Point]) -> dict[str, float]:
+  """How far apart a scenario's configurations measure, against how far
+  apart repeats of one configuration do.
+
+  Returns:
+    `span`: the fastest configuration's rows/s over the slowest's;
+    `noise`: the median over repeated configurations of the relative
+    standard deviation of their measurements (NaN without repeats).
+
+  Example: configurations at 100 (measured 90, 100, 110) and 200 (measured
+  200, 200): span 2.0; noise median(0.0816, 0.0) = 0.0408, where
+  std(90, 100, 110) / 100 = 8.165 / 100.
+  """
+  rates = [p.rows_per_s for p in points if p.rows_per_s > 0]
+  noise = [float(np.std(p.measurements) / np.mean(p.measurements))
+           for p in points if len(p.measurements) > 1 and
+           np.mean(p.measurements) > 0]
+  return {"span": max(rates) / min(rates) if rates else float("nan"),
+          "noise": float(np.median(noise)) if noise else float("nan")}
 
 
 def _costs(observations: Sequence[dict]) -> dict[str, float]:
@@ -144,7 +194,7 @@ def build_pipeline(point: Point, params: sim_lib.SimParams,
               if k["kind"] == "parallelism"}
   buffered = {records.split_knob(k["name"])[0] for k in knobs
               if k["kind"] == "buffer_size"}
-  costs = _costs(point.observations)
+  costs = point.costs
   per_stage = collections.defaultdict(float)
   fixed = 0.0
   # Parallel knob stages from the output to the input: the last one that
@@ -246,12 +296,19 @@ def errors(points_by_scenario: dict[str, list[Point]],
 
 def fit(points_by_scenario: dict[str, list[Point]],
         oversubscription: Iterable[float] = np.arange(0.0, 1.01, 0.1),
-        handoff_s: Iterable[float] = (0.0, 3e-4, 1e-3),
-        cost_scale: Iterable[float] = np.arange(0.5, 1.21, 0.05),
-        pipelining: Iterable[float] = (1.5, 2.0, 3.0, 4.0, 8.0, np.inf)
+        handoff_s: Iterable[float] = (0.0, 1e-4, 3e-4, 1e-3, 2e-3, 4e-3,
+                                      8e-3, 16e-3),
+        cost_scale: Iterable[float] = np.arange(0.2, 1.51, 0.05),
+        pipelining: Iterable[float] = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0,
+                                       np.inf)
         ) -> tuple[sim_lib.SimParams, float, list[dict]]:
   """The `SimParams` and cost scale with the smallest median |error| over
-  all configurations, and its errors."""
+  all configurations, and its errors.
+
+  The default grids end where the model does (no oversubscription or
+  hand-off cost; k = 1, a chain that does not overlap at all; k = inf,
+  perfect pipelining) or well beyond any fit on this machine.
+  """
   best = None
   for o, h, k in itertools.product(oversubscription, handoff_s, pipelining):
     params = sim_lib.SimParams(oversubscription=float(o), handoff_s=float(h),
@@ -308,9 +365,11 @@ def held_out(points_by_scenario: dict[str, list[Point]], **grid
   Returns:
     The fitted `SimParams`, cost scale, and per scenario: `spearman` of
     predicted and measured rows/s over the held-out configurations
-    (`held_out`: their number), and `best_ratio`: the measured rows/s of the
+    (`held_out`: their number; `spearman_by_cpus`: among those measured on
+    each CPU count), and `best_ratio`: the measured rows/s of the
     configuration the fitted simulator ranks first among all the
-    scenario's configurations, over the best measured.
+    scenario's configurations, over the best measured; and the `spread`
+    of all its configurations (`span`, `noise`).
   """
   train = {s: p[0::2] for s, p in points_by_scenario.items()}
   test = {s: p[1::2] for s, p in points_by_scenario.items() if p[1::2]}
@@ -325,8 +384,13 @@ def held_out(points_by_scenario: dict[str, list[Point]], **grid
     report[scenario] = {
         "spearman": spearman([r["predicted"] for r in rows],
                              [r["measured"] for r in rows]),
+        "spearman_by_cpus": {
+            cpus: spearman([r["predicted"] for r in rows if r["cpus"] == cpus],
+                           [r["measured"] for r in rows if r["cpus"] == cpus])
+            for cpus in sorted({r["cpus"] for r in rows})},
         "held_out": len(rows),
         "best_ratio": chosen["measured"] / max(r["measured"] for r in every),
+        **spread(points_by_scenario[scenario]),
     }
   return params, scale, report
 
@@ -351,12 +415,12 @@ def main(args) -> int:
   print(f"SimParams: oversubscription {params.oversubscription:.2f}, "
         f"handoff {params.handoff_s * 1e3:.2f} ms, pipelining "
         f"{params.pipelining:g}; cost scale {scale:.2f}")
-  print(f"{'scenario':18} {'configuration':44} {'measured':>10} "
+  print(f"{'scenario':18} {'configuration':30} {'CPUs':>4} {'measured':>10} "
         f"{'predicted':>10} {'error':>7}")
   for r in rows:
     config = ",".join(f"{int(v)}" for v in r["config"].values())
-    print(f"{r['scenario']:18} {config:44} {r['measured']:10,.0f} "
-          f"{r['predicted']:10,.0f} {r['error']:+7.1%}")
+    print(f"{r['scenario']:18} {config:30} {r['cpus']:4d} "
+          f"{r['measured']:10,.0f} {r['predicted']:10,.0f} {r['error']:+7.1%}")
   abs_err = [abs(r["error"]) for r in rows]
   for scenario, mine in _by_scenario(rows).items():
     e = [abs(r["error"]) for r in mine]
@@ -364,16 +428,27 @@ def main(args) -> int:
           "configurations")
   print(f"all: median |error| {np.median(abs_err):.1%} over {len(abs_err)} "
         "configurations")
-  _, _, held = held_out(points)
+  held_params, held_scale, held = held_out(points)
+  print(f"Fitted on every other configuration: oversubscription "
+        f"{held_params.oversubscription:.2f}, handoff "
+        f"{held_params.handoff_s * 1e3:.2f} ms, pipelining "
+        f"{held_params.pipelining:g}; cost scale {held_scale:.2f}")
   for scenario, h in held.items():
     print(f"{scenario}: fitted on every other configuration, on the "
           f"{h['held_out']} held out Spearman {h['spearman']:.2f}; the "
           f"simulator's best configuration measures {h['best_ratio']:.1%} of "
-          "the best measured")
+          f"the best measured; configurations span {h['span']:.2f}x, repeats "
+          f"of one differ by {h['noise']:.1%} (median relative std)")
+    if len(h["spearman_by_cpus"]) > 1:
+      print("  held out, Spearman among the configurations of one CPU count: "
+            + ", ".join(f"{cpus} CPUs {rho:.2f}" for cpus, rho in
+                        h["spearman_by_cpus"].items()))
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"params": dataclasses.asdict(params), "cost_scale": scale,
                  "rows": rows, "held_out": held,
+                 "held_out_params": dataclasses.asdict(held_params),
+                 "held_out_cost_scale": held_scale,
                  "median_abs_error": float(np.median(abs_err))}, f, indent=1)
   return 0
 
