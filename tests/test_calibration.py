@@ -123,6 +123,18 @@ def test_spread(points, span, noise):
   assert got["noise"] == pytest.approx(noise, abs=1e-4, nan_ok=True)
 
 
+@pytest.mark.parametrize("predicted,measured,ratio,tied", [
+    # The first two tie: (90 + 100) / 2 / 110.
+    ([10, 10, 5], [90, 100, 110], 0.8636, 2),
+    ([10, 9, 5], [90, 100, 110], 90 / 110, 1),
+    ([5, 9, 10], [90, 100, 110], 1.0, 1),
+])
+def test_best_ratio_takes_the_mean_of_a_tie(predicted, measured, ratio, tied):
+  rows = [{"predicted": p, "measured": m} for p, m in zip(predicted, measured)]
+  got = calibration.best_ratio(rows)
+  assert got[0] == pytest.approx(ratio, abs=1e-4) and got[1] == tied
+
+
 def test_held_out_ranks_a_trace_whose_order_is_known(tmp_path):
   # A trace from the simulator itself: the configurations held out from the
   # fit are ranked as measured, and the best predicted is the best measured.

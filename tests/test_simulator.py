@@ -98,6 +98,23 @@ def test_optimum_matches_a_grid_search(seed, params, rel):
   assert sum(par) <= sim.cpu_limit(3, cpus) and buf == [0, 0, 0]
 
 
+@pytest.mark.parametrize("parallelism,cpus,expected", [
+    # 5 threads on 2 CPUs: contention 1 + 0.5 * (5 / 2 - 1) = 1.75; only
+    # the stage with more threads than CPUs pays the 0.1 hand-off:
+    # 1 * 1.75 = 1.75 and 2 * 1.75 + 0.1 = 3.6.
+    ((2, 3), 2, [1.75, 3.6]),
+    # 5 threads on 8 CPUs: no contention, no hand-off.
+    ((2, 3), 8, [1.0, 2.0]),
+    # 2 threads on 1 CPU: 1 + 0.5 * (2 - 1) = 1.5; neither stage has more
+    # than one thread.
+    ((1, 1), 1, [1.5, 3.0]),
+])
+def test_effective_costs_by_hand(parallelism, cpus, expected):
+  params = sim.SimParams(oversubscription=0.5, handoff_s=0.1)
+  got = sim.effective_costs([1.0, 2.0], parallelism, cpus, params)
+  assert got == pytest.approx(expected)
+
+
 def test_random_params_cover_cheap_and_costly_machines():
   rng = np.random.default_rng(0)
   params = [sim.random_params(rng) for _ in range(200)]

@@ -10,7 +10,7 @@ Steady-state throughput of an allocation (parallelism p_i, buffers b_i):
 
   threads  T   = sum of p_i over tunable stages + 1 per fixed stage
   contention s = 1 + oversubscription * max(0, T / C - 1)
-  cost    c'_i = c_i * s + handoff_s             (handoff only if p_i > 1)
+  cost    c'_i = c_i * s + handoff_s             (handoff only if p_i > C)
   X0          = softmin_k(p_i / c'_i for each i, C / sum_i c'_i,
                           1 / consumer_step_s)
   softmin_k(B) = (sum_j B_j ** -k) ** (-1 / k)   (k = inf: the minimum)
@@ -52,8 +52,11 @@ class SimParams:
   Attributes:
     oversubscription: cost growth per unit of threads/CPUs above 1.
       Default 0.15.
-    handoff_s: per-element cost of handing work to a parallel stage's
-      threads, seconds. Default 0.
+    handoff_s: per-element cost of handing work between a stage's threads
+      when it has more threads than CPUs (each hand-off then waits for a
+      context switch), seconds. Default 0. Fitted on Criteo L3-L5, this
+      form ranks held-out configurations better than a cost for every
+      stage with two or more threads (docs/benchmarks.md).
     jitter_loss: weight of the variability stall term. Default 0.5.
     pipelining: exponent k of the soft minimum of the throughput bounds
       (module docstring); inf is the hard minimum of a perfectly pipelined
@@ -183,7 +186,7 @@ def effective_costs(costs: Sequence[float], parallelism: Sequence[float],
   """Per-element costs under contention (module docstring)."""
   threads = sum(parallelism)
   contention = 1 + params.oversubscription * max(0.0, threads / cpus - 1)
-  return [c * contention + (params.handoff_s if p > 1 else 0.0)
+  return [c * contention + (params.handoff_s if p > cpus else 0.0)
           for c, p in zip(costs, parallelism)]
 
 
