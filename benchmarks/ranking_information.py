@@ -1,0 +1,140 @@
+"""What the jump search's ranker would need to know to beat climb by +0.02.
+
+`intune-jump` (`intune_tf/agent/ranked.py`) tries candidate moves in the
+order of a ranking and keeps what measures better. This script runs that
+same search on simulated pipelines under five rankings, from least to most
+knowledge, each against `climb` (paired, with a 95% bootstrap interval):
+
+- `climb order`: no ranking (climb's bottleneck-first order);
+- `learned`: the shipped ranker (`jump_ranker.npz`), which sees the state;
+- `model on measured costs`: a bottleneck model (soft minimum of the
+  stages' and the CPUs' bounds, k = 3, oversubscription 0.15) on the
+  costs the observation measures;
+- `truth without variability`: the simulator itself (true costs, its k,
+  contention and hand-off), but every stage's cost variability set to 0;
+- `truth`: the simulator's exact one-step gain (an oracle).
+
+Run: `python benchmarks/ranking_information.py [pipelines] [seed]`
+(default 60 and 99: the tuning set apart from `intune simulate`'s; about
+6 minutes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+
+from intune_tf.agent import dqn
+from intune_tf.agent import ranked
+from intune_tf.options import IntuneOptions
+from intune_tf.sim import pretrain
+from intune_tf.sim import simulator as sim_lib
+from intune_tf.tuning import policies
+from intune_tf.tuning import search
+
+
+class _Ranking(ranked.JumpSearchPolicy):
+  """The jump search with candidates ordered by `gain(obs, values)`."""
+
+  def gain(self, obs, values: dict[str, float]) -> float:
+    raise NotImplementedError
+
+  def ranked(self, obs):
+    candidates = search.ClimbPolicy(self.options).candidates(obs)
+    scored = [(label, values, self.gain(obs, values))
+              for label, values in candidates]
+    order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
+    return [scored[i] for i in order]
+
+
+class _MeasuredModel(_Ranking):
+  K, OVERSUBSCRIPTION = 3.0, 0.15
+
+  def _rate(self, obs, values):
+    costs = dqn.stage_costs(obs)
+    threads = {k.stage: k.value for k in obs.knobs
+               if k.kind == "parallelism"}
+    threads.update({name.rsplit("/", 1)[0]: v for name, v in values.items()
+                    if name.endswith("/parallelism")})
+    names = list(costs)
+    stages = [sim_lib.SimStage(name=s, cost_s=max(costs[s], 1e-12))
+              for s in names]
+    return sim_lib.throughput(
+        stages, [max(1.0, threads.get(s, 1.0)) for s in names],
+        [0.0] * len(names), obs.cpu_budget,
+        params=sim_lib.SimParams(oversubscription=self.OVERSUBSCRIPTION,
+                                 pipelining=self.K))
+
+  def gain(self, obs, values):
+    if not dqn.stage_costs(obs):
+      return 0.0
+    return self._rate(obs, values) / self._rate(obs, {}) - 1
+
+
+class _Truth(_Ranking):
+  """Ranks by the simulator `sim`'s noise-free rate (with `variability`
+  False, every stage's cv taken as 0)."""
+
+  def __init__(self, options, sim: sim_lib.Simulator, variability: bool,
+               **kwargs):
+    super().__init__(options, **kwargs)
+    self.sim, self.variability = sim, variability
+
+  def _rate(self, values):
+    sim = self.sim
+    index = {st.name: i for i, st in enumerate(sim.pipeline.stages)}
+    par, buf = list(sim.parallelism), list(sim.buffers)
+    for name, v in values.items():
+      stage, kind = name.rsplit("/", 1)
+      (par if kind == "parallelism" else buf)[index[stage]] = v
+    stages = sim.pipeline.stages if self.variability else [
+        dataclasses.replace(st, cv=0.0) for st in sim.pipeline.stages]
+    return sim_lib.throughput(stages, par, buf, sim.cpus,
+                              sim.pipeline.consumer_step_s, sim.params,
+                              sim.costs)
+
+  def gain(self, obs, values):
+    return self._rate(values) / max(self._rate({}), 1e-12) - 1
+
+
+def main(count: int = 60, seed: int = 99) -> None:
+  opts = IntuneOptions()
+  pipes = pretrain.evaluation_pipelines(count, seed)
+  learned = dqn.load_weights(ranked.JUMP_WEIGHTS)[0]
+
+  def run(make):
+    out = []
+    for i, (pipe, params) in enumerate(pipes):
+      sim = sim_lib.Simulator(pipe, seed=seed + i, params=params)
+      sim.set(policies.EvenPolicy(opts).step(sim.observe()))
+      out.append(pretrain.run_episode(make(sim), sim, 300).of_optimum)
+    return np.asarray(out)
+
+  climb = run(lambda sim: search.ClimbPolicy(opts))
+  rows = {
+      "climb order": lambda sim: ranked.JumpSearchPolicy(
+          opts, agent_weights=learned, order="climb"),
+      "learned": lambda sim: ranked.JumpSearchPolicy(
+          opts, agent_weights=learned),
+      "model on measured costs": lambda sim: _MeasuredModel(
+          opts, agent_weights=learned),
+      "truth without variability": lambda sim: _Truth(
+          opts, sim, False, agent_weights=learned),
+      "truth": lambda sim: _Truth(opts, sim, True, agent_weights=learned),
+  }
+  print(f"{count} pipelines of evaluation_pipelines(seed={seed}), 300 steps;"
+        f" climb: median {np.median(climb):.3f}, mean {climb.mean():.3f}\n")
+  print("| ranking | median | p10 | mean | vs climb [95% CI] |")
+  print("|---|---|---|---|---|")
+  for name, make in rows.items():
+    r = run(make)
+    mean, low, high = pretrain.paired_difference(r, climb)
+    print(f"| {name} | {np.median(r):.3f} | {np.percentile(r, 10):.3f} | "
+          f"{r.mean():.3f} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] |",
+          flush=True)
+
+
+if __name__ == "__main__":
+  main(*(int(a) for a in sys.argv[1:3]))
