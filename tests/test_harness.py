@@ -105,14 +105,15 @@ def test_unknown_policy_and_scenario_list_valid_names():
     scenarios.get("x")
 
 
-def _tiny(calls=None):
+def _tiny(calls=None, prefetch=False):
   def make(parallelism=None):
     if calls is not None:
       calls.append(1)
       if len(calls) > 3:
         raise KeyboardInterrupt
-    return tf.data.Dataset.range(10**9).map(
+    ds = tf.data.Dataset.range(10**9).map(
         lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).batch(16)
+    return ds.prefetch(tf.data.AUTOTUNE) if prefetch else ds
   return scenarios.Scenario("tiny", "test pipeline", make, 16)
 
 
@@ -176,22 +177,38 @@ def test_oracle_repeats_measure_each_configuration_in_passes(tmp_path):
   trace = tmp_path / "trace.jsonl"
   h = harness.Harness(trace_path=str(trace))
   cpus_before = harness.resize_lib.machine_cpu_ids()
-  table = h.search_oracle(_tiny(), settle=0.05, measure=0.1, repeats=2,
-                          cpu_counts=(1,))
+  table = h.search_oracle(_tiny(prefetch=True), settle=0.05, measure=0.1,
+                          repeats=2, cpu_counts=(1,))
   h.close()
-  # On one CPU the map (the only knob) is tried at 1 and 2 threads, each
-  # measured twice.
-  assert h.oracle["tiny"]["configurations_tried"] == 2
+  # On one CPU the map is tried at 1 and 2 threads (the buffer at 2), then
+  # the buffer at 1, 4 and 8 from the better of those: 5 configurations.
+  assert h.oracle["tiny"]["configurations_tried"] == 5
   assert list(table) == [1]
   lines = [json.loads(line) for line in trace.read_text().splitlines()]
   measured = [r for r in lines if r.get("kind") == "measurement"]
-  assert len(measured) == 4 and {r["cpus"] for r in measured} == {1}
-  # The grid is measured in passes: all of it once, then again.
+  assert len(measured) == 10 and {r["cpus"] for r in measured} == {1}
   configs = [json.dumps(r["config"], sort_keys=True) for r in measured]
-  assert configs[:2] == configs[2:4] and configs[0] != configs[1]
+  buffers = [r["config"][next(k for k in r["config"] if "buffer" in k)]
+             for r in measured]
+  assert buffers[:5] == [2.0, 2.0, 1.0, 4.0, 8.0]
+  # The second pass measures the grid and the buffers together, in its own
+  # order, so neither is always measured first.
+  assert configs[5:] == [configs[j] for j in harness.pass_order(5, 1)]
   points = calibration.load_trace(str(trace))["tiny"]
-  assert len(points) == 2
+  assert len(points) == 5
+  assert all(len(p.measurements) == 2 for p in points)
   assert harness.resize_lib.machine_cpu_ids() == cpus_before
+
+
+def test_pass_order():
+  assert harness.pass_order(3, 0) == [0, 1, 2]
+  later = [harness.pass_order(10, i) for i in (1, 2, 3)]
+  # Each later pass measures every configuration once, in an order of its
+  # own that is the same on every call.
+  assert all(sorted(order) == list(range(10)) for order in later)
+  assert len({tuple(order) for order in later}) == 3
+  assert list(range(10)) not in later
+  assert harness.pass_order(10, 2) == later[1]
 
 
 @pytest.mark.parametrize("flag,value,match", [

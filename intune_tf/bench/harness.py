@@ -25,6 +25,7 @@ import time
 from typing import Sequence
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import model_pb2
 from tqdm import tqdm
@@ -293,6 +294,20 @@ def autotune_dataset(scenario: scenarios_lib.Scenario,
   return ds.with_options(options)
 
 
+def pass_order(count: int, index: int) -> list[int]:
+  """The order of the `index`-th pass (from 0) over `count` configurations
+  of the oracle search: the first in order, each later one a permutation
+  seeded by its index, so that the same configurations are not always
+  measured first after a change of CPUs or last before the next.
+
+  Example: pass_order(3, 0) = [0, 1, 2]; pass_order(3, 1) is a permutation
+  of it, the same on every call.
+  """
+  if index == 0:
+    return list(range(count))
+  return [int(j) for j in np.random.default_rng(index).permutation(count)]
+
+
 class Harness:
   """Runs policies on scenarios and collects `Run`s."""
 
@@ -395,9 +410,11 @@ class Harness:
     A grid over every parallelism in 1..max(CPUs, 2) per parallel stage
     (buffers at 2; on one CPU a second thread can overlap a stage that
     waits), then one coordinate pass over each buffer in {1, 4, 8} from the
-    best point. All configurations are measured in one iterator; with
-    `repeats`, each pass over the grid (and over the buffers) runs that many
-    times, interleaved, and a configuration's rate is its median.
+    grid's best point. All configurations are measured in one iterator;
+    with `repeats`, the grid and the buffer configurations together are
+    measured again in further passes, each in its own order
+    (`pass_order`), and a configuration's rate is its median: a drift over
+    the search then falls on every configuration alike.
 
     Args:
       scenario: the pipeline.
@@ -434,16 +451,8 @@ class Harness:
                          "rows_per_element": scenario.rows_per_element})
       return rate
 
-    def best_of(configs):
-      nonlocal tried
-      rates = collections.defaultdict(list)
-      for _ in range(repeats):
-        for config in configs:
-          rates[json.dumps(config, sort_keys=True)].append(
-              measure_config(config))
-      tried += len(rates)
-      key = max(rates, key=lambda k: statistics.median(rates[k]))
-      return json.loads(key), statistics.median(rates[key])
+    def best(rates):
+      return json.loads(max(rates, key=lambda k: statistics.median(rates[k])))
 
     tuner = intune_tf.global_tuner()
     tuner.add_listener(self._on_step)
@@ -456,14 +465,20 @@ class Harness:
                 for values in itertools.product(
                     *[range(int(k.min), int(min(k.max, max(cpus, 2))) + 1)
                       for k in par])]
-        best, best_rate = best_of(grid)
-        coordinate = [{**best, k.name: size} for k in buf
-                      for size in (1.0, 4.0, 8.0)]
-        if coordinate:
-          candidate, rate = best_of(coordinate)
-          if rate > best_rate:
-            best = candidate
-        table[cpus] = best
+        rates: dict[str, list[float]] = collections.defaultdict(list)
+        for config in grid:
+          rates[json.dumps(config, sort_keys=True)].append(
+              measure_config(config))
+        start = best(rates)
+        configs = grid + [{**start, k.name: size} for k in buf
+                          for size in (1.0, 4.0, 8.0)]
+        for i in range(repeats):
+          for j in pass_order(len(configs), i):
+            if i or j >= len(grid):
+              rates[json.dumps(configs[j], sort_keys=True)].append(
+                  measure_config(configs[j]))
+        tried += len(rates)
+        table[cpus] = best(rates)
     finally:
       tuner.remove_listener(self._on_step)
       resize_lib.set_process_cpus(cpu_ids)
