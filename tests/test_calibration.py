@@ -135,6 +135,24 @@ def test_best_ratio_takes_the_mean_of_a_tie(predicted, measured, ratio, tied):
   assert got[0] == pytest.approx(ratio, abs=1e-4) and got[1] == tied
 
 
+@pytest.mark.parametrize("predicted,measurements,ratio", [
+    # Leaving out repeat 1, A (104) beats B (100) on repeat 2: 100 / 100;
+    # leaving out repeat 2, B (102) beats A (100): 104 / 100. Mean 1.02.
+    ([10, 5], [[100, 104], [102, 100]], 1.02),
+    # A tie of A and B, C best on every repeat: (90 + 100) / 2 / 110 and
+    # (100 + 90) / 2 / 120 -> mean(0.8636, 0.7917) = 0.8277.
+    ([10, 10, 5], [[90, 100], [100, 90], [110, 120]], 0.8277),
+    # One repeat: nothing to leave out.
+    ([10, 5], [[100], [90]], None),
+])
+def test_fresh_best_ratio_reads_a_repeat_the_best_was_not_picked_on(
+    predicted, measurements, ratio):
+  rows = [{"predicted": p, "measurements": m}
+          for p, m in zip(predicted, measurements)]
+  got = calibration.fresh_best_ratio(rows)
+  assert got == (None if ratio is None else pytest.approx(ratio, abs=1e-4))
+
+
 def test_held_out_ranks_a_trace_whose_order_is_known(tmp_path):
   # A trace from the simulator itself: the configurations held out from the
   # fit are ranked as measured, and the best predicted is the best measured.
