@@ -873,7 +873,8 @@ def add_parser(subparsers) -> None:
                  "(longer: less noise, e.g. for calibration traces).")
   p.add_argument("--oracle-repeats", type=_positive_int, default=1,
                  help="Measurements of each configuration in the oracle "
-                 "search, interleaved; it keeps the best median (default 1).")
+                 "search, in passes over all of them, each pass in its own "
+                 "order; it keeps the best median (default 1).")
   p.add_argument("--oracle-cpus", type=_cpu_counts, default=None,
                  help="Comma-separated CPU counts the oracle searches, e.g. "
                  "1,2 (default: the scenario's, or the usable CPUs).")
