@@ -8,8 +8,9 @@ knowledge, each against `climb` (paired, with a 95% bootstrap interval):
 - `climb order`: no ranking (climb's bottleneck-first order);
 - `learned`: the shipped ranker (`jump_ranker.npz`), which sees the state;
 - `model on measured costs`: a bottleneck model (soft minimum of the
-  stages' and the CPUs' bounds, k = 3, oversubscription 0.15) on the
-  costs the observation measures;
+  stages' and the CPUs' bounds, k = 3, oversubscription 0.15: the best of
+  four settings tried on the tuning set) on the costs the observation
+  measures;
 - `truth without variability`: the simulator itself (true costs, its k,
   contention and hand-off), but every stage's cost variability set to 0;
 - `truth`: the simulator's exact one-step gain (an oracle).
