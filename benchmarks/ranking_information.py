@@ -37,14 +37,17 @@ from intune_tf.tuning import search
 
 
 class _Ranking(ranked.JumpSearchPolicy):
-  """The jump search with candidates ordered by `gain(obs, values)`."""
+  """The jump search with candidates ordered by the relative rise of
+  `rate(obs, values)` over `rate(obs, {})` (all 0 when that is None)."""
 
-  def gain(self, obs, values: dict[str, float]) -> float:
+  def rate(self, obs, values: dict[str, float]) -> float | None:
     raise NotImplementedError
 
   def ranked(self, obs):
-    candidates = search.ClimbPolicy(self.options).candidates(obs)
-    scored = [(label, values, self.gain(obs, values))
+    candidates = self._climb.candidates(obs)
+    now = self.rate(obs, {})
+    scored = [(label, values,
+               self.rate(obs, values) / now - 1 if now else 0.0)
               for label, values in candidates]
     order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
     return [scored[i] for i in order]
@@ -53,8 +56,10 @@ class _Ranking(ranked.JumpSearchPolicy):
 class _MeasuredModel(_Ranking):
   K, OVERSUBSCRIPTION = 3.0, 0.15
 
-  def _rate(self, obs, values):
+  def rate(self, obs, values):
     costs = dqn.stage_costs(obs)
+    if not costs:
+      return None
     threads = {k.stage: k.value for k in obs.knobs
                if k.kind == "parallelism"}
     threads.update({name.rsplit("/", 1)[0]: v for name, v in values.items()
@@ -68,11 +73,6 @@ class _MeasuredModel(_Ranking):
         params=sim_lib.SimParams(oversubscription=self.OVERSUBSCRIPTION,
                                  pipelining=self.K))
 
-  def gain(self, obs, values):
-    if not dqn.stage_costs(obs):
-      return 0.0
-    return self._rate(obs, values) / self._rate(obs, {}) - 1
-
 
 class _Truth(_Ranking):
   """Ranks by the simulator `sim`'s noise-free rate (with `variability`
@@ -83,7 +83,7 @@ class _Truth(_Ranking):
     super().__init__(options, **kwargs)
     self.sim, self.variability = sim, variability
 
-  def _rate(self, values):
+  def rate(self, obs, values):
     sim = self.sim
     index = {st.name: i for i, st in enumerate(sim.pipeline.stages)}
     par, buf = list(sim.parallelism), list(sim.buffers)
@@ -95,9 +95,6 @@ class _Truth(_Ranking):
     return sim_lib.throughput(stages, par, buf, sim.cpus,
                               sim.pipeline.consumer_step_s, sim.params,
                               sim.costs)
-
-  def gain(self, obs, values):
-    return self._rate(values) / max(self._rate({}), 1e-12) - 1
 
 
 def main(count: int = 60, seed: int = 99) -> None:

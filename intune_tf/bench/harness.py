@@ -451,6 +451,11 @@ class Harness:
                          "rows_per_element": scenario.rows_per_element})
       return rate
 
+    def measure_all(configs, rates):
+      for config in configs:
+        rates[json.dumps(config, sort_keys=True)].append(
+            measure_config(config))
+
     def best(rates):
       return json.loads(max(rates, key=lambda k: statistics.median(rates[k])))
 
@@ -466,17 +471,14 @@ class Harness:
                     *[range(int(k.min), int(min(k.max, max(cpus, 2))) + 1)
                       for k in par])]
         rates: dict[str, list[float]] = collections.defaultdict(list)
-        for config in grid:
-          rates[json.dumps(config, sort_keys=True)].append(
-              measure_config(config))
+        measure_all(grid, rates)
         start = best(rates)
         configs = grid + [{**start, k.name: size} for k in buf
                           for size in (1.0, 4.0, 8.0)]
-        for i in range(repeats):
-          for j in pass_order(len(configs), i):
-            if i or j >= len(grid):
-              rates[json.dumps(configs[j], sort_keys=True)].append(
-                  measure_config(configs[j]))
+        measure_all(configs[len(grid):], rates)
+        for i in range(1, repeats):
+          measure_all([configs[j] for j in pass_order(len(configs), i)],
+                      rates)
         tried += len(rates)
         table[cpus] = best(rates)
     finally:

@@ -366,10 +366,15 @@ def best_ratio(rows: Sequence[dict]) -> tuple[float, int]:
   Example: predicted 10, 10, 5 and measured 90, 100, 110: the first two
   tie, (90 + 100) / 2 / 110 = 0.864, 2 tied.
   """
-  top = max(r["predicted"] for r in rows)
-  chosen = [r["measured"] for r in rows if r["predicted"] >= top * (1 - TIE)]
+  chosen = [r["measured"] for r in _first_place(rows)]
   return float(np.mean(chosen)) / max(r["measured"] for r in rows), len(
       chosen)
+
+
+def _first_place(rows: Sequence[dict]) -> list[dict]:
+  """The rows whose prediction ties for the highest (within `TIE`)."""
+  top = max(r["predicted"] for r in rows)
+  return [r for r in rows if r["predicted"] >= top * (1 - TIE)]
 
 
 def fresh_best_ratio(rows: Sequence[dict]) -> float | None:
@@ -388,8 +393,7 @@ def fresh_best_ratio(rows: Sequence[dict]) -> float | None:
   repeats = min(len(r.get("measurements") or ()) for r in rows)
   if repeats < 2:
     return None
-  top = max(r["predicted"] for r in rows)
-  chosen = [r for r in rows if r["predicted"] >= top * (1 - TIE)]
+  chosen = _first_place(rows)
   ratios = []
   for k in range(repeats):
     best = max(rows, key=lambda r, k=k: np.median(
