@@ -2,11 +2,17 @@
 
 `intune-jump` (`intune_tf/agent/ranked.py`) tries candidate moves in the
 order of a ranking and keeps what measures better. This script runs that
-same search on simulated pipelines under five rankings, from least to most
-knowledge, each against `climb` (paired, with a 95% bootstrap interval):
+same search on simulated pipelines under seven rankings, each against
+`climb` (paired, with a 95% bootstrap interval):
 
 - `climb order`: no ranking (climb's bottleneck-first order);
-- `learned`: the shipped ranker (`jump_ranker.npz`), which sees the state;
+- `climb order by the evidence`: the gains the search itself measured
+  for earlier trials of the same knob moves (`ranked.measured_evidence`),
+  no learning;
+- `learned, without the evidence`: the shipped ranker (`jump_ranker.npz`),
+  which sees the state;
+- `learned`: intune-jump as shipped: the ranker's scores plus the
+  evidence;
 - `model on measured costs`: a bottleneck model (soft minimum of the
   stages' and the CPUs' bounds, k = 3, oversubscription 0.15: the best of
   four settings tried on the tuning set) on the costs the observation
@@ -15,9 +21,9 @@ knowledge, each against `climb` (paired, with a 95% bootstrap interval):
   contention and hand-off), but every stage's cost variability set to 0;
 - `truth`: the simulator's exact one-step gain (an oracle).
 
-Run: `python benchmarks/ranking_information.py [pipelines] [seed]`
-(default 60 and 99: the tuning set apart from `intune simulate`'s; about
-6 minutes).
+Run: `python benchmarks/ranking_information.py [pipelines] [seed] [rows]`
+(default 60 and 99: the tuning set apart from `intune simulate`'s, about 8
+minutes; rows: the names of the rankings to run, default all).
 """
 
 from __future__ import annotations
@@ -74,6 +80,19 @@ class _MeasuredModel(_Ranking):
                                  pipelining=self.K))
 
 
+class _Evidence(ranked.JumpSearchPolicy):
+  """Climb's order re-ordered by the search's measured evidence alone
+  (`ranked.measured_evidence`, no Q-network): highest first, ties in
+  climb's order."""
+
+  def ranked(self, obs):
+    scored = [(label, values,
+               ranked.measured_evidence(obs, values, self.evidence))
+              for label, values in self._climb.candidates(obs)]
+    order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
+    return [scored[i] for i in order]
+
+
 class _Truth(_Ranking):
   """Ranks by the simulator `sim`'s noise-free rate (with `variability`
   False, every stage's cv taken as 0)."""
@@ -97,7 +116,8 @@ class _Truth(_Ranking):
                               sim.costs)
 
 
-def main(count: int = 60, seed: int = 99) -> None:
+def main(count: int = 60, seed: int = 99,
+         only: tuple[str, ...] = ()) -> None:
   opts = IntuneOptions()
   pipes = pretrain.evaluation_pipelines(count, seed)
   learned = dqn.load_weights(ranked.JUMP_WEIGHTS)[0]
@@ -114,6 +134,10 @@ def main(count: int = 60, seed: int = 99) -> None:
   rows = {
       "climb order": lambda sim: ranked.JumpSearchPolicy(
           opts, agent_weights=learned, order="climb"),
+      "climb order by the evidence": lambda sim: _Evidence(
+          opts, agent_weights=learned),
+      "learned, without the evidence": lambda sim: ranked.JumpSearchPolicy(
+          opts, agent_weights=learned, evidence_weight=0.0),
       "learned": lambda sim: ranked.JumpSearchPolicy(
           opts, agent_weights=learned),
       "model on measured costs": lambda sim: _MeasuredModel(
@@ -127,6 +151,8 @@ def main(count: int = 60, seed: int = 99) -> None:
   print("| ranking | median | p10 | mean | vs climb [95% CI] |")
   print("|---|---|---|---|---|")
   for name, make in rows.items():
+    if only and name not in only:
+      continue
     r = run(make)
     mean, low, high = pretrain.paired_difference(r, climb)
     print(f"| {name} | {np.median(r):.3f} | {np.percentile(r, 10):.3f} | "
@@ -135,4 +161,4 @@ def main(count: int = 60, seed: int = 99) -> None:
 
 
 if __name__ == "__main__":
-  main(*(int(a) for a in sys.argv[1:3]))
+  main(*(int(a) for a in sys.argv[1:3]), tuple(sys.argv[3:]))

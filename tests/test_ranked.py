@@ -59,7 +59,7 @@ def test_a_rejected_move_is_not_retried_at_the_same_base():
   q = np.zeros(9)
   q[dqn.action_of(0, 1)] = 0.5
   q[dqn.action_of(1, 5)] = 0.2
-  policy = _policy(q)
+  policy = _policy(q, evidence_weight=0.0)  # the prior's order alone
   assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
   # 100 is not above the base's 100 x 1.02: reverted.
   assert policy.step(_at(o, 100.0, A=3)) == {"A/parallelism": 2.0}
@@ -238,3 +238,65 @@ def test_jumps_are_made_again_when_the_cpu_budget_changes():
   wider = dataclasses.replace(o, cpu_budget=16, usable_cpus=16)
   assert policy.step(_at(wider, 100.0, A=2, B=2)) == {
       "A/parallelism": 8.0, "B/parallelism": 8.0}
+
+
+
+def test_measured_evidence_sums_the_gains_of_the_directions_moved():
+  o = _two_stages()   # A 2, B 2
+  evidence = {"A/parallelism": (0.3, -0.5), "B/parallelism": (1.0, 0.2)}
+  # A up (0.3) + B down (0.2) = 0.5.
+  assert ranked.measured_evidence(
+      o, {"A/parallelism": 3.0, "B/parallelism": 1.0}, evidence) == (
+          pytest.approx(0.5))
+  # A down: -0.5; a knob without evidence or not moved adds 0.
+  assert ranked.measured_evidence(o, {"A/parallelism": 1.0}, evidence) == (
+      -0.5)
+  assert ranked.measured_evidence(o, {"A/parallelism": 2.0}, evidence) == 0
+  assert ranked.measured_evidence(o, {"A/parallelism": 3.0}, {}) == 0
+
+
+def test_rank_adds_each_candidates_bonus():
+  o = _two_stages()
+  q = np.zeros(9)
+  q[dqn.action_of(0, 1)] = 0.5
+  q[dqn.action_of(1, 1)] = 0.2
+  out = ranked.rank([("A +1", {"A/parallelism": 3.0}),
+                     ("B +1", {"B/parallelism": 3.0})], o, q, [0.0, 0.4])
+  # B +1: 0.2 + 0.4 = 0.6 over A +1's 0.5.
+  assert [(label, score) for label, _, score in out] == [
+      ("B +1", pytest.approx(0.6)), ("A +1", pytest.approx(0.5))]
+
+
+@pytest.mark.parametrize("weight, after_keep", [
+    # The evidence: A's raise measured +1% (0.1), B's +10% (clipped to 1):
+    # B +1 scores 0 + 1 x 1 = 1 against A +1's 0.5 + 0.1.
+    (1.0, {"B/parallelism": 8.0}),
+    # Without it, the Q-network's favourite, A +1, again.
+    (0.0, {"A/parallelism": 3.0}),
+])
+def test_measured_gains_reorder_the_moves_at_later_bases(weight, after_keep):
+  o = _two_stages()
+  q = np.zeros(9)
+  q[dqn.action_of(0, 1)] = 0.5   # A +1 first
+  q[dqn.action_of(1, 5)] = 0.2   # then B +5
+  policy = _policy(q, evidence_weight=weight)
+  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
+  # 101 against the base's 100: +1%, reverted (threshold 2%).
+  assert policy.step(_at(o, 101.0, A=3)) == {"A/parallelism": 2.0}
+  assert policy.last_gain == pytest.approx(0.01)
+  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  # +10%: kept, and the next move from the new base is tried at once.
+  assert policy.step(_at(o, 110.0, B=7)) == after_keep
+  assert policy.evidence == {"A/parallelism": (pytest.approx(0.1), 0.0),
+                             "B/parallelism": (1.0, 0.0)}
+
+
+def test_a_new_context_forgets_the_evidence():
+  o = _two_stages()
+  policy = _policy(np.zeros(9))
+  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  policy.step(_at(o, 50.0, B=7))
+  assert policy.evidence == {"B/parallelism": (-1.0, 0.0)}
+  wider = dataclasses.replace(o, cpu_budget=16, usable_cpus=16)
+  policy.step(_at(wider, 100.0))
+  assert policy.evidence == {}

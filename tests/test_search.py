@@ -40,6 +40,7 @@ def test_climb_tries_the_busiest_stage_first_and_reverts_what_did_not_help():
   assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
   # 101 is 1% above the base's 100, not more than 2%: reverted.
   assert policy.step(_at(o, 101.0, B=7)) == {"B/parallelism": 2.0}
+  assert policy.last_gain == pytest.approx(0.01)
   # The base measured again (100), then the next candidate: B +1.
   assert policy.step(_at(o, 100.0, B=2)) == {"B/parallelism": 3.0}
   assert policy.base_rate == pytest.approx(100.0)
@@ -47,6 +48,7 @@ def test_climb_tries_the_busiest_stage_first_and_reverts_what_did_not_help():
   # (0.03 x 110 / 3 = 1.1 against A's 0.55): B +5 again (8 <= 8).
   assert policy.step(_at(o, 110.0, B=3)) == {"B/parallelism": 8.0}
   assert policy.base_rate == pytest.approx(110.0)
+  assert policy.last_gain == pytest.approx(0.1)
   # 111 is not above 110 x 1.02 = 112.2: back to 3.
   assert policy.step(_at(o, 111.0, B=8)) == {"B/parallelism": 3.0}
 

@@ -9,8 +9,14 @@ else revert); the candidate changes are `search.ClimbPolicy`'s (each knob's
 busy stage when the thread limit forbids adding them). Each candidate is
 scored by the Q-network: a single move by its advantage over the no-op,
 Q(s, a) - Q(s, no-op); a transfer of threads by the sum of its two moves'
-advantages. Candidates are tried from the highest score down (climb's
-bottleneck-first order breaks ties), a rejected one is not tried again at
+advantages. To that score is added the search's measured evidence
+(`measured_evidence`, weighted by `evidence_weight`): the gain the
+search last measured when it moved the same knobs the same way, at an
+earlier base. The state says what each stage costs; only the measurement
+says how the rate answered a move (a stage whose cost varies gains from
+threads beyond its share, one of constant cost does not). Candidates are
+tried from the highest score down (climb's bottleneck-first order breaks
+ties), a rejected one is not tried again at
 the same base, and the search at a base ends (the policy holds) after
 `max_tries` rejections or when no candidate's advantage reaches
 `-prior_margin`: the prior says the rest would not help, so trials that
@@ -60,6 +66,12 @@ JUMP_WEIGHTS = os.path.join(os.path.dirname(__file__), "jump_ranker.npz")
 # tried: chosen on the tuning set apart from `intune simulate`'s (60
 # pipelines of `evaluation_pipelines(seed=99)`).
 JUMP_FRACTIONS = (1.0, 0.75, 1.25, 0.5, 1.5)
+# Relative gains are scaled by this in the ranker's targets (a 1% gain is
+# 0.1 Q units), and measured gains in the evidence.
+GAIN_SCALE = 10.0
+# Weight of the measured evidence in a candidate's score (Q units per unit
+# of `measured_evidence`): chosen on the tuning set (0.5, 1 and 2 tried).
+EVIDENCE_WEIGHT = 1.0
 
 
 def fit_threads(obs: "Observation",
@@ -128,22 +140,40 @@ def candidate_actions(obs: "Observation",
   return out
 
 
+def measured_evidence(obs: "Observation", values: dict[str, float],
+                      evidence: dict[str, tuple[float, float]]) -> float:
+  """The sum, over the knobs `values` changes, of `evidence[knob]`'s entry
+  for the direction of the change: (raised, lowered), each the relative
+  gain last measured for a trial that moved the knob that way, times
+  GAIN_SCALE and clipped to +-1 (`RankedSearchPolicy` keeps them); 0 for a
+  knob without evidence."""
+  total = 0.0
+  current = {k.name: k.value for k in obs.knobs}
+  for name, value in values.items():
+    if name in evidence and value != current[name]:
+      total += evidence[name][0 if value > current[name] else 1]
+  return total
+
+
 def rank(candidates: Sequence[tuple[str, dict[str, float]]],
-         obs: "Observation", q: np.ndarray
+         obs: "Observation", q: np.ndarray,
+         bonus: Sequence[float] | None = None
          ) -> list[tuple[str, dict[str, float], float]]:
   """`candidates` (label, values) with their scores under the flat Q-values
   `q` (`dqn.flat_q`; the no-op last), best first; equal scores keep the
   order of `candidates`.
 
-  A candidate's score is the sum over its moves of Q(s, a) - Q(s, no-op);
-  one that is not made of `dqn.MOVES` scores -inf.
+  A candidate's score is the sum over its moves of Q(s, a) - Q(s, no-op),
+  plus its `bonus` (default none); one that is not made of `dqn.MOVES`
+  scores -inf.
   """
   noop = q[-1]
   scored = []
-  for label, values in candidates:
+  for i, (label, values) in enumerate(candidates):
     actions = candidate_actions(obs, values)
     score = (-np.inf if actions is None else
-             float(sum(q[a] - noop for a in actions)))
+             float(sum(q[a] - noop for a in actions)) +
+             (bonus[i] if bonus is not None else 0.0))
     scored.append((label, values, score))
   order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
   return [scored[i] for i in order]
@@ -167,6 +197,9 @@ class RankedSearchPolicy(search.MeasuredSearch):
     jumps: totals (in CPU budgets) of the proportional jumps tried, in
       order, before the local search (`proportional_jumps`); made again
       when the knobs or the CPU budget change. Default () (none).
+    evidence_weight: weight of the measured evidence in a candidate's score
+      (`measured_evidence`; 0: the Q-network alone). Default
+      `EVIDENCE_WEIGHT`.
     **kwargs: `search.MeasuredSearch`'s (threshold, samples, min_elements,
       restart).
   """
@@ -175,8 +208,10 @@ class RankedSearchPolicy(search.MeasuredSearch):
                max_tries: int | None = MAX_TRIES,
                prior_margin: float = PRIOR_MARGIN, order: str = "q",
                agent_weights: Sequence[np.ndarray] | None = None,
-               jumps: Sequence[float] = (), **kwargs):
+               jumps: Sequence[float] = (),
+               evidence_weight: float = EVIDENCE_WEIGHT, **kwargs):
     self.max_tries = max_tries
+    self.evidence_weight = evidence_weight
     self.jumps = tuple(jumps)
     self.prior_margin = prior_margin
     if order not in ("q", "climb"):
@@ -194,6 +229,10 @@ class RankedSearchPolicy(search.MeasuredSearch):
     # a converged search restarts on a moved rate: on the tuning set, the
     # second round of jumps cost more trials than it found.
     self._next_jump = 0
+    # Knob name -> (raised, lowered) measured gains (`measured_evidence`),
+    # kept across bases until the context changes.
+    self.evidence: dict[str, tuple[float, float]] = {}
+    self._moves: dict[str, int] = {}
     super()._reset(context)
 
   def restart_search(self) -> None:
@@ -201,11 +240,22 @@ class RankedSearchPolicy(search.MeasuredSearch):
     self._tries = 0
 
   def accepted(self, obs, label):
+    self._record()
     self._tried = set()
     self._tries = 0
 
   def rejected(self, obs, label):
+    self._record()
     self._tries += 1
+
+  def _record(self) -> None:
+    """The last trial's measured gain as evidence on the knobs it moved
+    (jumps move many knobs at once and leave none)."""
+    gain = float(np.clip(self.last_gain * GAIN_SCALE, -1.0, 1.0))
+    for name, sign in self._moves.items():
+      raised, lowered = self.evidence.get(name, (0.0, 0.0))
+      self.evidence[name] = (gain, lowered) if sign > 0 else (raised, gain)
+    self._moves = {}
 
   def q_values(self, obs: "Observation") -> np.ndarray:
     """The flat Q-values of `obs` (`dqn.flat_q`)."""
@@ -215,7 +265,12 @@ class RankedSearchPolicy(search.MeasuredSearch):
              ) -> list[tuple[str, dict[str, float], float]]:
     """Every candidate from `obs` with its score, in the order tried."""
     candidates = self._climb.candidates(obs)
-    scored = rank(candidates, obs, self.q_values(obs))
+    bonus = None
+    if self.evidence_weight and self.evidence:
+      bonus = [self.evidence_weight * measured_evidence(obs, values,
+                                                        self.evidence)
+               for _, values in candidates]
+    scored = rank(candidates, obs, self.q_values(obs), bonus)
     if self.order == "climb":
       score = {label: s for label, _, s in scored}
       return [(label, values, score[label]) for label, values in candidates]
@@ -234,14 +289,18 @@ class RankedSearchPolicy(search.MeasuredSearch):
     return None
 
   def propose(self, obs):
+    self._moves = {}
     jump = self.next_jump(obs)
     if jump is not None:
       return jump
     if self.max_tries is not None and self._tries >= self.max_tries:
       return None
+    current = {k.name: k.value for k in obs.knobs}
     for label, values, score in self.ranked(obs):
       if score >= -self.prior_margin and label not in self._tried:
         self._tried.add(label)
+        self._moves = {n: 1 if v > current[n] else -1
+                       for n, v in values.items() if v != current[n]}
         return label, values
     return None
 

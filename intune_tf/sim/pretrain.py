@@ -173,8 +173,8 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
 def move_gains(sim: sim_lib.Simulator, obs) -> tuple[np.ndarray, np.ndarray]:
   """Every valid move's one-step gain from the simulator's state: the
   noise-free throughput after the move / before it - 1, times
-  `GAIN_SCALE` (-1 x `GAIN_SCALE` for a move into an OOM). The state is
-  restored after each move.
+  `ranked.GAIN_SCALE` (-1 x `ranked.GAIN_SCALE` for a move into an OOM).
+  The state is restored after each move.
 
   Returns:
     (gains, mask), both of length 4n + 1 (the no-op's gain is 0).
@@ -185,15 +185,11 @@ def move_gains(sim: sim_lib.Simulator, obs) -> tuple[np.ndarray, np.ndarray]:
   now = max(sim.true_rate(), 1e-12)
   for a in np.flatnonzero(mask[:-1]):
     sim.set(dqn.apply_action(obs, int(a)))
-    gains[a] = GAIN_SCALE * ((0.0 if sim.oom else sim.true_rate()) / now - 1)
+    gains[a] = ranked.GAIN_SCALE * (
+        (0.0 if sim.oom else sim.true_rate()) / now - 1)
     sim.oom = False
     sim.set(restore)
   return gains, mask.astype(np.float32)
-
-
-# Relative gains are scaled by this in the ranker's targets (a 1% gain is
-# 0.1 Q units).
-GAIN_SCALE = 10.0
 
 
 def pretrain_ranker(seed: int = 0, steps: int = 30_000,

@@ -91,6 +91,8 @@ class MeasuredSearch(policies.Policy):
     self.min_elements = min_elements
     self.restart = restart
     self._context: tuple | None = None
+    # The measured rate of the last trial over the base's, minus 1.
+    self.last_gain = 0.0
     self._reset(None)
 
   def _reset(self, context: tuple | None) -> None:
@@ -112,7 +114,8 @@ class MeasuredSearch(policies.Policy):
     raise NotImplementedError
 
   def accepted(self, obs: "Observation", label: str) -> None:
-    """The change `label` raised the rate and is the new base."""
+    """The change `label` raised the rate and is the new base (by
+    `last_gain`)."""
 
   def rejected(self, obs: "Observation", label: str) -> None:
     """The change `label` did not raise the rate and was reverted."""
@@ -156,6 +159,7 @@ class MeasuredSearch(policies.Policy):
       return {}
     if self._trial is not None:
       trial, self._trial = self._trial, None
+      self.last_gain = rate / self._base - 1 if self._base else 0.0
       if rate > self._base * (1 + self.threshold):
         self._base, self._base_n = rate, 1
         self.accepted(obs, trial.label)
