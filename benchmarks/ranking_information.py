@@ -7,7 +7,7 @@ same search on simulated pipelines under seven rankings, each against
 
 - `climb order`: no ranking (climb's bottleneck-first order);
 - `climb order by the evidence`: the gains the search itself measured
-  for earlier trials of the same knob moves (`ranked.measured_evidence`),
+  for earlier trials of the same knob moves (`search.measured_evidence`),
   no learning;
 - `learned, without the evidence`: the shipped ranker (`jump_ranker.npz`),
   which sees the state;
@@ -80,19 +80,6 @@ class _MeasuredModel(_Ranking):
                                  pipelining=self.K))
 
 
-class _Evidence(ranked.JumpSearchPolicy):
-  """Climb's order re-ordered by the search's measured evidence alone
-  (`ranked.measured_evidence`, no Q-network): highest first, ties in
-  climb's order."""
-
-  def ranked(self, obs):
-    scored = [(label, values,
-               ranked.measured_evidence(obs, values, self.evidence))
-              for label, values in self._climb.candidates(obs)]
-    order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
-    return [scored[i] for i in order]
-
-
 class _Truth(_Ranking):
   """Ranks by the simulator `sim`'s noise-free rate (with `variability`
   False, every stage's cv taken as 0)."""
@@ -134,8 +121,8 @@ def main(count: int = 60, seed: int = 99,
   rows = {
       "climb order": lambda sim: ranked.JumpSearchPolicy(
           opts, agent_weights=learned, order="climb"),
-      "climb order by the evidence": lambda sim: _Evidence(
-          opts, agent_weights=learned),
+      "climb order by the evidence": lambda sim: search.JumpClimbPolicy(
+          opts),
       "learned, without the evidence": lambda sim: ranked.JumpSearchPolicy(
           opts, agent_weights=learned, evidence_weight=0.0),
       "learned": lambda sim: ranked.JumpSearchPolicy(

@@ -188,7 +188,7 @@ def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
 
 def test_pretrain_ranker_runs_the_jump_search_and_trains():
   weights, stats = pretrain.pretrain_ranker(
-      seed=0, steps=40, jumps=pretrain.ranked.JUMP_FRACTIONS, batch_size=8,
+      seed=0, steps=40, jumps=pretrain.search.JUMP_FRACTIONS, batch_size=8,
       capacity=100, progress=False)
   start = dqn.load_weights(pretrain.ranked.AGENT_WEIGHTS)[0]
   assert [w.shape for w in weights] == [w.shape for w in start]

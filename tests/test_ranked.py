@@ -12,6 +12,7 @@ from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.tuning import policies
+from intune_tf.tuning import search
 
 
 def _at(o, rate, **values):
@@ -42,7 +43,7 @@ def test_registered():
                     ranked.RankedSearchPolicy)
   jump = policies.create(IntuneOptions(policy="intune-jump"))
   assert isinstance(jump, ranked.JumpSearchPolicy)
-  assert jump.jumps == ranked.JUMP_FRACTIONS
+  assert jump.jumps == search.JUMP_FRACTIONS
 
 
 def test_the_highest_q_move_is_tried_first():
@@ -151,43 +152,6 @@ def test_move_gains_try_each_valid_move_and_restore_the_state():
   assert gains[-1] == 0 and np.all(gains[~mask.astype(bool)] == 0)
 
 
-def test_fit_threads_clips_to_bounds_then_trims_the_largest():
-  o = obs([knob("A/parallelism", "parallelism", 2, hi=8),
-           knob("B/parallelism", "parallelism", 2, hi=8),
-           knob("C/parallelism", "parallelism", 2, hi=8)], cpu_budget=8)
-  # Bounds [2, 8] each: 12 -> 8, 3.4 -> 3, 0 -> 2; 13 threads fit the
-  # limit 2 x (8 + 3 - 1) = 20.
-  assert ranked.fit_threads(o, {"A/parallelism": 12, "B/parallelism": 3.4,
-                                "C/parallelism": 0}) == {
-      "A/parallelism": 8.0, "B/parallelism": 3.0, "C/parallelism": 2.0}
-  # 8 + 8 + 8 = 24 > 20: four threads come off the largest, ties to the
-  # last name: C 7, B 7, A 7, then C 6 (7 + 7 + 6 = 20).
-  assert ranked.fit_threads(o, {"A/parallelism": 8, "B/parallelism": 8,
-                                "C/parallelism": 8}) == {
-      "A/parallelism": 7.0, "B/parallelism": 7.0, "C/parallelism": 6.0}
-  # A knob missing from the values keeps its own (A 2).
-  assert ranked.fit_threads(o, {"B/parallelism": 5})["A/parallelism"] == 2.0
-
-
-def test_proportional_jumps_split_f_times_the_budget_by_cost():
-  o = _two_stages()   # A 2, B 2 threads on 8 CPUs; costs A 0.01, B 0.03
-  # f = 1: 8 threads; each stage's first, then 6 split 1.5 : 4.5 -> 1 and
-  # 4, the remainder to A (ties to the first): A 3, B 5.
-  # f = 0.5: 4 threads: 1 + 0.5 -> 1, 1 + 1.5 -> 2 then A's +1 (remainders
-  # 0.5 each, the first wins): A 2, B 2, the floor 2 each: no change, left
-  # out.
-  jumps = ranked.proportional_jumps(o, (1.0, 0.5))
-  assert jumps == [("proportional at 1 x 8 CPUs",
-                    {"A/parallelism": 3.0, "B/parallelism": 5.0})]
-  # f = 2: 16 threads: B's share (1 + 10.5) is capped at its 8 and the
-  # surplus goes to A: A 8, B 8 (16 within the limit 2 x (8 + 1) = 18).
-  assert ranked.proportional_jumps(o, (2.0,)) == [
-      ("proportional at 2 x 8 CPUs",
-       {"A/parallelism": 8.0, "B/parallelism": 8.0})]
-  # No measured costs (nothing returned yet): no jumps.
-  assert ranked.proportional_jumps(_at(o, 0.0), (1.0,)) == []
-
-
 def test_the_jump_search_tries_its_jumps_first_then_the_ranked_moves():
   o = _two_stages()
   q = np.zeros(9)
@@ -239,20 +203,6 @@ def test_jumps_are_made_again_when_the_cpu_budget_changes():
   assert policy.step(_at(wider, 100.0, A=2, B=2)) == {
       "A/parallelism": 8.0, "B/parallelism": 8.0}
 
-
-
-def test_measured_evidence_sums_the_gains_of_the_directions_moved():
-  o = _two_stages()   # A 2, B 2
-  evidence = {"A/parallelism": (0.3, -0.5), "B/parallelism": (1.0, 0.2)}
-  # A up (0.3) + B down (0.2) = 0.5.
-  assert ranked.measured_evidence(
-      o, {"A/parallelism": 3.0, "B/parallelism": 1.0}, evidence) == (
-          pytest.approx(0.5))
-  # A down: -0.5; a knob without evidence or not moved adds 0.
-  assert ranked.measured_evidence(o, {"A/parallelism": 1.0}, evidence) == (
-      -0.5)
-  assert ranked.measured_evidence(o, {"A/parallelism": 2.0}, evidence) == 0
-  assert ranked.measured_evidence(o, {"A/parallelism": 3.0}, {}) == 0
 
 
 def test_rank_adds_each_candidates_bonus():

@@ -25,7 +25,8 @@ def _at(o, rate, **values):
 
 @pytest.mark.parametrize("name,cls", [("climb", search.ClimbPolicy),
                                       ("coordinate", search.CoordinatePolicy),
-                                      ("plumber", search.PlumberPolicy)])
+                                      ("plumber", search.PlumberPolicy),
+                                      ("jump-climb", search.JumpClimbPolicy)])
 def test_registered(name, cls):
   assert isinstance(policies.create(IntuneOptions(policy=name)), cls)
 
@@ -198,3 +199,106 @@ def test_a_converged_search_restarts_when_the_rate_moves():
   # finds nothing either.
   policy.step(_at(o, 80.0))
   assert policy.base_rate == pytest.approx(80.0)
+
+
+def _two_stages():
+  # A 2 threads, B 2 threads on 8 CPUs: climb's order starts at B (the
+  # busiest: 0.03 x 100 / 2 = 1.5 against A's 0.5).
+  return obs([knob("A/parallelism", "parallelism", 2, hi=8),
+              knob("B/parallelism", "parallelism", 2, hi=8)],
+             cpu_budget=8, costs={"A": 0.01, "B": 0.03})
+
+
+def test_fit_threads_clips_to_bounds_then_trims_the_largest():
+  o = obs([knob("A/parallelism", "parallelism", 2, hi=8),
+           knob("B/parallelism", "parallelism", 2, hi=8),
+           knob("C/parallelism", "parallelism", 2, hi=8)], cpu_budget=8)
+  # Bounds [2, 8] each: 12 -> 8, 3.4 -> 3, 0 -> 2; 13 threads fit the
+  # limit 2 x (8 + 3 - 1) = 20.
+  assert search.fit_threads(o, {"A/parallelism": 12, "B/parallelism": 3.4,
+                                "C/parallelism": 0}) == {
+      "A/parallelism": 8.0, "B/parallelism": 3.0, "C/parallelism": 2.0}
+  # 8 + 8 + 8 = 24 > 20: four threads come off the largest, ties to the
+  # last name: C 7, B 7, A 7, then C 6 (7 + 7 + 6 = 20).
+  assert search.fit_threads(o, {"A/parallelism": 8, "B/parallelism": 8,
+                                "C/parallelism": 8}) == {
+      "A/parallelism": 7.0, "B/parallelism": 7.0, "C/parallelism": 6.0}
+  # A knob missing from the values keeps its own (A 2).
+  assert search.fit_threads(o, {"B/parallelism": 5})["A/parallelism"] == 2.0
+
+
+def test_proportional_jumps_split_f_times_the_budget_by_cost():
+  o = _two_stages()   # A 2, B 2 threads on 8 CPUs; costs A 0.01, B 0.03
+  # f = 1: 8 threads; each stage's first, then 6 split 1.5 : 4.5 -> 1 and
+  # 4, the remainder to A (ties to the first): A 3, B 5.
+  # f = 0.5: 4 threads: 1 + 0.5 -> 1, 1 + 1.5 -> 2 then A's +1 (remainders
+  # 0.5 each, the first wins): A 2, B 2, the floor 2 each: no change, left
+  # out.
+  jumps = search.proportional_jumps(o, (1.0, 0.5))
+  assert jumps == [("proportional at 1 x 8 CPUs",
+                    {"A/parallelism": 3.0, "B/parallelism": 5.0})]
+  # f = 2: 16 threads: B's share (1 + 10.5) is capped at its 8 and the
+  # surplus goes to A: A 8, B 8 (16 within the limit 2 x (8 + 1) = 18).
+  assert search.proportional_jumps(o, (2.0,)) == [
+      ("proportional at 2 x 8 CPUs",
+       {"A/parallelism": 8.0, "B/parallelism": 8.0})]
+  # No measured costs (nothing returned yet): no jumps.
+  assert search.proportional_jumps(_at(o, 0.0), (1.0,)) == []
+
+
+def test_measured_evidence_sums_the_gains_of_the_directions_moved():
+  o = _two_stages()   # A 2, B 2
+  evidence = {"A/parallelism": (0.3, -0.5), "B/parallelism": (1.0, 0.2)}
+  # A up (0.3) + B down (0.2) = 0.5.
+  assert search.measured_evidence(
+      o, {"A/parallelism": 3.0, "B/parallelism": 1.0}, evidence) == (
+          pytest.approx(0.5))
+  # A down: -0.5; a knob without evidence or not moved adds 0.
+  assert search.measured_evidence(o, {"A/parallelism": 1.0}, evidence) == (
+      -0.5)
+  assert search.measured_evidence(o, {"A/parallelism": 2.0}, evidence) == 0
+  assert search.measured_evidence(o, {"A/parallelism": 3.0}, {}) == 0
+
+
+def test_jump_climb_jumps_first_and_a_jump_leaves_no_evidence():
+  o = _two_stages()
+  policy = search.JumpClimbPolicy(IntuneOptions(), jumps=(1.0,))
+  # The jump at 1 x 8 CPUs (test_proportional_jumps_...): A 3, B 5.
+  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0,
+                                        "B/parallelism": 5.0}
+  assert policy.step(_at(o, 90.0, A=3, B=5)) == {"A/parallelism": 2.0,
+                                                 "B/parallelism": 2.0}
+  assert policy.evidence == {}
+  # Then climb's first move (B, the busiest, +5).
+  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+
+
+@pytest.mark.parametrize("cls, after_keep", [
+    # A's raises measured +1.5% (not kept) then +3% (kept): A +5 scores
+    # 0.3 against B's 0, whatever the busiest stage.
+    (search.JumpClimbPolicy, {"A/parallelism": 8.0}),
+    # climb goes back to the busiest stage, B.
+    (search.ClimbPolicy, {"B/parallelism": 7.0}),
+])
+def test_jump_climb_tries_first_what_measured_gains_at_earlier_bases(
+    cls, after_keep):
+  o = _two_stages()
+  policy = (cls(IntuneOptions(), jumps=()) if cls is search.JumpClimbPolicy
+            else cls(IntuneOptions()))
+  steps = [
+      (_at(o, 100.0), {"B/parallelism": 7.0}),          # B +5
+      (_at(o, 100.0, B=7), {"B/parallelism": 2.0}),     # 0%: reverted
+      (_at(o, 100.0), {"B/parallelism": 3.0}),          # B +1
+      (_at(o, 100.0, B=3), {"B/parallelism": 2.0}),     # 0%: reverted
+      (_at(o, 100.0), {"A/parallelism": 7.0}),          # A +5
+      (_at(o, 101.5, A=7), {"A/parallelism": 2.0}),     # +1.5%: reverted
+      (_at(o, 100.0), {"A/parallelism": 3.0}),          # A +1
+  ]
+  for observation, decision in steps:
+    assert policy.step(observation) == decision
+  # +3% over the base's 100: kept; the next move from the new base.
+  assert policy.step(_at(o, 103.0, A=3)) == after_keep
+  if cls is search.JumpClimbPolicy:
+    # 0.015 and 0.03 x GAIN_SCALE 10; B's raises measured 0.
+    assert policy.evidence == {"A/parallelism": (pytest.approx(0.3), 0.0),
+                               "B/parallelism": (0.0, 0.0)}

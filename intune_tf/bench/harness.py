@@ -52,7 +52,7 @@ AUTOTUNE_ALGORITHMS = {
 }
 AUTOTUNE_POLICIES = (*AUTOTUNE_ALGORITHMS, "autotune-restart")
 BASELINES = ("unoptimized", "even", *AUTOTUNE_POLICIES, "analytic", "climb",
-             "coordinate", "plumber", "oracle")
+             "coordinate", "plumber", "jump-climb", "oracle")
 DEFAULT_POLICIES = ("unoptimized", "even", "autotune", "autotune-restart",
                     "analytic", "oracle", "intune")
 # What a result is compared with besides AUTOTUNE: the best of the tuners

@@ -173,7 +173,7 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
 def move_gains(sim: sim_lib.Simulator, obs) -> tuple[np.ndarray, np.ndarray]:
   """Every valid move's one-step gain from the simulator's state: the
   noise-free throughput after the move / before it - 1, times
-  `ranked.GAIN_SCALE` (-1 x `ranked.GAIN_SCALE` for a move into an OOM).
+  `search.GAIN_SCALE` (-1 x `search.GAIN_SCALE` for a move into an OOM).
   The state is restored after each move.
 
   Returns:
@@ -185,7 +185,7 @@ def move_gains(sim: sim_lib.Simulator, obs) -> tuple[np.ndarray, np.ndarray]:
   now = max(sim.true_rate(), 1e-12)
   for a in np.flatnonzero(mask[:-1]):
     sim.set(dqn.apply_action(obs, int(a)))
-    gains[a] = ranked.GAIN_SCALE * (
+    gains[a] = search.GAIN_SCALE * (
         (0.0 if sim.oom else sim.true_rate()) / now - 1)
     sim.oom = False
     sim.set(restore)
@@ -220,7 +220,7 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
     capacity: states kept. Default 50,000.
     progress: show a progress bar. Default True.
     jumps: the search's proportional jumps (`ranked.RankedSearchPolicy`'s
-      `jumps`; `ranked.JUMP_FRACTIONS` for intune-jump). Default () (none).
+      `jumps`; `search.JUMP_FRACTIONS` for intune-jump). Default () (none).
 
   Returns:
     (weights, statistics of the run).
@@ -442,7 +442,8 @@ def evaluation_pipelines(count: int = 200, seed: int = 1234,
 
 
 # The non-learning baselines `compare` scores the agent against.
-BASELINES = ("climb", "coordinate", "plumber", "analytic", "even")
+BASELINES = ("jump-climb", "climb", "coordinate", "plumber", "analytic",
+             "even")
 # The learners: the DQN policy, and its Q-network ranking a measured search
 # (without and with proportional jumps first).
 LEARNERS = ("intune", "intune-search", "intune-jump")
@@ -518,6 +519,7 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
       "climb": lambda: search.ClimbPolicy(opts),
       "coordinate": lambda: search.CoordinatePolicy(opts),
       "plumber": lambda: search.PlumberPolicy(opts),
+      "jump-climb": lambda: search.JumpClimbPolicy(opts),
   }
   if "intune-search" in names:
     ranker = dqn.load_weights(search_weights or ranked.DEFAULT_WEIGHTS)[0]
@@ -578,7 +580,7 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
 
 def main_pretrain(args) -> int:
   if args.ranker:
-    jumps = ranked.JUMP_FRACTIONS if args.jumps else ()
+    jumps = search.JUMP_FRACTIONS if args.jumps else ()
     weights, stats = pretrain_ranker(seed=args.seed, steps=args.steps,
                                      init=args.init, jumps=jumps)
     stats.update(seed=args.seed, command=(

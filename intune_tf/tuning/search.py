@@ -7,6 +7,9 @@ measured throughput says it helped.
   turn, up then down.
 - `plumber` (`PlumberPolicy`): parallelism in proportion to each stage's
   measured cost, with the total number of threads searched.
+- `jump-climb` (`JumpClimbPolicy`): proportional jumps first, then climb's
+  moves in the order of what the search measured for them at earlier
+  bases (`measured_evidence`).
 
 They are the non-learning baselines `intune simulate` scores the agent
 against, and they run live like any policy (`IntuneOptions(policy="climb")`,
@@ -31,7 +34,7 @@ knobs or the CPU budget change.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from intune_tf import records
 from intune_tf.agent import dqn
@@ -55,6 +58,13 @@ RESTART = 0.1
 # Measurements of the base averaged into its estimate (the newest weigh
 # more once there are this many).
 BASE_WINDOW = 4
+# Totals of the proportional jumps (`JumpClimbPolicy`, intune-jump), in CPU
+# budgets, in the order tried: chosen on the tuning set apart from
+# `intune simulate`'s (60 pipelines of `evaluation_pipelines(seed=99)`).
+JUMP_FRACTIONS = (1.0, 0.75, 1.25, 0.5, 1.5)
+# Relative gains are scaled by this in the measured evidence and in the
+# ranker's targets (a 1% gain is 0.1 Q units).
+GAIN_SCALE = 10.0
 
 
 @dataclasses.dataclass
@@ -467,6 +477,183 @@ class PlumberPolicy(MeasuredSearch):
     return None
 
 
+def fit_threads(obs: "Observation",
+                values: dict[str, float]) -> dict[str, float]:
+  """Parallelism `values` (knob name -> threads) rounded and made to fit
+  the agent's limits: each within `dqn.knob_bounds`, then the largest taken
+  down one thread at a time until the total is within `dqn.cpu_limit`.
+  Knobs of `obs` missing from `values` keep their value."""
+  parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+  limit = dqn.cpu_limit(len(parallel), obs.cpu_budget)
+  bounds = {k.name: dqn.knob_bounds(k, obs.cpu_budget) for k in parallel}
+  out = {}
+  for k in parallel:
+    lo, hi = bounds[k.name]
+    out[k.name] = float(min(max(round(values.get(k.name, k.value)), lo), hi))
+  while sum(out.values()) > limit:
+    above = [n for n in out if out[n] > bounds[n][0]]
+    if not above:
+      break
+    out[max(above, key=lambda n: (out[n], n))] -= 1
+  return out
+
+
+def proportional_jumps(obs: "Observation",
+                       fractions: Sequence[float] = JUMP_FRACTIONS
+                       ) -> list[tuple[str, dict[str, float]]]:
+  """Whole-configuration jumps: for each f of `fractions` (default
+  `JUMP_FRACTIONS`), threads in proportion to each parallel stage's cost
+  (`dqn.stage_costs`, `policies.proportional_allocation`) at a total of
+  round(f x the CPU budget), made to fit (`fit_threads`). Each as (label,
+  the knob values it changes); jumps that change nothing and repeats are
+  left out; [] without parallel knobs or measured costs."""
+  parallel = [k for k in obs.knobs if k.kind == "parallelism"]
+  costs = dqn.stage_costs(obs)
+  if not parallel or not costs:
+    return []
+  c = [costs.get(k.stage, 0.0) for k in parallel]
+  current = {k.name: k.value for k in parallel}
+  out, seen = [], set()
+  for f in fractions:
+    total = int(round(f * obs.cpu_budget))
+    shares = policies.proportional_allocation(c, total,
+                                              [k.max for k in parallel])
+    values = fit_threads(obs, {k.name: s for k, s in zip(parallel, shares)})
+    changed = {n: v for n, v in values.items() if v != current[n]}
+    key = tuple(sorted(changed.items()))
+    if changed and key not in seen:
+      seen.add(key)
+      out.append((f"proportional at {f:g} x {obs.cpu_budget} CPUs", changed))
+  return out
+
+
+def measured_evidence(obs: "Observation", values: dict[str, float],
+                      evidence: dict[str, tuple[float, float]]) -> float:
+  """The sum, over the knobs `values` changes, of `evidence[knob]`'s entry
+  for the direction of the change: (raised, lowered), each the relative
+  gain last measured for a trial that moved the knob that way, times
+  GAIN_SCALE and clipped to +-1 (`JumpClimbPolicy` keeps them); 0 for a
+  knob without evidence."""
+  total = 0.0
+  current = {k.name: k.value for k in obs.knobs}
+  for name, value in values.items():
+    if name in evidence and value != current[name]:
+      total += evidence[name][0 if value > current[name] else 1]
+  return total
+
+
+class JumpClimbPolicy(MeasuredSearch):
+  """Proportional jumps, then climb's moves ranked by the search's own
+  measurements; no learning.
+
+  First, whole-configuration jumps (`proportional_jumps`): threads in
+  proportion to each stage's measured cost at a total of f x the CPU
+  budget, for each f of `jumps` in turn, each kept only when it measures
+  better than the configuration in force; made again when the CPU budget
+  or the knobs change. Then `ClimbPolicy`'s candidates, each scored by
+  `measured_evidence`: the gain measured at an earlier base for the last
+  trial that moved the same knobs the same way (0 untried), tried from the
+  highest score down (ties in climb's order); a rejected candidate is not
+  tried again at the same base. The state says what each stage costs, not
+  how the rate answers a move (a stage whose cost varies gains from threads
+  beyond its share, one of constant cost does not): the evidence is what
+  the trials showed. It is forgotten when the knobs or the CPU budget
+  change. Subclasses score the candidates otherwise (`ranked`).
+
+  Args:
+    options: the session's options.
+    jumps: totals (in CPU budgets) of the proportional jumps, in order.
+      Default `JUMP_FRACTIONS`.
+    max_tries: rejected trials at one base before the search holds there.
+      Default None (no limit).
+    **kwargs: `MeasuredSearch`'s (threshold, samples, min_elements,
+      restart).
+  """
+
+  def __init__(self, options: "IntuneOptions",
+               jumps: Sequence[float] = JUMP_FRACTIONS,
+               max_tries: int | None = None, **kwargs):
+    self.jumps = tuple(jumps)
+    self.max_tries = max_tries
+    self._climb = ClimbPolicy(options)
+    super().__init__(options, **kwargs)
+
+  def _reset(self, context: tuple | None) -> None:
+    # Jumps are made once per context (knobs, CPU budget), not again when
+    # a converged search restarts on a moved rate: on the tuning set, the
+    # second round of jumps cost more trials than it found.
+    self._next_jump = 0
+    # Knob name -> (raised, lowered) measured gains (`measured_evidence`).
+    self.evidence: dict[str, tuple[float, float]] = {}
+    self._moves: dict[str, int] = {}
+    super()._reset(context)
+
+  def restart_search(self) -> None:
+    self._tried: set[str] = set()
+    self._tries = 0
+
+  def accepted(self, obs, label):
+    self._record()
+    self._tried = set()
+    self._tries = 0
+
+  def rejected(self, obs, label):
+    self._record()
+    self._tries += 1
+
+  def _record(self) -> None:
+    """The last trial's measured gain as evidence on the knobs it moved
+    (jumps move many knobs at once and leave none)."""
+    gain = max(-1.0, min(1.0, self.last_gain * GAIN_SCALE))
+    for name, sign in self._moves.items():
+      raised, lowered = self.evidence.get(name, (0.0, 0.0))
+      self.evidence[name] = (gain, lowered) if sign > 0 else (raised, gain)
+    self._moves = {}
+
+  def ranked(self, obs: "Observation"
+             ) -> list[tuple[str, dict[str, float], float]]:
+    """Every candidate from `obs` with its score, in the order tried."""
+    scored = [(label, values, measured_evidence(obs, values, self.evidence))
+              for label, values in self._climb.candidates(obs)]
+    order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
+    return [scored[i] for i in order]
+
+  def worth_trying(self, score: float) -> bool:
+    """Whether a candidate of this score is tried at all. Default: every
+    one."""
+    del score
+    return True
+
+  def next_jump(self, obs: "Observation"
+                ) -> tuple[str, dict[str, float]] | None:
+    """The next of `jumps` not yet tried that changes something, or None
+    when none is left."""
+    while self._next_jump < len(self.jumps):
+      fraction = self.jumps[self._next_jump]
+      self._next_jump += 1
+      found = proportional_jumps(obs, (fraction,))
+      if found:
+        return found[0]
+    return None
+
+  def propose(self, obs):
+    self._moves = {}
+    jump = self.next_jump(obs)
+    if jump is not None:
+      return jump
+    if self.max_tries is not None and self._tries >= self.max_tries:
+      return None
+    current = {k.name: k.value for k in obs.knobs}
+    for label, values, score in self.ranked(obs):
+      if self.worth_trying(score) and label not in self._tried:
+        self._tried.add(label)
+        self._moves = {n: 1 if v > current[n] else -1
+                       for n, v in values.items() if v != current[n]}
+        return label, values
+    return None
+
+
 policies.register("climb", ClimbPolicy)
 policies.register("coordinate", CoordinatePolicy)
 policies.register("plumber", PlumberPolicy)
+policies.register("jump-climb", JumpClimbPolicy)
