@@ -2,6 +2,7 @@
 hand-built observations, and on simulated pipelines for the limits."""
 
 import dataclasses
+import functools
 
 from _observations import knob
 from _observations import obs
@@ -139,7 +140,9 @@ def _random_sims(count):
     yield sim_lib.Simulator(pipe, seed=i, params=sim_lib.random_params(rng))
 
 
-@pytest.mark.parametrize("cls", [search.ClimbPolicy, search.CoordinatePolicy])
+@pytest.mark.parametrize("cls", [
+    search.ClimbPolicy, search.CoordinatePolicy,
+    functools.partial(search.JumpClimbPolicy, jumps=())])
 def test_single_moves_stay_within_the_agents_mask(cls):
   tried = 0
   for sim in _random_sims(12):

@@ -14,10 +14,11 @@ measured throughput says it helped.
 They are the non-learning baselines `intune simulate` scores the agent
 against, and they run live like any policy (`IntuneOptions(policy="climb")`,
 `intune bench --policies climb,...`). They move within the agent's limits:
-`climb` and `coordinate` take only the agent's own moves (`dqn.MOVES`) that
-`dqn.action_mask` allows; `plumber` sets whole configurations, every knob
-within `dqn.knob_bounds`, the threads within `dqn.cpu_limit` and the buffers
-within the RAM budget.
+`climb`, `coordinate` and `jump-climb`'s moves are the agent's own moves
+(`dqn.MOVES`) that `dqn.action_mask` allows; `plumber` and `jump-climb`'s
+jumps set whole configurations, every knob within `dqn.knob_bounds`, the
+threads within `dqn.cpu_limit` (and `plumber`'s buffers within the RAM
+budget).
 
 Measurement and accept/revert (`MeasuredSearch`): a measurement is the
 output rate over `samples` tuning steps (and at least `min_elements`
