@@ -1,5 +1,7 @@
 """Hand-built observations for policy and agent tests."""
 
+import dataclasses
+
 from intune_tf import records
 
 MB = 1 << 20
@@ -28,3 +30,21 @@ def obs(knobs, cpu_budget=4, ram_budget=40 * MB, bytes_per_element=10 * MB,
 
 def knob(name, kind, value, lo=1.0, hi=4.0):
   return records.Knob(name, kind, float(value), lo, hi)
+
+
+def at(o, rate, **values):
+  """`o` with knob values changed (by stage name) and every rate at
+  `rate`."""
+  knobs = tuple(dataclasses.replace(k, value=float(values[k.stage]))
+                if k.stage in values else k for k in o.knobs)
+  stages = tuple(dataclasses.replace(s, rate=rate) for s in o.stages)
+  return dataclasses.replace(o, knobs=knobs, stages=stages, output_rate=rate)
+
+
+def two_stages():
+  """A 2 threads, B 2 threads on 8 CPUs, costs A 0.01 and B 0.03: climb's
+  order starts at B (the busiest: 0.03 x 100 / 2 = 1.5 against A's
+  0.5)."""
+  return obs([knob("A/parallelism", "parallelism", 2, hi=8),
+              knob("B/parallelism", "parallelism", 2, hi=8)],
+             cpu_budget=8, costs={"A": 0.01, "B": 0.03})

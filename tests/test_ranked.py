@@ -3,8 +3,10 @@ observations, with the Q-values given."""
 
 import dataclasses
 
+from _observations import at
 from _observations import knob
 from _observations import obs
+from _observations import two_stages
 import numpy as np
 import pytest
 
@@ -13,22 +15,6 @@ from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
-
-
-def _at(o, rate, **values):
-  """`o` with knob values changed and every rate at `rate`."""
-  knobs = tuple(dataclasses.replace(k, value=float(values[k.stage]))
-                if k.stage in values else k for k in o.knobs)
-  stages = tuple(dataclasses.replace(s, rate=rate) for s in o.stages)
-  return dataclasses.replace(o, knobs=knobs, stages=stages, output_rate=rate)
-
-
-def _two_stages():
-  # A 2 threads, B 2 threads on 8 CPUs: climb's order starts at B (the
-  # busiest: 0.03 x 100 / 2 = 1.5 against A's 0.5).
-  return obs([knob("A/parallelism", "parallelism", 2, hi=8),
-              knob("B/parallelism", "parallelism", 2, hi=8)],
-             cpu_budget=8, costs={"A": 0.01, "B": 0.03})
 
 
 def _policy(q, **kwargs):
@@ -47,37 +33,37 @@ def test_registered():
 
 
 def test_the_highest_q_move_is_tried_first():
-  o = _two_stages()
+  o = two_stages()
   q = np.zeros(9)
   q[dqn.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
   q[dqn.action_of(1, 5)] = 0.2   # B +5: climb's first
   policy = _policy(q)
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
 
 
 def test_a_rejected_move_is_not_retried_at_the_same_base():
-  o = _two_stages()
+  o = two_stages()
   q = np.zeros(9)
   q[dqn.action_of(0, 1)] = 0.5
   q[dqn.action_of(1, 5)] = 0.2
   policy = _policy(q, evidence_weight=0.0)  # the prior's order alone
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
   # 100 is not above the base's 100 x 1.02: reverted.
-  assert policy.step(_at(o, 100.0, A=3)) == {"A/parallelism": 2.0}
+  assert policy.step(at(o, 100.0, A=3)) == {"A/parallelism": 2.0}
   # The base again; A +1 still has the highest Q, but it was rejected
   # here: the next best, B +5.
-  assert policy.step(_at(o, 100.0, A=2)) == {"B/parallelism": 7.0}
-  assert policy.step(_at(o, 100.0, B=7)) == {"B/parallelism": 2.0}
+  assert policy.step(at(o, 100.0, A=2)) == {"B/parallelism": 7.0}
+  assert policy.step(at(o, 100.0, B=7)) == {"B/parallelism": 2.0}
   # Kept changes start a new base, where A +1 may be tried again.
-  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 3.0}   # B +1
-  assert policy.step(_at(o, 110.0, B=3)) == {"A/parallelism": 3.0}
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 3.0}   # B +1
+  assert policy.step(at(o, 110.0, B=3)) == {"A/parallelism": 3.0}
 
 
 def test_ties_keep_climbs_bottleneck_first_order():
-  o = _two_stages()
+  o = two_stages()
   policy = _policy(np.zeros(9))
   # All advantages 0: climb's first candidate, the busiest stage's +5.
-  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
 
 
 def test_masked_moves_are_never_tried():
@@ -94,34 +80,34 @@ def test_masked_moves_are_never_tried():
   q[dqn.action_of(1, 5)] = 8.0
   q[dqn.action_of(1, 1)] = 0.1
   policy = _policy(q)
-  assert policy.step(_at(o, 100.0)) == {"B/buffer_size": 2.0}
+  assert policy.step(at(o, 100.0)) == {"B/buffer_size": 2.0}
   for label, values, _ in policy.ranked(o):
     for a in ranked.candidate_actions(o, values):
       assert mask[a], label
 
 
 def test_the_search_holds_after_max_tries_rejections():
-  o = _two_stages()
+  o = two_stages()
   policy = _policy(np.zeros(9), max_tries=1)
-  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
-  assert policy.step(_at(o, 100.0, B=7)) == {"B/parallelism": 2.0}
-  assert policy.step(_at(o, 100.0)) == {}
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.step(at(o, 100.0, B=7)) == {"B/parallelism": 2.0}
+  assert policy.step(at(o, 100.0)) == {}
   assert policy.converged
 
 
 def test_moves_the_prior_rules_out_are_not_tried():
-  o = _two_stages()
+  o = two_stages()
   q = np.full(9, -1.0)
   q[-1] = 0.0
   q[dqn.action_of(0, -1)] = 0.0  # A -1 is not allowed (floor 2) anyway
   policy = _policy(q, prior_margin=0.5)
   # Every allowed move is 1.0 below the no-op: nothing to try.
-  assert policy.step(_at(o, 100.0)) == {}
+  assert policy.step(at(o, 100.0)) == {}
   assert policy.converged
 
 
 def test_rank_scores_transfers_by_the_sum_of_their_moves():
-  o = _two_stages()
+  o = two_stages()
   q = np.zeros(9)
   q[dqn.action_of(0, -1)] = -0.1
   q[dqn.action_of(1, 1)] = 0.3
@@ -153,19 +139,19 @@ def test_move_gains_try_each_valid_move_and_restore_the_state():
 
 
 def test_the_jump_search_tries_its_jumps_first_then_the_ranked_moves():
-  o = _two_stages()
+  o = two_stages()
   q = np.zeros(9)
   q[dqn.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
   policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0, 0.5))
   policy.q_values = lambda obs: q
   # The first jump (f = 1: A 3, B 5), measured against the base's 100.
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0,
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0,
                                         "B/parallelism": 5.0}
   # 101 is not above 102: reverted; f = 0.5 changes nothing, so the ranked
   # search's favourite, A +1, comes next.
-  assert policy.step(_at(o, 101.0, A=3, B=5)) == {"A/parallelism": 2.0,
+  assert policy.step(at(o, 101.0, A=3, B=5)) == {"A/parallelism": 2.0,
                                                   "B/parallelism": 2.0}
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
 
 
 def _jumped(o):
@@ -173,40 +159,39 @@ def _jumped(o):
   jump to A 3, B 5 from a base measured at 100."""
   policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0,))
   policy.q_values = lambda obs: np.zeros(9)
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0,
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0,
                                         "B/parallelism": 5.0}
   return policy
 
 
 def test_a_kept_jump_is_the_new_base():
-  o = _two_stages()
+  o = two_stages()
   policy = _jumped(o)
   # 110 > 102: kept; the next trial is a single move from A 3, B 5 (not
   # a revert), measured against the new base's 110.
-  values = policy.step(_at(o, 110.0, A=3, B=5))
+  values = policy.step(at(o, 110.0, A=3, B=5))
   assert len(values) == 1
   assert values not in ({"A/parallelism": 2.0}, {"B/parallelism": 2.0})
   assert policy.base_rate == 110.0
 
 
 def test_jumps_are_made_again_when_the_cpu_budget_changes():
-  o = _two_stages()
+  o = two_stages()
   policy = _jumped(o)
-  assert policy.step(_at(o, 100.0, A=3, B=5)) == {"A/parallelism": 2.0,
+  assert policy.step(at(o, 100.0, A=3, B=5)) == {"A/parallelism": 2.0,
                                                   "B/parallelism": 2.0}
   # At the same budget the jump is not made again: a single move.
-  assert len(policy.step(_at(o, 100.0))) == 1
+  assert len(policy.step(at(o, 100.0))) == 1
   # 16 CPUs: a new context, whose first change is the jump at 16 threads
   # (costs 1 : 3: B's 1 + 10.5 is capped at its knob's 8, the surplus goes
   # to A: A 8, B 8).
   wider = dataclasses.replace(o, cpu_budget=16, usable_cpus=16)
-  assert policy.step(_at(wider, 100.0, A=2, B=2)) == {
+  assert policy.step(at(wider, 100.0, A=2, B=2)) == {
       "A/parallelism": 8.0, "B/parallelism": 8.0}
 
 
-
 def test_rank_adds_each_candidates_bonus():
-  o = _two_stages()
+  o = two_stages()
   q = np.zeros(9)
   q[dqn.action_of(0, 1)] = 0.5
   q[dqn.action_of(1, 1)] = 0.2
@@ -225,28 +210,28 @@ def test_rank_adds_each_candidates_bonus():
     (0.0, {"A/parallelism": 3.0}),
 ])
 def test_measured_gains_reorder_the_moves_at_later_bases(weight, after_keep):
-  o = _two_stages()
+  o = two_stages()
   q = np.zeros(9)
   q[dqn.action_of(0, 1)] = 0.5   # A +1 first
   q[dqn.action_of(1, 5)] = 0.2   # then B +5
   policy = _policy(q, evidence_weight=weight)
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0}
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
   # 101 against the base's 100: +1%, reverted (threshold 2%).
-  assert policy.step(_at(o, 101.0, A=3)) == {"A/parallelism": 2.0}
+  assert policy.step(at(o, 101.0, A=3)) == {"A/parallelism": 2.0}
   assert policy.last_gain == pytest.approx(0.01)
-  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
   # +10%: kept, and the next move from the new base is tried at once.
-  assert policy.step(_at(o, 110.0, B=7)) == after_keep
+  assert policy.step(at(o, 110.0, B=7)) == after_keep
   assert policy.evidence == {"A/parallelism": (pytest.approx(0.1), 0.0),
                              "B/parallelism": (1.0, 0.0)}
 
 
 def test_a_new_context_forgets_the_evidence():
-  o = _two_stages()
+  o = two_stages()
   policy = _policy(np.zeros(9))
-  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
-  policy.step(_at(o, 50.0, B=7))
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
+  policy.step(at(o, 50.0, B=7))
   assert policy.evidence == {"B/parallelism": (-1.0, 0.0)}
   wider = dataclasses.replace(o, cpu_budget=16, usable_cpus=16)
-  policy.step(_at(wider, 100.0))
+  policy.step(at(wider, 100.0))
   assert policy.evidence == {}

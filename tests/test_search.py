@@ -1,11 +1,12 @@
 """The search baselines (intune_tf.tuning.search), step by step on
 hand-built observations, and on simulated pipelines for the limits."""
 
-import dataclasses
 import functools
 
+from _observations import at
 from _observations import knob
 from _observations import obs
+from _observations import two_stages
 import numpy as np
 import pytest
 
@@ -14,14 +15,6 @@ from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim_lib
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
-
-
-def _at(o, rate, **values):
-  """`o` with knob values changed and every rate at `rate`."""
-  knobs = tuple(dataclasses.replace(k, value=float(values[k.stage]))
-                if k.stage in values else k for k in o.knobs)
-  stages = tuple(dataclasses.replace(s, rate=rate) for s in o.stages)
-  return dataclasses.replace(o, knobs=knobs, stages=stages, output_rate=rate)
 
 
 @pytest.mark.parametrize("name,cls", [("climb", search.ClimbPolicy),
@@ -39,20 +32,20 @@ def test_climb_tries_the_busiest_stage_first_and_reverts_what_did_not_help():
           cpu_budget=8, costs={"A": 0.01, "B": 0.03})
   # Utilization at 100/s: A 0.01 x 100 / 2 = 0.5, B 0.03 x 100 / 2 = 1.5:
   # B is the busiest; +5 first (7 <= 8 CPUs; 9 threads <= cpu_limit 18).
-  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
   # 101 is 1% above the base's 100, not more than 2%: reverted.
-  assert policy.step(_at(o, 101.0, B=7)) == {"B/parallelism": 2.0}
+  assert policy.step(at(o, 101.0, B=7)) == {"B/parallelism": 2.0}
   assert policy.last_gain == pytest.approx(0.01)
   # The base measured again (100), then the next candidate: B +1.
-  assert policy.step(_at(o, 100.0, B=2)) == {"B/parallelism": 3.0}
+  assert policy.step(at(o, 100.0, B=2)) == {"B/parallelism": 3.0}
   assert policy.base_rate == pytest.approx(100.0)
   # 110 > 102: kept; the new base is 110. B is still the busiest
   # (0.03 x 110 / 3 = 1.1 against A's 0.55): B +5 again (8 <= 8).
-  assert policy.step(_at(o, 110.0, B=3)) == {"B/parallelism": 8.0}
+  assert policy.step(at(o, 110.0, B=3)) == {"B/parallelism": 8.0}
   assert policy.base_rate == pytest.approx(110.0)
   assert policy.last_gain == pytest.approx(0.1)
   # 111 is not above 110 x 1.02 = 112.2: back to 3.
-  assert policy.step(_at(o, 111.0, B=8)) == {"B/parallelism": 3.0}
+  assert policy.step(at(o, 111.0, B=8)) == {"B/parallelism": 3.0}
 
 
 def test_climb_moves_threads_from_the_least_busy_stage_at_the_limit():
@@ -67,7 +60,7 @@ def test_climb_moves_threads_from_the_least_busy_stage_at_the_limit():
   # busy: A 7, C 5 (20 threads).
   mask = dqn.action_mask(o)
   assert not mask[dqn.action_of(2, 1)] and mask[dqn.action_of(0, -1)]
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 7.0,
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 7.0,
                                         "C/parallelism": 5.0}
 
 
@@ -80,11 +73,11 @@ def test_climb_never_proposes_a_masked_move():
           costs={"A": 0.02, "B": 0.001})
   # On 2 CPUs the thread floor and the per-stage maximum are both 2: A
   # cannot move. B +5 would commit 6 x 10 MB > 40 MB; B +1 (20 MB) fits.
-  assert policy.step(_at(o, 100.0)) == {"B/buffer_size": 2.0}
-  assert policy.step(_at(o, 100.0, B=2)) == {"B/buffer_size": 1.0}
+  assert policy.step(at(o, 100.0)) == {"B/buffer_size": 2.0}
+  assert policy.step(at(o, 100.0, B=2)) == {"B/buffer_size": 1.0}
   # Then the decreases, least busy first: B -1 -> 0 is below MIN_BUFFER,
   # B -5 below 0, A -1 below the floor: nothing is left; the search holds.
-  assert policy.step(_at(o, 100.0, B=1)) == {}
+  assert policy.step(at(o, 100.0, B=1)) == {}
   assert policy.converged
 
 
@@ -95,15 +88,15 @@ def test_coordinate_cycles_knobs_and_shrinks_its_step():
           cpu_budget=8, costs={"A": 0.01, "B": 0.01})
   # Step 5: A +5 = 9 > 8 CPUs, A -5 = -1 below the floor 2, the same for
   # B: a pass without a kept move, the step drops to 1: A +1.
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 5.0}
-  assert policy.step(_at(o, 100.0, A=5)) == {"A/parallelism": 4.0}
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 5.0}
+  assert policy.step(at(o, 100.0, A=5)) == {"A/parallelism": 4.0}
   # Base again, then the other direction: A -1.
-  assert policy.step(_at(o, 100.0, A=4)) == {"A/parallelism": 3.0}
+  assert policy.step(at(o, 100.0, A=4)) == {"A/parallelism": 3.0}
   # 105 > 102: kept, and the same move again: A -1.
-  assert policy.step(_at(o, 105.0, A=3)) == {"A/parallelism": 2.0}
+  assert policy.step(at(o, 105.0, A=3)) == {"A/parallelism": 2.0}
   # 106 is not above 105 x 1.02 = 107.1: reverted; A is done, B +1 next.
-  assert policy.step(_at(o, 106.0, A=2)) == {"A/parallelism": 3.0}
-  assert policy.step(_at(o, 105.0, A=3)) == {"B/parallelism": 5.0}
+  assert policy.step(at(o, 106.0, A=2)) == {"A/parallelism": 3.0}
+  assert policy.step(at(o, 105.0, A=3)) == {"B/parallelism": 5.0}
 
 
 def test_plumber_allocates_by_cost_and_searches_the_total():
@@ -112,24 +105,24 @@ def test_plumber_allocates_by_cost_and_searches_the_total():
            knob("B/parallelism", "parallelism", 4, hi=16)],
           cpu_budget=8, costs={"A": 0.03, "B": 0.01})
   # Costs 0.03 : 0.01 per output element; 8 CPUs in proportion: 6 and 2.
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 6.0,
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 6.0,
                                         "B/parallelism": 2.0}
   # Kept (120 > 102). The total steps by 8 // 4 = 2: 10 threads: one each,
   # then 8 more at 3:1 -> 6 and 2 -> 7 and 3.
-  assert policy.step(_at(o, 120.0, A=6, B=2)) == {"A/parallelism": 7.0,
+  assert policy.step(at(o, 120.0, A=6, B=2)) == {"A/parallelism": 7.0,
                                                   "B/parallelism": 3.0}
   # Not above 120 x 1.02: reverted; then the other direction, 6 threads:
   # one each, 4 more at 3:1 -> 4 and 2.
-  assert policy.step(_at(o, 121.0, A=7, B=3)) == {"A/parallelism": 6.0,
+  assert policy.step(at(o, 121.0, A=7, B=3)) == {"A/parallelism": 6.0,
                                                   "B/parallelism": 2.0}
-  assert policy.step(_at(o, 120.0, A=6, B=2)) == {"A/parallelism": 4.0,
+  assert policy.step(at(o, 120.0, A=6, B=2)) == {"A/parallelism": 4.0,
                                                   "B/parallelism": 2.0}
   # Reverted too; the step halves to 1: 9 threads: one each, 7 more at 3:1
   # = 5.25 and 1.75 -> 5 and 1, the last thread to the larger remainder
   # (B's 0.75) -> 6 and 3.
-  assert policy.step(_at(o, 119.0, A=4, B=2)) == {"A/parallelism": 6.0,
+  assert policy.step(at(o, 119.0, A=4, B=2)) == {"A/parallelism": 6.0,
                                                   "B/parallelism": 2.0}
-  assert policy.step(_at(o, 120.0, A=6, B=2)) == {"A/parallelism": 6.0,
+  assert policy.step(at(o, 120.0, A=6, B=2)) == {"A/parallelism": 6.0,
                                                   "B/parallelism": 3.0}
 
 
@@ -196,20 +189,12 @@ def test_a_converged_search_restarts_when_the_rate_moves():
   o = obs([knob("A/parallelism", "parallelism", 2, hi=8)], cpu_budget=2,
           costs={"A": 0.02})
   # On 2 CPUs A cannot move: converged at once, and holding at 100 +- 5%.
-  assert policy.step(_at(o, 100.0)) == {} and policy.converged
-  assert policy.step(_at(o, 95.0)) == {} and policy.converged
+  assert policy.step(at(o, 100.0)) == {} and policy.converged
+  assert policy.step(at(o, 95.0)) == {} and policy.converged
   # 80 is 15% below the estimate ((100 + 95) / 2): a new search, which
   # finds nothing either.
-  policy.step(_at(o, 80.0))
+  policy.step(at(o, 80.0))
   assert policy.base_rate == pytest.approx(80.0)
-
-
-def _two_stages():
-  # A 2 threads, B 2 threads on 8 CPUs: climb's order starts at B (the
-  # busiest: 0.03 x 100 / 2 = 1.5 against A's 0.5).
-  return obs([knob("A/parallelism", "parallelism", 2, hi=8),
-              knob("B/parallelism", "parallelism", 2, hi=8)],
-             cpu_budget=8, costs={"A": 0.01, "B": 0.03})
 
 
 def test_fit_threads_clips_to_bounds_then_trims_the_largest():
@@ -231,7 +216,7 @@ def test_fit_threads_clips_to_bounds_then_trims_the_largest():
 
 
 def test_proportional_jumps_split_f_times_the_budget_by_cost():
-  o = _two_stages()   # A 2, B 2 threads on 8 CPUs; costs A 0.01, B 0.03
+  o = two_stages()   # A 2, B 2 threads on 8 CPUs; costs A 0.01, B 0.03
   # f = 1: 8 threads; each stage's first, then 6 split 1.5 : 4.5 -> 1 and
   # 4, the remainder to A (ties to the first): A 3, B 5.
   # f = 0.5: 4 threads: 1 + 0.5 -> 1, 1 + 1.5 -> 2 then A's +1 (remainders
@@ -246,11 +231,11 @@ def test_proportional_jumps_split_f_times_the_budget_by_cost():
       ("proportional at 2 x 8 CPUs",
        {"A/parallelism": 8.0, "B/parallelism": 8.0})]
   # No measured costs (nothing returned yet): no jumps.
-  assert search.proportional_jumps(_at(o, 0.0), (1.0,)) == []
+  assert search.proportional_jumps(at(o, 0.0), (1.0,)) == []
 
 
 def test_measured_evidence_sums_the_gains_of_the_directions_moved():
-  o = _two_stages()   # A 2, B 2
+  o = two_stages()   # A 2, B 2
   evidence = {"A/parallelism": (0.3, -0.5), "B/parallelism": (1.0, 0.2)}
   # A up (0.3) + B down (0.2) = 0.5.
   assert search.measured_evidence(
@@ -264,16 +249,16 @@ def test_measured_evidence_sums_the_gains_of_the_directions_moved():
 
 
 def test_jump_climb_jumps_first_and_a_jump_leaves_no_evidence():
-  o = _two_stages()
+  o = two_stages()
   policy = search.JumpClimbPolicy(IntuneOptions(), jumps=(1.0,))
   # The jump at 1 x 8 CPUs (test_proportional_jumps_...): A 3, B 5.
-  assert policy.step(_at(o, 100.0)) == {"A/parallelism": 3.0,
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0,
                                         "B/parallelism": 5.0}
-  assert policy.step(_at(o, 90.0, A=3, B=5)) == {"A/parallelism": 2.0,
+  assert policy.step(at(o, 90.0, A=3, B=5)) == {"A/parallelism": 2.0,
                                                  "B/parallelism": 2.0}
   assert policy.evidence == {}
   # Then climb's first move (B, the busiest, +5).
-  assert policy.step(_at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
 
 
 @pytest.mark.parametrize("cls, after_keep", [
@@ -285,22 +270,22 @@ def test_jump_climb_jumps_first_and_a_jump_leaves_no_evidence():
 ])
 def test_jump_climb_tries_first_what_measured_gains_at_earlier_bases(
     cls, after_keep):
-  o = _two_stages()
+  o = two_stages()
   policy = (cls(IntuneOptions(), jumps=()) if cls is search.JumpClimbPolicy
             else cls(IntuneOptions()))
   steps = [
-      (_at(o, 100.0), {"B/parallelism": 7.0}),          # B +5
-      (_at(o, 100.0, B=7), {"B/parallelism": 2.0}),     # 0%: reverted
-      (_at(o, 100.0), {"B/parallelism": 3.0}),          # B +1
-      (_at(o, 100.0, B=3), {"B/parallelism": 2.0}),     # 0%: reverted
-      (_at(o, 100.0), {"A/parallelism": 7.0}),          # A +5
-      (_at(o, 101.5, A=7), {"A/parallelism": 2.0}),     # +1.5%: reverted
-      (_at(o, 100.0), {"A/parallelism": 3.0}),          # A +1
+      (at(o, 100.0), {"B/parallelism": 7.0}),          # B +5
+      (at(o, 100.0, B=7), {"B/parallelism": 2.0}),     # 0%: reverted
+      (at(o, 100.0), {"B/parallelism": 3.0}),          # B +1
+      (at(o, 100.0, B=3), {"B/parallelism": 2.0}),     # 0%: reverted
+      (at(o, 100.0), {"A/parallelism": 7.0}),          # A +5
+      (at(o, 101.5, A=7), {"A/parallelism": 2.0}),     # +1.5%: reverted
+      (at(o, 100.0), {"A/parallelism": 3.0}),          # A +1
   ]
   for observation, decision in steps:
     assert policy.step(observation) == decision
   # +3% over the base's 100: kept; the next move from the new base.
-  assert policy.step(_at(o, 103.0, A=3)) == after_keep
+  assert policy.step(at(o, 103.0, A=3)) == after_keep
   if cls is search.JumpClimbPolicy:
     # 0.015 and 0.03 x GAIN_SCALE 10; B's raises measured 0.
     assert policy.evidence == {"A/parallelism": (pytest.approx(0.3), 0.0),
