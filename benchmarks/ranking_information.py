@@ -50,13 +50,10 @@ class _Ranking(ranked.JumpSearchPolicy):
     raise NotImplementedError
 
   def ranked(self, obs):
-    candidates = self._climb.candidates(obs)
     now = self.rate(obs, {})
-    scored = [(label, values,
-               self.rate(obs, values) / now - 1 if now else 0.0)
-              for label, values in candidates]
-    order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
-    return [scored[i] for i in order]
+    return search.best_first([
+        (label, values, self.rate(obs, values) / now - 1 if now else 0.0)
+        for label, values in self.candidates(obs)])
 
 
 class _MeasuredModel(_Ranking):

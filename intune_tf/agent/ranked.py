@@ -103,8 +103,7 @@ def rank(candidates: Sequence[tuple[str, dict[str, float]]],
              float(sum(q[a] - noop for a in actions)) +
              (bonus[i] if bonus is not None else 0.0))
     scored.append((label, values, score))
-  order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
-  return [scored[i] for i in order]
+  return search.best_first(scored)
 
 
 class RankedSearchPolicy(search.JumpClimbPolicy):
@@ -157,7 +156,7 @@ class RankedSearchPolicy(search.JumpClimbPolicy):
   def ranked(self, obs: "Observation"
              ) -> list[tuple[str, dict[str, float], float]]:
     """Every candidate from `obs` with its score, in the order tried."""
-    candidates = self._climb.candidates(obs)
+    candidates = self.candidates(obs)
     bonus = None
     if self.evidence_weight and self.evidence:
       bonus = [self.evidence_weight * search.measured_evidence(

@@ -543,7 +543,14 @@ def measured_evidence(obs: "Observation", values: dict[str, float],
   return total
 
 
-class JumpClimbPolicy(MeasuredSearch):
+def best_first(scored: list[tuple[str, dict[str, float], float]]
+               ) -> list[tuple[str, dict[str, float], float]]:
+  """(label, values, score) candidates from the highest score down; equal
+  scores keep their order."""
+  return sorted(scored, key=lambda candidate: -candidate[2])
+
+
+class JumpClimbPolicy(ClimbPolicy):
   """Proportional jumps, then climb's moves ranked by the search's own
   measurements; no learning.
 
@@ -561,6 +568,8 @@ class JumpClimbPolicy(MeasuredSearch):
   the trials showed. It is forgotten when the knobs or the CPU budget
   change. Subclasses score the candidates otherwise (`ranked`).
 
+  It is `ClimbPolicy` with its own order: `candidates` are climb's.
+
   Args:
     options: the session's options.
     jumps: totals (in CPU budgets) of the proportional jumps, in order.
@@ -576,7 +585,6 @@ class JumpClimbPolicy(MeasuredSearch):
                max_tries: int | None = None, **kwargs):
     self.jumps = tuple(jumps)
     self.max_tries = max_tries
-    self._climb = ClimbPolicy(options)
     super().__init__(options, **kwargs)
 
   def _reset(self, context: tuple | None) -> None:
@@ -614,10 +622,9 @@ class JumpClimbPolicy(MeasuredSearch):
   def ranked(self, obs: "Observation"
              ) -> list[tuple[str, dict[str, float], float]]:
     """Every candidate from `obs` with its score, in the order tried."""
-    scored = [(label, values, measured_evidence(obs, values, self.evidence))
-              for label, values in self._climb.candidates(obs)]
-    order = sorted(range(len(scored)), key=lambda i: (-scored[i][2], i))
-    return [scored[i] for i in order]
+    return best_first([
+        (label, values, measured_evidence(obs, values, self.evidence))
+        for label, values in self.candidates(obs)])
 
   def worth_trying(self, score: float) -> bool:
     """Whether a candidate of this score is tried at all. Default: every
