@@ -33,9 +33,11 @@ def test_climb_tries_the_busiest_stage_first_and_reverts_what_did_not_help():
   # Utilization at 100/s: A 0.01 x 100 / 2 = 0.5, B 0.03 x 100 / 2 = 1.5:
   # B is the busiest; +5 first (7 <= 8 CPUs; 9 threads <= cpu_limit 18).
   assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.on_trial
   # 101 is 1% above the base's 100, not more than 2%: reverted.
   assert policy.step(at(o, 101.0, B=7)) == {"B/parallelism": 2.0}
   assert policy.last_gain == pytest.approx(0.01)
+  assert not policy.on_trial
   # The base measured again (100), then the next candidate: B +1.
   assert policy.step(at(o, 100.0, B=2)) == {"B/parallelism": 3.0}
   assert policy.base_rate == pytest.approx(100.0)

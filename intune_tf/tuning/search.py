@@ -142,6 +142,11 @@ class MeasuredSearch(policies.Policy):
   def converged(self) -> bool:
     return self._converged
 
+  @property
+  def on_trial(self) -> bool:
+    """Whether a change is in force, waiting for its measurement."""
+    return self._trial is not None
+
   def _measure(self, obs: "Observation") -> float | None:
     self._steps += 1
     self._elements += obs.output_rate * obs.interval_s
