@@ -38,7 +38,7 @@ allowed move's predicted gain (its advantage over the no-op /
 (`pretrain.move_gains`), by bins of the prediction.
 
 Run: `python benchmarks/ranking_information.py [pipelines] [seed] [rows]`
-(default 60 and 99: the tuning set apart from `intune simulate`'s, about 4
+(default 60 and 99: the tuning set apart from `intune simulate`'s, about 3
 minutes; rows: the names of the rows to run, and `predicted gains`;
 default all).
 """
