@@ -183,7 +183,7 @@ def main(count: int = 60, seed: int = 99,
       out.append(pretrain.run_episode(make(sim), sim, 300).of_optimum)
     return np.asarray(out)
 
-  rows = {
+  noisy = {
       "climb order": lambda sim: ranked.JumpSearchPolicy(
           opts, agent_weights=learned, order="climb"),
       "climb order by the evidence": lambda sim: search.JumpClimbPolicy(
@@ -207,9 +207,8 @@ def main(count: int = 60, seed: int = 99,
           lambda sim: _Truth(opts, sim, True, agent_weights=learned,
                              threshold=FINE)),
   }
-  rows = {name: (make, False) for name, make in rows.items()} | {
-      name: (make, True) for name, make in exact.items()}
-  rows = {name: row for name, row in rows.items()
+  rows = {name: (make, name in exact)
+          for name, make in (noisy | exact).items()
           if not only or name in only}
   if rows:
     table(rows, run, count, seed)
