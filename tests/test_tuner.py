@@ -406,3 +406,40 @@ def test_tuner_and_status_threads_are_stopped_before_exit(tmp_path):
                                    INTUNE_STATUS_DIR=str(tmp_path / "st")))
   assert result.returncode == 0, result.stdout + result.stderr[-2000:]
   assert "exiting\nalive at exit: []\n" in result.stdout
+
+
+_TF1_JOB = """
+import tensorflow as tf
+import intune_tf
+
+tf.compat.v1.disable_eager_execution()
+options = tf.data.Options()
+options.experimental_intune = intune_tf.IntuneOptions(period_s=0.02)
+ds = tf.data.Dataset.range(10**9).map(
+    lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).with_options(options)
+nxt = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+with tf.compat.v1.Session() as sess:
+  print("first", [int(sess.run(nxt)) for _ in range(3)])
+  (session,) = intune_tf.sessions()
+  tuner = intune_tf.global_tuner()
+  while tuner.policy(session.id) is None:
+    sess.run(nxt)
+  before = session.counters()["elements"]
+  for _ in range(3000):
+    sess.run(nxt)
+  print("tuned", session.counters()["elements"] - before >= 3000, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_tf1_style_program_is_tuned(tmp_path):
+  # With eager execution off process-wide, the control ops and the policies'
+  # networks would only build graphs: the tuner failed on every step.
+  script = tmp_path / "tf1.py"
+  script.write_text(_TF1_JOB)
+  result = subprocess.run([sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+  assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+  assert "first [0, 2, 4]\ntuned True\n" in result.stdout
+  for failure in ("tuner step failed", "cannot be tuned"):
+    assert failure not in result.stderr, result.stderr[-2000:]

@@ -8,6 +8,7 @@ iterator is created and disappear when it is destroyed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -19,6 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import model_pb2
+from tensorflow.python.eager import context
 
 from intune_tf.ops import loader as _kernels
 from intune_tf.options import IntuneOptions
@@ -126,6 +128,15 @@ class _Snapshot:
   counters: dict[str, int]
 
 
+@contextlib.contextmanager
+def _on_host():
+  """Runs the control ops eagerly on the host CPU, also where eager execution
+  is off (a TF1-style program, the tuner thread in it), in which they would
+  only be added to a graph."""
+  with context.eager_mode(), tf.device("/cpu:0"):
+    yield
+
+
 def _make_knobs(names, values, mins, maxs, displays=None) -> list[Knob]:
   """Knobs of the kinds we tune, from the input stage to the output stage."""
   values, mins, maxs = (np.asarray(a, np.float64).tolist()
@@ -220,7 +231,7 @@ class Session:
 
   def _call(self, fn, *args):
     try:
-      with tf.device("/cpu:0"):
+      with _on_host():
         if self._id_tensor is None:
           self._id_tensor = tf.constant(self._id, tf.int64)
         return fn(self._id_tensor, *args)
@@ -303,7 +314,7 @@ class Session:
     if inputs is None:
       if len(self._set_tensors) >= _SET_TENSORS:
         self._set_tensors.clear()
-      with tf.device("/cpu:0"):
+      with _on_host():
         inputs = (tf.constant([name for name, _ in items], tf.string),
                   tf.constant([float(value) for _, value in items],
                               tf.float64))
@@ -399,13 +410,14 @@ class Session:
 
 
 def _live_ids() -> set[int]:
-  ids, _, _ = _kernels.ops().intune_list_sessions()
+  with _on_host():
+    ids, _, _ = _kernels.ops().intune_list_sessions()
   return {int(i) for i in ids.numpy()}
 
 
 def sessions_made_by_this_thread(after: int) -> list[int]:
   """Ids above `after` of the live sessions that this OS thread made."""
-  with tf.device("/cpu:0"):
+  with _on_host():
     ids, _, threads = _kernels.ops().intune_list_sessions()
   me = threading.get_native_id()
   return [int(i) for i, t in zip(ids.numpy(), threads.numpy())
@@ -469,7 +481,7 @@ _known: dict[int, Session] = {}
 
 def sessions() -> list[Session]:
   """The live tuning sessions of this process, oldest first."""
-  with tf.device("/cpu:0"):
+  with _on_host():
     ids, tags, _ = _kernels.ops().intune_list_sessions()
   ids = [int(i) for i in ids.numpy()]
   result = []

@@ -13,6 +13,7 @@ from typing import Mapping
 
 from absl import logging
 import numpy as np
+from tensorflow.python.eager import context
 
 from intune_tf import options as options_lib
 from intune_tf.observe import status
@@ -183,6 +184,12 @@ class Tuner:
       thread.join(timeout=_EXIT_JOIN_S)
 
   def _run(self) -> None:
+    # Eager in this thread also where the program turned eager execution off
+    # (TF1 style): the policies' networks and the control ops run eagerly.
+    with context.eager_mode():
+      self._loop()
+
+  def _loop(self) -> None:
     while not self._stop.is_set():
       try:
         self.step(only_due=True)
