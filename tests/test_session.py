@@ -228,11 +228,56 @@ def test_apply_config_rejects_foreign_data(live, bad):
     session.apply_config(bad)
 
 
-@pytest.mark.parametrize("bad", [0, -5, 1.5, True])
-def test_set_ram_budget_rejects_bad_values(live, bad):
+@pytest.mark.parametrize("bad,match", [
+    (0, "positive int"), (-5, "positive int"), (1.5, "positive int"),
+    (True, "positive int"),
+    # Used to fail with a bare conversion error, yet stay pinned.
+    (2**63, r"Session\.set_ram_budget: ram_budget 9223372036854775808 is out "
+     r"of its range 1\.\.9223372036854775807 \(bytes, an int64\)\. Pass at "
+     r"most 9223372036854775807; nothing was changed\."),
+    (2**70, r"ram_budget 1180591620717411303424 is out of its range"),
+])
+def test_set_ram_budget_rejects_bad_values_and_pins_nothing(live, bad, match):
   _, session = live
-  with pytest.raises(ValueError, match="positive int"):
+  before = session.counters()["ram_budget"]
+  with pytest.raises(ValueError, match=match):
     session.set_ram_budget(bad)
+  assert session.pinned_ram_budget is None
+  assert session.counters()["ram_budget"] == before
+
+
+def test_the_largest_ram_budget_is_pinned(live):
+  _, session = live
+  session.set_ram_budget(session_lib.MAX_RAM_BUDGET)
+  assert session.pinned_ram_budget == 2**63 - 1
+  assert session.counters()["ram_budget"] == 2**63 - 1
+
+
+def test_apply_config_of_a_string_that_is_not_json_says_so(live):
+  # Used to raise a JSONDecodeError naming no field.
+  _, session = live
+  with pytest.raises(ValueError, match=(
+      r"Session\.apply_config: the string is not JSON \(Expecting property "
+      r"name enclosed in double quotes: line 1 column 2 \(char 1\)\): pass "
+      r"the dict from Session\.config\(\) or json\.dumps of it\.")):
+    session.apply_config("{not json")
+
+
+# Used to raise "could not convert string to float" naming no knob.
+@pytest.mark.parametrize("value,shown", [
+    ("abc", "'abc'"), (float("nan"), "nan"), (None, "None"), (True, "True")])
+def test_apply_config_names_the_knob_whose_value_is_not_a_number(
+    live, value, shown):
+  _, session = live
+  buf = _by_kind(session, "buffer_size")[0]
+  session.set({buf.name: 3})
+  config = {"format": session.config()["format"], "knobs": {buf.name: value}}
+  with pytest.raises(ValueError, match=(
+      rf"Session\.apply_config: knob {re.escape(repr(buf.name))} has value "
+      rf"{re.escape(shown)}, not a finite number\. Give each knob a number "
+      r"\(as Session\.config\(\) does\); nothing was changed\.")):
+    session.apply_config(config)
+  assert {k.name: k.value for k in session.knobs()}[buf.name] == 3
 
 
 @pytest.mark.parametrize("value", [True, "3", float("nan"), float("inf")])

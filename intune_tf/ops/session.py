@@ -167,6 +167,9 @@ def _clean(message: str) -> str:
   return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)
 
 
+# The largest RAM budget: it travels to the kernel as an int64.
+MAX_RAM_BUDGET = 2**63 - 1
+
 # Session id -> the RAM budget a user set (Session.set_ram_budget): the tuner
 # no longer gives these sessions a share of the default budget. Ids are never
 # reused within a process.
@@ -366,8 +369,14 @@ class Session:
         ram_budget <= 0):
       raise ValueError(f"ram_budget must be a positive int of bytes, got "
                        f"{ram_budget!r}.")
-    _PINNED_RAM_BUDGETS[self._id] = ram_budget
+    if ram_budget > MAX_RAM_BUDGET:
+      raise ValueError(
+          f"Session.set_ram_budget: ram_budget {ram_budget} is out of its "
+          f"range 1..{MAX_RAM_BUDGET} (bytes, an int64). Pass at most "
+          f"{MAX_RAM_BUDGET}; nothing was changed.")
+    # Applied first: a budget the kernel refuses is not pinned.
     self._apply_ram_budget(ram_budget)
+    _PINNED_RAM_BUDGETS[self._id] = ram_budget
 
   @property
   def pinned_ram_budget(self) -> int | None:
@@ -393,7 +402,12 @@ class Session:
     too (`intune_tf.tfx.map_config` matches them by position).
     """
     if isinstance(config, str):
-      config = json.loads(config)
+      try:
+        config = json.loads(config)
+      except ValueError as e:
+        raise ValueError(
+            f"Session.apply_config: the string is not JSON ({e}): pass the "
+            "dict from Session.config() or json.dumps of it.") from None
     if (not isinstance(config, Mapping) or
         config.get("format") != _CONFIG_FORMAT or
         not isinstance(config.get("knobs"), Mapping)):
@@ -405,6 +419,13 @@ class Session:
     for name, value in config["knobs"].items():
       if name in knobs:
         k = knobs[name]
+        if (isinstance(value, bool) or
+            not isinstance(value, (int, float, np.integer, np.floating)) or
+            not math.isfinite(value)):
+          raise ValueError(
+              f"Session.apply_config: knob {name!r} has value {value!r}, not "
+              "a finite number. Give each knob a number (as "
+              "Session.config() does); nothing was changed.")
         values[name] = float(min(max(float(value), k.min), k.max))
     return self.set(values)
 
