@@ -23,6 +23,14 @@ MAX_INTERLEAVE_BUFFER = 256
 # The most CPUs `max_cpus` may name: the private runner pool starts one thread
 # per CPU, and Linux supports at most 8192 CPUs (NR_CPUS with MAXSMP).
 MAX_CPUS = 8192
+# `max_cpus` may name at most this many times the machine's logical CPUs: a
+# job is never given more CPUs than its machine has, and a VM may gain a few
+# (hot-plugged CPUs), but each CPU named costs a pool thread and its stack
+# (8192 on 2 CPUs: 8,207 threads, +711 MB, 48 s to release the iterator).
+MAX_CPUS_PER_MACHINE_CPU = 4
+# Shortest `period_s`: the tuner thread never waits less between steps
+# (`tuning.tuner`), and a step's op calls take about as long.
+MIN_PERIOD_S = 0.005
 # The largest `cpu_budget` and `ram_budget`: they travel as int64.
 _INT64_MAX = 2**63 - 1
 
@@ -53,15 +61,16 @@ class IntuneOptions:
     config: knob values for the "fixed" policy (and the starting point of
       the others), `{knob name: value}` as returned by `Session.config()`.
       Default None.
-    period_s: seconds between tuning steps of the background tuner, positive
-      and finite. Default 0.5.
+    period_s: seconds between tuning steps of the background tuner, finite
+      and at least MIN_PERIOD_S (0.005). Default 0.5.
     max_cpus: the largest CPU count the job may get, when CPUs may be added
       while it runs: InTune then gives the pipeline a private runner thread
       pool of this size, and every parallelism knob ranges up to it (the
       pool replaces TF's runner, so `options.threading` settings do not
       apply inside it). Default None: TF's own runner; parallelism knobs
       range up to its size, fixed when the iterator is created. At most
-      MAX_CPUS (8192).
+      MAX_CPUS_PER_MACHINE_CPU (4) x the machine's logical CPUs, and at
+      most MAX_CPUS (8192).
     include_fixed: also make stages with a fixed parallelism or buffer size
       tunable (their value is the starting point). Default False: only
       stages left on `tf.data.AUTOTUNE` are tuned.
@@ -133,6 +142,15 @@ class IntuneOptions:
         raise ValueError(
             f"IntuneOptions.{field} is {value}, out of its range 1..{limit}. "
             f"Pass at most {limit}, or {none}.")
+    machine = host.machine_cpus()
+    cpus_limit = max_cpus_limit(machine)
+    if self.max_cpus is not None and self.max_cpus > cpus_limit:
+      raise ValueError(
+          f"IntuneOptions.max_cpus is {self.max_cpus}, more than "
+          f"{MAX_CPUS_PER_MACHINE_CPU} x the {machine} CPU(s) of "
+          f"this machine: its range here is 1..{cpus_limit}. Each CPU named "
+          "starts a runner thread. Pass the most CPUs the job may really "
+          "get, at most this, or None for TF's own runner.")
     if (self.interleave_buffer is not None and
         self.interleave_buffer > MAX_INTERLEAVE_BUFFER):
       raise ValueError(
@@ -154,6 +172,12 @@ class IntuneOptions:
       raise ValueError(f"IntuneOptions.period_s must be a positive, finite "
                        f"number of seconds, got {self.period_s!r}. Default "
                        f"{DEFAULT_PERIOD_S}.")
+    if self.period_s < MIN_PERIOD_S:
+      raise ValueError(
+          f"IntuneOptions.period_s is {self.period_s!r} s, below its range "
+          f"[{MIN_PERIOD_S}, any finite number of seconds]: the tuner never "
+          f"steps more often. Pass at least {MIN_PERIOD_S} (default "
+          f"{DEFAULT_PERIOD_S}).")
     if not isinstance(self.name, str):
       raise TypeError(f"IntuneOptions.name must be a str (a label for the "
                       f"pipeline), got {self.name!r} "
@@ -167,6 +191,12 @@ class IntuneOptions:
             isinstance(value, numbers.Real)):
           raise TypeError("IntuneOptions.config must map knob names (str) to "
                           f"numbers, got {key!r}: {value!r}.")
+        if not isinstance(value, numbers.Integral) and not math.isfinite(
+            value):
+          raise ValueError(
+              f"IntuneOptions.config[{key!r}] is {value!r}: a knob value "
+              "must be a finite number within the knob's [min, max] (see "
+              "Session.knobs()); values outside it are clamped.")
       object.__setattr__(self, "config", dict(self.config))
     if self.policy == "fixed" and not self.config:
       raise ValueError('IntuneOptions(policy="fixed") needs a `config` of '
@@ -203,6 +233,15 @@ class IntuneOptions:
       raise ValueError(f"Not an IntuneOptions JSON object: {text[:80]!r}")
     known = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def max_cpus_limit(machine_cpus: int) -> int:
+  """The largest `max_cpus` on a machine of `machine_cpus` logical CPUs:
+  `MAX_CPUS_PER_MACHINE_CPU` times them, at most `MAX_CPUS`.
+
+  Example: 2 CPUs -> min(8192, 4 x 2) = 8.
+  """
+  return min(MAX_CPUS, MAX_CPUS_PER_MACHINE_CPU * max(1, int(machine_cpus)))
 
 
 def coerce(value: Any) -> IntuneOptions | None:

@@ -48,6 +48,16 @@ from intune_tf.tuning import host
      r"IntuneOptions\.name must be a str \(a label for the pipeline\), "
      r"got <object object at .*> \(object\)"),
     ({"name": 3}, TypeError, r"IntuneOptions\.name must be a str"),
+    # Used to be accepted, a tuning step every nanosecond.
+    ({"period_s": 1e-9}, ValueError,
+     r"IntuneOptions\.period_s is 1e-09 s, below its range \[0\.005, any "
+     r"finite number of seconds\].*Pass at least 0\.005"),
+    # Used to be accepted and reach the kernel as inf.
+    ({"policy": "fixed", "config": {"a/parallelism": float("inf")}},
+     ValueError, r"IntuneOptions\.config\['a/parallelism'\] is inf: a knob "
+     r"value must be a finite number"),
+    ({"config": {"a/buffer_size": float("nan")}}, ValueError,
+     r"config\['a/buffer_size'\] is nan"),
 ])
 def test_bad_options_raise_clear_errors(kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -60,9 +70,8 @@ def test_defaults_are_measured_from_the_machine():
   assert opts.resolved_cpu_budget() == host.usable_cpus()
   assert 0 < opts.resolved_ram_budget() <= host.available_memory()
   assert opts.resolved_max_cpus() == 0  # TF's own runner
-  assert intune_tf.IntuneOptions(max_cpus=64).resolved_max_cpus() == 64
-  assert intune_tf.IntuneOptions(
-      max_cpus=options_lib.MAX_CPUS).resolved_max_cpus() == 8192
+  limit = options_lib.max_cpus_limit(host.machine_cpus())
+  assert intune_tf.IntuneOptions(max_cpus=limit).resolved_max_cpus() == limit
   assert intune_tf.IntuneOptions(
       ram_budget=2**63 - 1).resolved_ram_budget() == (2**63 - 1)
 
@@ -93,3 +102,29 @@ def test_coerce(value, expected):
 def test_coerce_rejects_other_types():
   with pytest.raises(TypeError, match="takes True, False or an"):
     options_lib.coerce("yes")
+
+
+@pytest.mark.parametrize("cpus,expected", [
+    (2, 8),         # 4 x 2
+    (64, 256),      # 4 x 64
+    (4096, 8192),   # 4 x 4096 = 16384, capped at MAX_CPUS
+])
+def test_max_cpus_limit_is_a_multiple_of_the_machine_cpus(cpus, expected):
+  assert options_lib.max_cpus_limit(cpus) == expected
+
+
+def test_max_cpus_far_above_the_machine_cpus_is_refused_naming_the_limit():
+  # Used to be accepted on 2 CPUs: 8,207 threads, +711 MB, `del it` 48 s.
+  limit = options_lib.max_cpus_limit(host.machine_cpus())
+  assert limit == min(8192, 4 * host.machine_cpus())
+  with pytest.raises(ValueError, match=(
+      rf"IntuneOptions\.max_cpus is {limit + 1}, more than 4 x the "
+      rf"{host.machine_cpus()} CPU\(s\) of this machine: its range here is "
+      rf"1\.\.{limit}\..*or None for TF's own runner")):
+    intune_tf.IntuneOptions(max_cpus=limit + 1)
+  assert intune_tf.IntuneOptions(max_cpus=limit).max_cpus == limit
+
+
+def test_the_shortest_period_is_accepted():
+  period = options_lib.MIN_PERIOD_S
+  assert intune_tf.IntuneOptions(period_s=period).period_s == period
