@@ -230,3 +230,41 @@ def test_a_job_in_a_real_child_cgroup_is_budgeted_from_its_own_limit(
                      timeout=120)
   assert run.returncode == 0, run.stderr[-2000:]
   assert [int(v) for v in run.stdout.split()[-2:]] == [limit, limit]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("150000 100000", 1.5),   # 150000 / 100000
+    ("50000", 0.5),           # 50000 / the kernel's default period 100000
+    ("max 100000", None),     # no limit
+    ("max", None),
+])
+def test_cpu_max_quota(text, expected):
+  assert host.cpu_max_quota(text) == expected
+
+
+@pytest.mark.parametrize("text", ["100000 0", "0 100000", "-5 100000",
+                                  "abc 100000", "1 2 3", "100000 1.5"])
+def test_cpu_max_quota_refuses_what_is_not_a_quota(text):
+  with pytest.raises(ValueError, match="expected"):
+    host.cpu_max_quota(text)
+
+
+def test_a_cpu_max_with_a_zero_period_is_left_out_with_one_warning_naming_it(
+    clock, monkeypatch, tmp_path, caplog):
+  # Used to leave the session untuned with a ZeroDivisionError naming no
+  # file.
+  fs = _fake_cgroups(monkeypatch, tmp_path, "0::/job\n", "cpu")
+  _write(fs / "job" / "cpu.max", "100000 0")
+  _write(fs / "cpu.max", "300000 100000")
+  # The parent's 3 CPUs are the limit left, read twice, told once.
+  assert host.cgroup_cpu_quota() == 3.0
+  assert host.cgroup_cpu_quota() == 3.0
+  told = [r.getMessage() for r in caplog.records if "CPU quota" in
+          r.getMessage()]
+  assert told == [
+      f"InTune: cannot read the CPU quota in {fs / 'job' / 'cpu.max'} "
+      "(expected a positive quota and period in microseconds, got "
+      "'100000 0'); it is left out, the other CPU limits (parent cgroups, "
+      "CPU affinity) apply. Fix the cgroup's cpu.max, e.g. 'max 100000' "
+      "for no limit."]
+  assert 1 <= host.usable_cpus() <= len(os.sched_getaffinity(0))

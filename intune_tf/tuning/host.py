@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
+from absl import logging
 import psutil
 
 # The cgroup file system, and where the process's own cgroups are listed.
@@ -108,20 +109,64 @@ def _read_int(path: str) -> int | None:
     return None
 
 
+def cpu_max_quota(text: str) -> float | None:
+  """CPUs allowed by the text of a cgroup v2 `cpu.max` file, "<quota>
+  <period>" in microseconds (quota "max": no limit; the period may be left
+  out, the kernel's default is 100000).
+
+  Examples: "150000 100000" -> 1.5; "max 100000" -> None; "50000" -> 0.5.
+
+  Raises:
+    ValueError: the text is not that (a quota or period that is not a
+      positive integer, such as a zero period).
+  """
+  fields = text.split()
+  if not 1 <= len(fields) <= 2:
+    raise ValueError(f"expected '<quota> <period>', got {text!r}")
+  if fields[0] == "max":
+    return None
+  quota, period = fields[0], fields[1] if len(fields) == 2 else "100000"
+  if not (quota.isdigit() and period.isdigit() and int(quota) > 0 and
+          int(period) > 0):
+    raise ValueError(f"expected a positive quota and period in "
+                     f"microseconds, got {text!r}")
+  return int(quota) / int(period)
+
+
+# cpu.max files found unreadable, each warned about once.
+_bad_cpu_max: set[str] = set()
+
+
 def cgroup_cpu_quota() -> float | None:
   """CPUs allowed by the tightest CPU quota (cpu.max, v1 cfs quota) of this
-  process's cgroup and its parents, or None."""
+  process's cgroup and its parents, or None.
+
+  A `cpu.max` that cannot be read as a quota (`cpu_max_quota`, e.g. a zero
+  period) is left out, with one warning naming it: the other cgroups'
+  quotas and the CPU affinity still bound the CPUs.
+  """
   quotas = []
   for d in cgroup_dirs("cpu"):
-    text = _read(os.path.join(d, "cpu.max"))
+    path = os.path.join(d, "cpu.max")
+    text = _read(path)
     if text:
-      quota, _, period = text.partition(" ")
-      if quota != "max" and period:
-        quotas.append(int(quota) / int(period))
+      try:
+        quota = cpu_max_quota(text)
+      except ValueError as e:
+        if path not in _bad_cpu_max:
+          _bad_cpu_max.add(path)
+          logging.warning(
+              "InTune: cannot read the CPU quota in %s (%s); it is left out, "
+              "the other CPU limits (parent cgroups, CPU affinity) apply. "
+              "Fix the cgroup's cpu.max, e.g. 'max 100000' for no limit.",
+              path, e)
+        continue
+      if quota is not None:
+        quotas.append(quota)
       continue
     quota = _read_int(os.path.join(d, "cpu.cfs_quota_us"))
     period = _read_int(os.path.join(d, "cpu.cfs_period_us"))
-    if quota and period and quota > 0:
+    if quota and period and quota > 0 and period > 0:
       quotas.append(quota / period)
   return min(quotas) if quotas else None
 
