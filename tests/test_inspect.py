@@ -230,6 +230,40 @@ def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
   assert [d["pid"] for d in status.read_all(tmp_path)] == [1]
 
 
+@pytest.mark.parametrize("bad,problem", [
+    ({"sessions": "garbage"},
+     "sessions is 'garbage' (str), expected a list of session objects"),
+    ({"sessions": [{"id": 3, "output_rate": "fast"}]},
+     "sessions[0].output_rate is 'fast' (str), expected int or float or "
+     "null"),
+    ({"sessions": [{"id": 3, "stages": [{"stage": "Map", "rate": []}]}]},
+     "sessions[0].stages[0].rate is [] (list), expected int or float or "
+     "null"),
+    ({"pid": "7"}, "pid is '7' (str), expected an int"),
+])
+def test_a_status_file_with_wrong_field_types_is_skipped_with_one_warning(
+    tmp_path, caplog, bad, problem):
+  # Used to make `intune inspect` print a traceback for everyone sharing the
+  # status folder.
+  good = {"format": status.FORMAT, "pid": 1, "host": "elsewhere",
+          "process_start": 1.0, "updated": time.time(),
+          "sessions": [{"id": 5, "name": "fine", "output_rate": 12.0}]}
+  files.write_json(tmp_path / status.file_name(1, "elsewhere"), good)
+  broken = tmp_path / status.file_name(2, "elsewhere")
+  files.write_json(broken, {**good, "pid": 2, **bad})
+  for _ in range(2):  # `--watch` reads again: told once
+    out = io.StringIO()
+    assert inspect_lib.inspect(tmp_path, out=out) == 0
+    assert "session 5 'fine'" in out.getvalue()
+    assert "pid 2 " not in out.getvalue()
+  told = [r.getMessage() for r in caplog.records
+          if "skipped the status file" in r.getMessage()]
+  assert told == [f"InTune: skipped the status file {broken}: {problem}. "
+                  "The other processes' files are shown; delete this one if "
+                  "its process is gone, or update the intune_tf of the "
+                  "process that wrote it."]
+
+
 def test_decision_log_lines(tmp_path):
   path = tmp_path / "logs" / "decisions.jsonl"
   tuner = intune_tf.global_tuner()

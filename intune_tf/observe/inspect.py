@@ -57,7 +57,8 @@ def stage_table(stages: Sequence[Mapping[str, Any]]) -> list[str]:
   for r in stages:
     rows.append([
         r["stage"], _num(r.get("parallelism")), _num(r.get("buffer")),
-        (f"{100 * r['buffer_fill']:.0f}%" if r.get("buffer") else "-"),
+        (f"{100 * r['buffer_fill']:.0f}%"
+         if r.get("buffer") and r.get("buffer_fill") is not None else "-"),
         _num(r.get("rate")), _num(r.get("cpus"), 2),
         (f"{100 * r['cpu_share']:.0f}%" if r.get("cpu_share") is not None
          else "-"),

@@ -509,6 +509,76 @@ def read_json_file(path: str | os.PathLike, max_bytes: int = 4 << 20) -> Any:
   return json.loads(text.decode("utf-8"))
 
 
+_NUMBER = (int, float)
+_OPTIONAL_NUMBER = (int, float, type(None))
+# The fields of a session entry that `intune inspect` reads, and their types
+# (bool is an int: a flag passes as a number, which prints as one).
+_SESSION_FIELDS = {
+    "id": (int,), "name": (str, type(None)), "alive": (bool,),
+    "steps": (int,), "changes": (int,), "output_rate": _OPTIONAL_NUMBER,
+    "output_latency_s": _OPTIONAL_NUMBER, "consumer_wait_s": _OPTIONAL_NUMBER,
+    "buffered_bytes": _OPTIONAL_NUMBER, "ram_budget": _OPTIONAL_NUMBER,
+    "unlowerable_bytes": (dict, type(None)), "stages": (list,),
+}
+_STAGE_FIELDS = {
+    "stage": (str,), "parallelism": _OPTIONAL_NUMBER,
+    "buffer": _OPTIONAL_NUMBER, "buffer_fill": _OPTIONAL_NUMBER,
+    "rate": _OPTIONAL_NUMBER, "cpus": _OPTIONAL_NUMBER,
+    "cpu_share": _OPTIONAL_NUMBER, "utilization": _OPTIONAL_NUMBER,
+}
+
+
+def _wrong(where: str, value: Any, expected: str) -> str:
+  return (f"{where} is {value!r:.40} ({type(value).__name__}), expected "
+          f"{expected}")
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+  return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def format_problem(data: Mapping[str, Any]) -> str | None:
+  """What makes a status file's contents (format `FORMAT`) unreadable by
+  `intune inspect`: the first field of a wrong type, as "<field> is <value>
+  (<type>), expected <type>"; None when every field it reads has its type.
+  A field left out is fine (it prints as "?" or "-")."""
+  if not isinstance(data.get("pid"), int) or isinstance(data["pid"], bool):
+    return _wrong("pid", data.get("pid"), "an int")
+  if not isinstance(data.get("updated", 0.0), _NUMBER):
+    return _wrong("updated", data["updated"], "a number (seconds)")
+  if not isinstance(data.get("service") or {}, dict):
+    return _wrong("service", data["service"], "an object")
+  for group in ("sessions", "ended_sessions"):
+    sessions = data.get(group, [])
+    if not isinstance(sessions, list):
+      return _wrong(group, sessions, "a list of session objects")
+    for i, entry in enumerate(sessions):
+      where = f"{group}[{i}]"
+      if not isinstance(entry, dict):
+        return _wrong(where, entry, "a session object")
+      for field, types in _SESSION_FIELDS.items():
+        if field in entry and not isinstance(entry[field], types):
+          return _wrong(f"{where}.{field}", entry[field], _type_names(types))
+      if "id" not in entry:
+        return f"{where} has no id"
+      for stage, held in (entry.get("unlowerable_bytes") or {}).items():
+        if not isinstance(held, _NUMBER):
+          return _wrong(f"{where}.unlowerable_bytes[{stage!r}]", held,
+                        "a number of bytes")
+      for j, row in enumerate(entry.get("stages", [])):
+        if not isinstance(row, dict) or "stage" not in row:
+          return _wrong(f"{where}.stages[{j}]", row, "a stage row object")
+        for field, types in _STAGE_FIELDS.items():
+          if field in row and not isinstance(row[field], types):
+            return _wrong(f"{where}.stages[{j}].{field}", row[field],
+                          _type_names(types))
+  return None
+
+
+# Status files found unreadable by `read_all`, each warned about once.
+_warned_unreadable: set[str] = set()
+
+
 def _load(path: pathlib.Path) -> dict[str, Any] | None:
   try:
     data = read_json_file(path)
@@ -521,11 +591,25 @@ def _load(path: pathlib.Path) -> dict[str, Any] | None:
 def read_all(
     directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
   """Status of every live process in `directory` (default `default_dir()`),
-  by pid. Files of processes that are gone are ignored."""
+  by pid. Files of processes that are gone are ignored; a file of the right
+  format whose fields have wrong types (`format_problem`) is skipped with
+  one warning naming it (once per process)."""
   directory = pathlib.Path(directory) if directory else default_dir()
   result = []
   for path in sorted(directory.glob("*.json")):
     data = _load(path)
-    if data is not None and _is_live(data):
+    if data is None:
+      continue
+    problem = format_problem(data)
+    if problem is not None:
+      if str(path) not in _warned_unreadable:
+        _warned_unreadable.add(str(path))
+        logging.warning(
+            "InTune: skipped the status file %s: %s. The other processes' "
+            "files are shown; delete this one if its process is gone, or "
+            "update the intune_tf of the process that wrote it.", path,
+            problem)
+      continue
+    if _is_live(data):
       result.append(data)
   return sorted(result, key=lambda d: d["pid"])
