@@ -118,7 +118,36 @@ def _input_errors(command: str, what: str, dest: str,
   return guarded
 
 
+def _output_error(command: str, flag: str, path: str,
+                  error: OSError) -> int:
+  """Writes why `path` (the value of `flag`) cannot be written to stderr;
+  returns the exit code of a usage error, 2."""
+  where = error.filename if error.filename else path
+  sys.stderr.write(
+      f"intune criteo {command}: error: {flag} {path}: cannot write "
+      f"{where}: {error.strerror or error}. Pass a directory you can "
+      "create and write to.\n")
+  return 2
+
+
 def _generate(args: argparse.Namespace) -> int:
+  try:  # before anything is generated
+    os.makedirs(args.out, exist_ok=True)
+    if not os.access(args.out, os.W_OK | os.X_OK):
+      raise PermissionError(13, "Permission denied", args.out)
+  except OSError as e:
+    return _output_error("generate", "--out", args.out, e)
+  try:
+    return _generate_into(args)
+  except OSError as e:
+    if args.stats and e.filename == args.stats:
+      sys.stderr.write(f"intune criteo generate: error: --stats "
+                       f"{args.stats}: cannot read it: {e.strerror or e}.\n")
+      return 2
+    return _output_error("generate", "--out", args.out, e)  # a full disk
+
+
+def _generate_into(args: argparse.Namespace) -> int:
   # Deferred: optional, from the [bench] extra.
   import tqdm  # noqa: PLC0415
 

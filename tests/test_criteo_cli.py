@@ -179,3 +179,20 @@ def test_a_bad_input_file_exits_2_naming_it(tmp_path, capsys, argv, kind,
                       "criteo generate`).\n")
   assert "Traceback" not in err
   assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("out,why", [
+    ("/proc/forbidden", "No such file or directory"),
+    ("{tmp}/file/sub", "Not a directory"),
+])
+def test_generate_into_a_place_that_cannot_be_written_exits_2(
+    tmp_path, capsys, out, why):
+  # Used to print a traceback.
+  (tmp_path / "file").write_text("x")
+  out = out.format(tmp=tmp_path)
+  assert _run(["generate", "--rows", "10", "--out", out, "--quiet"]) == 2
+  captured = capsys.readouterr()
+  assert captured.out == ""
+  assert captured.err == (
+      f"intune criteo generate: error: --out {out}: cannot write {out}: "
+      f"{why}. Pass a directory you can create and write to.\n")
