@@ -26,19 +26,33 @@ elements). The configuration in force (the "base") is measured; a change
 is applied and measured; it is kept when its rate beats the base's by more
 than `threshold`, else the previous values are restored and the next
 candidate is tried after the base is measured again (each measurement of
-the base is averaged into its estimate). When no candidate is left the
-search has converged and holds; it starts again when the rate of the held
-configuration moves by more than `restart` from its estimate, or when the
-knobs or the CPU budget change.
+the base is averaged into its estimate); a trial that measures worse is
+reverted at the next measurement, the one that judges it.
+
+Settling: the search converges, and holds its configuration with no trial at
+all, when no candidate is left or when `patience` trials in a row made no
+progress. Progress is the base's estimate, measured at least twice, rising
+more than `threshold` above where the last progress left it: under 3%
+measurement noise some trials of neutral moves measure above the threshold
+and are kept, so a search that waits for an empty candidate list never
+stops, and one that counts rejections in a row stops early (a kept neutral
+move does not count as progress here, since the base measured again falls
+back). A held search re-opens when something it observes moves beyond its
+noise (`change.ChangeMonitor` on the output rate, each stage's cost per
+element, the consumer's pace, the usable CPUs and the memory in use; see
+`held_signals`), not on a timer; and it starts afresh when the knobs or the
+CPU budget change.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Sequence
 
 from intune_tf import records
 from intune_tf.agent import dqn
+from intune_tf.tuning import change
 from intune_tf.tuning import policies
 
 if TYPE_CHECKING:
@@ -55,7 +69,9 @@ SAMPLES = 1
 # A measurement waits for at least this many output elements (a rate counted
 # over fewer is mostly quantization noise); the agent policy uses it too.
 MIN_ELEMENTS = 16
-RESTART = 0.1
+# Trials without progress after which the search settles at its base
+# (module docstring).
+PATIENCE = 16
 # Measurements of the base averaged into its estimate (the newest weigh
 # more once there are this many).
 BASE_WINDOW = 4
@@ -89,21 +105,28 @@ class MeasuredSearch(policies.Policy):
     min_elements: output elements a measurement waits for (up to 6 steps
       more), so a rate of few large batches is not quantization noise.
       Default 16.
-    restart: relative move of the converged configuration's rate that
-      starts the search again. Default 0.1.
+    patience: trials without progress (module docstring) after which the
+      search settles (None: only when no candidate is left). Default
+      `PATIENCE`.
+    reopen: whether a settled search re-opens when an observed quantity
+      moves beyond its noise (`held_signals`). Default True.
   """
 
   def __init__(self, options: "IntuneOptions", threshold: float = THRESHOLD,
                samples: int = SAMPLES, min_elements: float = MIN_ELEMENTS,
-               restart: float = RESTART):
+               patience: int | None = PATIENCE, reopen: bool = True):
     super().__init__(options)
     self.threshold = threshold
     self.samples = max(1, int(samples))
     self.min_elements = min_elements
-    self.restart = restart
+    self.patience = patience
+    self.reopen = reopen
+    self.monitor = change.ChangeMonitor()
     self._context: tuple | None = None
     # The measured rate of the last trial over the base's, minus 1.
     self.last_gain = 0.0
+    # The streams whose move re-opened the search last (for the log).
+    self.moved: list[str] = []
     self._reset(None)
 
   def _reset(self, context: tuple | None) -> None:
@@ -113,6 +136,10 @@ class MeasuredSearch(policies.Policy):
     self._base_n = 0
     self._trial: _Trial | None = None
     self._converged = False
+    # The base estimate at the last progress, and trials since.
+    self._progress: float | None = None
+    self._stalled = 0
+    self.monitor.reset()
     self.restart_search()
 
   # --- for subclasses ---------------------------------------------------
@@ -130,6 +157,12 @@ class MeasuredSearch(policies.Policy):
 
   def rejected(self, obs: "Observation", label: str) -> None:
     """The change `label` did not raise the rate and was reverted."""
+
+  def reopened(self, obs: "Observation") -> None:
+    """A settled search re-opens because `self.moved` moved: by default as
+    if the context had changed (`_reset`: the candidates, and what
+    subclasses keep per context, are forgotten)."""
+    self._reset(self._context)
 
   # --- the step ---------------------------------------------------------
   @property
@@ -163,6 +196,11 @@ class MeasuredSearch(policies.Policy):
     self._base = rate if self._base is None else (
         (self._base * n + rate) / (n + 1))
     self._base_n += 1
+    if self._base_n >= 2:
+      if self._progress is None:
+        self._progress = self._base  # the start, not progress
+      elif self._base > self._progress * (1 + self.threshold):
+        self._progress, self._stalled = self._base, 0
 
   def step(self, obs: "Observation") -> dict[str, float]:
     context = (tuple(k.name for k in obs.knobs), obs.cpu_budget)
@@ -173,9 +211,11 @@ class MeasuredSearch(policies.Policy):
     rate = self._measure(obs)
     if rate is None:
       return {}
+    note = ""
     if self._trial is not None:
       trial, self._trial = self._trial, None
       self.last_gain = rate / self._base - 1 if self._base else 0.0
+      self._stalled += 1
       if rate > self._base * (1 + self.threshold):
         self._base, self._base_n = rate, 1
         self.accepted(obs, trial.label)
@@ -187,28 +227,51 @@ class MeasuredSearch(policies.Policy):
             int(self._steps), f"revert {trial.label}", rate=rate)
         return dict(trial.revert)
     else:
-      if (self._converged and self._base and
-          abs(rate / self._base - 1) > self.restart):
-        self._converged = False
-        self._base, self._base_n = None, 0
-        self.restart_search()
+      if self._converged and self.reopen:
+        self.moved = self.monitor.update(held_signals(obs, rate))
+        if self.moved:
+          self.reopened(obs)
+          note = f"re-open: {', '.join(self.moved)} moved; "
       self._credit_base(rate)
       if self._converged:
         self.last_decision = records.Decision(
             int(self._steps), "hold", rate=rate)
         return {}
-    proposal = self.propose(obs)
+    proposal = None
+    if self.patience is None or self._stalled < self.patience:
+      proposal = self.propose(obs)
     if proposal is None:
       self._converged = True
-      self.last_decision = records.Decision(int(self._steps), "converged",
-                                            rate=rate)
+      self.monitor.reset()
+      self.last_decision = records.Decision(
+          int(self._steps), f"{note}converged", rate=rate)
       return {}
     label, values = proposal
     current = {k.name: k.value for k in obs.knobs}
     self._trial = _Trial(values, {n: current[n] for n in values}, label)
-    self.last_decision = records.Decision(int(self._steps), f"try {label}",
-                                          rate=rate)
+    self.last_decision = records.Decision(
+        int(self._steps), f"{note}try {label}", rate=rate)
     return dict(values)
+
+
+def held_signals(obs: "Observation", rate: float) -> dict[str, float | None]:
+  """What a settled search watches (`change.ChangeMonitor` streams): the
+  log of the measured `rate`, of each stage's cost per output element
+  (`records.stage_cost`), of the consumer's step time and of the usable
+  CPUs, and the share of memory in use (`dqn.memory_fraction`); None for
+  what is not measured."""
+
+  def log(x: float | None) -> float | None:
+    return math.log(x) if x is not None and x > 0 else None
+
+  out: dict[str, float | None] = {
+      "rate": log(rate), "usable CPUs": log(obs.usable_cpus),
+      "consumer": log(obs.model_step_s),
+      "memory": dqn.memory_fraction(obs)}
+  for st in obs.stages:
+    out[f"cost {st.name}"] = log(records.stage_cost(
+        st.cpu_per_element_s, st.rate, obs.output_rate))
+  return out
 
 
 def _move_label(knob: "records.Knob", move: int) -> str:
@@ -563,15 +626,16 @@ class JumpClimbPolicy(ClimbPolicy):
   proportion to each stage's measured cost at a total of f x the CPU
   budget, for each f of `jumps` in turn, each kept only when it measures
   better than the configuration in force; made again when the CPU budget
-  or the knobs change. Then `ClimbPolicy`'s candidates, each scored by
-  `measured_evidence`: the gain measured at an earlier base for the last
-  trial that moved the same knobs the same way (0 untried), tried from the
-  highest score down (ties in climb's order); a rejected candidate is not
-  tried again at the same base. The state says what each stage costs, not
-  how the rate answers a move (a stage whose cost varies gains from threads
-  beyond its share, one of constant cost does not): the evidence is what
-  the trials showed. It is forgotten when the knobs or the CPU budget
-  change. Subclasses score the candidates otherwise (`ranked`).
+  or the knobs change, or when a settled search re-opens. Then
+  `ClimbPolicy`'s candidates, each scored by `measured_evidence`: the gain
+  measured at an earlier base for the last trial that moved the same knobs
+  the same way (0 untried), tried from the highest score down (ties in
+  climb's order); a rejected candidate is not tried again at the same
+  base. The state says what each stage costs, not how the rate answers a
+  move (a stage whose cost varies gains from threads beyond its share, one
+  of constant cost does not): the evidence is what the trials showed. It is
+  forgotten when the knobs or the CPU budget change, or when a settled
+  search re-opens. Subclasses score the candidates otherwise (`ranked`).
 
   It is `ClimbPolicy` with its own order: `candidates` are climb's.
 
@@ -579,23 +643,19 @@ class JumpClimbPolicy(ClimbPolicy):
     options: the session's options.
     jumps: totals (in CPU budgets) of the proportional jumps, in order.
       Default `JUMP_FRACTIONS`.
-    max_tries: rejected trials at one base before the search holds there.
-      Default None (no limit).
     **kwargs: `MeasuredSearch`'s (threshold, samples, min_elements,
-      restart).
+      patience, reopen).
   """
 
   def __init__(self, options: "IntuneOptions",
-               jumps: Sequence[float] = JUMP_FRACTIONS,
-               max_tries: int | None = None, **kwargs):
+               jumps: Sequence[float] = JUMP_FRACTIONS, **kwargs):
     self.jumps = tuple(jumps)
-    self.max_tries = max_tries
     super().__init__(options, **kwargs)
 
   def _reset(self, context: tuple | None) -> None:
-    # Jumps are made once per context (knobs, CPU budget), not again when
-    # a converged search restarts on a moved rate: on the tuning set, the
-    # second round of jumps cost more trials than it found.
+    # Jumps are made once per context (knobs, CPU budget) and again when a
+    # settled search re-opens (`reopened`): a cost or a co-tenant that
+    # moved calls for a new proportional allocation.
     self._next_jump = 0
     # Knob name -> (raised, lowered) measured gains (`measured_evidence`).
     self.evidence: dict[str, tuple[float, float]] = {}
@@ -604,16 +664,13 @@ class JumpClimbPolicy(ClimbPolicy):
 
   def restart_search(self) -> None:
     self._tried: set[str] = set()
-    self._tries = 0
 
   def accepted(self, obs, label):
     self._record()
     self._tried = set()
-    self._tries = 0
 
   def rejected(self, obs, label):
     self._record()
-    self._tries += 1
 
   def _record(self) -> None:
     """The last trial's measured gain as evidence on the knobs it moved
@@ -654,8 +711,6 @@ class JumpClimbPolicy(ClimbPolicy):
     jump = self.next_jump(obs)
     if jump is not None:
       return jump
-    if self.max_tries is not None and self._tries >= self.max_tries:
-      return None
     current = {k.name: k.value for k in obs.knobs}
     for label, values, score in self.ranked(obs):
       if self.worth_trying(score) and label not in self._tried:
