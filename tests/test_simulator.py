@@ -178,3 +178,68 @@ def test_random_pipelines_span_the_issue_ranges():
   costs = np.concatenate([[s.cost_s for s in p.stages] for p in pipes])
   # Heavy tail: the largest cost is far above the median.
   assert costs.max() / np.median(costs) > 20
+
+
+@pytest.mark.parametrize("threads,cpus,background,expected", [
+    (12, 8, 0, 8.0),        # no co-tenant: every CPU
+    (12, 8, 4, 6.0),        # max(8 - 4, 8 x 12 / 16 = 6)
+    (2, 8, 4, 4.0),         # max(8 - 4, 8 x 2 / 6 = 2.67)
+])
+def test_available_cpus_beside_a_cotenant(threads, cpus, background,
+                                          expected):
+  assert sim.available_cpus(threads, cpus, background) == pytest.approx(
+      expected)
+
+
+def test_a_cotenant_slows_the_pipeline_and_its_optimum():
+  # (3, 3) on 4 CPUs with 2 busy threads beside: contention 1 + 0.15 x
+  # (8/4 - 1) = 1.15, costs .0115 and .023; CPUs max(2, 4 x 6/8) = 3;
+  # capacities 260.9 and 130.4, CPU bound 3 / .0345 = 86.96.
+  assert sim.throughput(TWO, (3, 3), (0, 0), 4, background=2) == (
+      pytest.approx(3 / 0.0345))
+  pipeline = sim.SimPipeline(TWO, 4, memory_limit=1e12, ram_budget=1e9)
+  assert sim.optimum(pipeline, background=2)[0] < sim.optimum(pipeline)[0]
+
+
+def test_cotenant_cost_and_memory_pressure_events():
+  stages = (sim.SimStage("A", 0.01),
+            sim.SimStage("B", 0.02, buffer=True, bytes_per_element=MB))
+  pipeline = sim.SimPipeline(
+      stages, 8, memory_limit=400 * MB, ram_budget=40 * MB,
+      cotenant_events=((1, 4), (3, 0)), cost_events=((2, 1, 2.0),),
+      pressure_events=((4, 10 * MB),), noise=0.0)
+  s = sim.Simulator(pipeline, seed=0)
+  s.set({"A/parallelism": 2, "B/parallelism": 4, "B/buffer_size": 30})
+  alone = s.true_rate()
+  s.advance()  # step 1: 4 busy threads beside the pipeline
+  assert s.background == 4 and s.true_rate() < alone
+  # The pipeline observes the same CPUs: only its rate and costs tell.
+  assert s.observe().usable_cpus == 8
+  s.advance()  # step 2: B's cost doubles
+  assert s.costs == [0.01, 0.04]
+  s.advance()  # step 3: the co-tenant leaves
+  assert s.background == 0
+  s.advance()  # step 4: 30 MB taken: budget 10 MB, buffer 30 -> 10
+  assert s.ram_budget == 10 * MB and s.buffers[1] == 10
+  assert s.memory_limit == 370 * MB and not s.oom
+  assert s.observe().ram_budget == 10 * MB
+  assert s.state_key() == (8, 0.0, 10 * MB, (0.01, 0.04))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_buffers_only_raise_the_rate_as_the_optimum_assumes(seed):
+  # `optimum` buffers only the totals whose rate at full buffers can still
+  # beat the best found: sound when one more element never lowers a rate.
+  rng = np.random.default_rng(seed)
+  pipe = sim.random_pipeline(rng, cpus=(4, 12), events=False)
+  params = sim.random_params(rng)
+  rate, par, buf = sim.optimum(pipe, params=params)
+  assert sim.throughput(pipe.stages, par, buf, pipe.cpus,
+                        pipe.consumer_step_s, params) == pytest.approx(rate)
+  for threads in itertools.product(range(1, 4), repeat=len(pipe.stages)):
+    par = [t if st.tunable else 1 for t, st in zip(threads, pipe.stages)]
+    rates = [sim.throughput(pipe.stages, par,
+                            [b if st.buffer else 0 for st in pipe.stages],
+                            pipe.cpus, pipe.consumer_step_s, params)
+             for b in (0, 1, 4, sim.MAX_BUFFER)]
+    assert rates == sorted(rates)

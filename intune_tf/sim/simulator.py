@@ -9,9 +9,11 @@ times B), rates are output elements per second, sizes are bytes.
 Steady-state throughput of an allocation (parallelism p_i, buffers b_i):
 
   threads  T   = sum of p_i over tunable stages + 1 per fixed stage
-  contention s = 1 + oversubscription * max(0, T / C - 1)
+  contention s = 1 + oversubscription * max(0, (T + m) / C - 1)
   cost    c'_i = c_i * s + handoff_s             (handoff only if p_i > C)
-  X0          = softmin_k(p_i / c'_i for each i, C / sum_i c'_i,
+  CPUs     A   = C, or with a co-tenant of m busy threads
+                 max(C - m, C T / (T + m))       (the OS shares by thread)
+  X0          = softmin_k(p_i / c'_i for each i, A / sum_i c'_i,
                           1 / consumer_step_s)
   softmin_k(B) = (sum_j B_j ** -k) ** (-1 / k)   (k = inf: the minimum)
   X           = X0 * prod_i (1 - jitter_loss * v_i * u_i ** (b_i + 1))
@@ -128,6 +130,15 @@ class SimPipeline:
     resize: (step, cpus) events. Default none.
     memory_events: (step, memory_limit) events. Default none.
     noise: relative standard deviation of measured rates. Default 0.03.
+    cotenant_events: (step, threads) events: from that step a co-tenant
+      keeps that many threads busy on the same CPUs (0: it left). The
+      usable CPUs the pipeline observes do not change. Default none.
+    cost_events: (step, stage index, factor) events: that stage's cost is
+      multiplied by factor (data drift). Default none.
+    pressure_events: (step, ram budget) events: memory taken from outside
+      the pipeline. The RAM budget becomes that, the memory limit falls by
+      as much as the budget did, and the buffers shrink at once to fit it
+      (largest first, as the live memory guard does). Default none.
   """
   stages: tuple[SimStage, ...]
   cpus: int
@@ -139,6 +150,9 @@ class SimPipeline:
   resize: tuple[tuple[int, int], ...] = ()
   memory_events: tuple[tuple[int, float], ...] = ()
   noise: float = 0.03
+  cotenant_events: tuple[tuple[int, int], ...] = ()
+  cost_events: tuple[tuple[int, int, float], ...] = ()
+  pressure_events: tuple[tuple[int, float], ...] = ()
 
   def knob_names(self) -> list[tuple[str, str, int]]:
     """(knob name, kind, stage index), input first."""
@@ -155,7 +169,8 @@ def throughput(stages: Sequence[SimStage], parallelism: Sequence[float],
                buffers: Sequence[float], cpus: float,
                consumer_step_s: float = 0.0,
                params: SimParams = SimParams(),
-               costs: Sequence[float] | None = None) -> float:
+               costs: Sequence[float] | None = None,
+               background: float = 0.0) -> float:
   """Steady-state output elements/s of an allocation (module docstring).
 
   Args:
@@ -166,10 +181,12 @@ def throughput(stages: Sequence[SimStage], parallelism: Sequence[float],
     consumer_step_s: consumer time per element (0 = none).
     params: model constants.
     costs: per-stage costs overriding `stage.cost_s` (drifted costs).
+    background: a co-tenant's busy threads on the same CPUs. Default 0.
   """
   c = [st.cost_s for st in stages] if costs is None else list(costs)
-  eff = effective_costs(c, parallelism, cpus, params)
-  bounds = [p / ce for p, ce in zip(parallelism, eff)] + [cpus / sum(eff)]
+  eff = effective_costs(c, parallelism, cpus, params, background)
+  bounds = [p / ce for p, ce in zip(parallelism, eff)] + [
+      available_cpus(sum(parallelism), cpus, background) / sum(eff)]
   if consumer_step_s > 0:
     bounds.append(1.0 / consumer_step_s)
   x0 = softmin(bounds, params.pipelining)
@@ -181,10 +198,23 @@ def throughput(stages: Sequence[SimStage], parallelism: Sequence[float],
   return x0 * factor
 
 
+def available_cpus(threads: float, cpus: float, background: float) -> float:
+  """CPUs the pipeline's `threads` get beside a co-tenant's `background`
+  busy threads: max(C - m, C T / (T + m)); C without a co-tenant.
+
+  available_cpus(12, 8, 4) = max(4, 8 x 12 / 16) = 6.
+  """
+  if background <= 0:
+    return float(cpus)
+  return max(cpus - background, cpus * threads / (threads + background))
+
+
 def effective_costs(costs: Sequence[float], parallelism: Sequence[float],
-                    cpus: float, params: SimParams) -> list[float]:
-  """Per-element costs under contention (module docstring)."""
-  threads = sum(parallelism)
+                    cpus: float, params: SimParams,
+                    background: float = 0.0) -> list[float]:
+  """Per-element costs under contention (module docstring), with a
+  co-tenant's `background` busy threads (default 0)."""
+  threads = sum(parallelism) + background
   contention = 1 + params.oversubscription * max(0.0, threads / cpus - 1)
   return [c * contention + (params.handoff_s if p > cpus else 0.0)
           for c, p in zip(costs, parallelism)]
@@ -207,7 +237,8 @@ def memory_in_use(pipeline: SimPipeline, parallelism: Sequence[float],
 def optimum(pipeline: SimPipeline, cpus: int | None = None,
             params: SimParams = SimParams(),
             ram_budget: float | None = None,
-            costs: Sequence[float] | None = None
+            costs: Sequence[float] | None = None,
+            background: float = 0.0
             ) -> tuple[float, list[int], list[int]]:
   """The best static allocation: (throughput, parallelism, buffers).
 
@@ -217,7 +248,8 @@ def optimum(pipeline: SimPipeline, cpus: int | None = None,
   the lowest capacity p_i / c'_i (for the hard minimum this max-min rule is
   optimal for a fixed T, where contention is fixed); then buffer elements
   go one at a time to the stage whose buffer gains most throughput per
-  byte, within the RAM budget. The best T wins.
+  byte, within the RAM budget. The best T wins. `background`: a
+  co-tenant's busy threads (default 0).
   """
   cpus = pipeline.cpus if cpus is None else cpus
   ram = pipeline.ram_budget if ram_budget is None else ram_budget
@@ -227,31 +259,46 @@ def optimum(pipeline: SimPipeline, cpus: int | None = None,
   tunable = [i for i in range(n) if stages[i].tunable]
   lo = n
   hi = cpu_limit(len(tunable), cpus) + (n - len(tunable))
-  best = (-1.0, [1] * n, [0] * n)
+  consumer = pipeline.consumer_step_s
+  # Buffers only raise the rate (busy^(b + 1) falls with b), so the rate at
+  # full buffers bounds what a total's buffers can reach: totals are
+  # buffered from the highest bound down, until a bound is below the best
+  # (the same result as buffering every total, in a fraction of the time).
+  full = [MAX_BUFFER if st.buffer else 0 for st in stages]
+  allocations = []
   par = [1] * n
   for total in range(lo, hi + 1):
     if total > lo:
       if not tunable:
         break
-      eff = effective_costs(c, par, cpus, params)
+      eff = effective_costs(c, par, cpus, params, background)
       open_ = [i for i in tunable if par[i] < cpus]
       if not open_:
         break
       now = throughput(stages, par, [0] * n, cpus, pipeline.consumer_step_s,
-                       params, c)
+                       params, c, background)
       gains = {}
       for i in open_:
         par[i] += 1
         gains[i] = throughput(stages, par, [0] * n, cpus,
-                              pipeline.consumer_step_s, params, c) - now
+                              pipeline.consumer_step_s, params, c,
+                              background) - now
         par[i] -= 1
       i = max(open_, key=gains.get)
       if gains[i] <= 1e-12 * max(now, 1.0):
         i = min(open_, key=lambda i: par[i] / eff[i])
       par[i] += 1
+    bound = throughput(stages, par, full, cpus, consumer, params, c,
+                       background)
+    allocations.append((bound, total, list(par)))
+  best = (-1.0, [1] * n, [0] * n)
+  best_total = None
+  for bound, total, par in sorted(allocations, key=lambda a: (-a[0], a[1])):
+    if bound < best[0] or (bound == best[0] and total > best_total):
+      break
     buf = [0] * n
     rate = throughput(stages, par, buf, cpus, pipeline.consumer_step_s,
-                      params, c)
+                      params, c, background)
     while True:
       buffered, _ = memory_in_use(pipeline, par, buf, rate, c)
       choice, gain = None, 1e-9
@@ -263,16 +310,17 @@ def optimum(pipeline: SimPipeline, cpus: int | None = None,
         trial = list(buf)
         trial[i] += 1
         g = (throughput(stages, par, trial, cpus, pipeline.consumer_step_s,
-                        params, c) - rate) / stages[i].bytes_per_element
+                        params, c, background) - rate
+             ) / stages[i].bytes_per_element
         if g > gain:
           choice, gain = i, g
       if choice is None:
         break
       buf[choice] += 1
       rate = throughput(stages, par, buf, cpus, pipeline.consumer_step_s,
-                        params, c)
-    if rate > best[0]:
-      best = (rate, list(par), list(buf))
+                        params, c, background)
+    if rate > best[0] or (rate == best[0] and total < best_total):
+      best, best_total = (rate, list(par), list(buf)), total
   return best
 
 
@@ -346,6 +394,8 @@ class Simulator:
     self.costs = [st.cost_s for st in pipeline.stages]
     self.cpus = pipeline.cpus
     self.memory_limit = pipeline.memory_limit
+    self.ram_budget = pipeline.ram_budget
+    self.background = 0.0
     self.step_count = 0
     self.oom = False
     self.rate = 0.0
@@ -386,12 +436,19 @@ class Simulator:
       return 0.0
     return throughput(self.pipeline.stages, self.parallelism, self.buffers,
                       self.cpus, self.pipeline.consumer_step_s, self.params,
-                      self.costs)
+                      self.costs, self.background)
 
   def optimum(self) -> tuple[float, list[int], list[int]]:
-    """The optimum for the CPUs, memory and costs in force now."""
+    """The optimum for the CPUs, co-tenant, RAM budget and costs in force
+    now."""
     return optimum(self.pipeline, self.cpus, self.params,
-                   costs=self.costs)
+                   ram_budget=self.ram_budget, costs=self.costs,
+                   background=self.background)
+
+  def state_key(self) -> tuple:
+    """What the optimum depends on besides the pipeline: CPUs, co-tenant,
+    RAM budget, costs."""
+    return (self.cpus, self.background, self.ram_budget, tuple(self.costs))
 
   def _settle(self) -> None:
     self.rate = self.true_rate()
@@ -412,18 +469,45 @@ class Simulator:
     for step, limit in self.pipeline.memory_events:
       if step == self.step_count:
         self.memory_limit = limit
+    for step, threads in self.pipeline.cotenant_events:
+      if step == self.step_count:
+        self.background = float(threads)
+    for step, stage, factor in self.pipeline.cost_events:
+      if step == self.step_count:
+        self.costs[stage] *= factor
+    for step, budget in self.pipeline.pressure_events:
+      if step == self.step_count:
+        self.memory_limit -= max(0.0, self.ram_budget - budget)
+        self.ram_budget = budget
+        self._fit_buffers()
     if self.pipeline.drift:
       self.costs = [
           c * float(math.exp(self._rng.normal(0, self.pipeline.drift)))
           for c in self.costs]
     self._settle()
 
+  def _fit_buffers(self) -> None:
+    """Buffers shrunk, largest first, until their bytes fit the RAM
+    budget."""
+    stages = self.pipeline.stages
+
+    def held():
+      return sum(b * st.bytes_per_element
+                 for b, st in zip(self.buffers, stages))
+    while held() > self.ram_budget:
+      i = max(range(len(stages)),
+              key=lambda i: self.buffers[i] * stages[i].bytes_per_element)
+      if self.buffers[i] <= 0:
+        break
+      self.buffers[i] -= 1
+
   def observe(self) -> records.Observation:
     """The observation a live tuner would read now (rates with noise)."""
     p = self.pipeline
     noise = 1.0 + self.params_noise()
     rate = max(0.0, self.rate * noise)
-    eff = effective_costs(self.costs, self.parallelism, self.cpus, self.params)
+    eff = effective_costs(self.costs, self.parallelism, self.cpus, self.params,
+                          self.background)
     total = sum(eff) or 1.0
     knob_by_stage = {}
     for name, kind, i in self._knobs:
@@ -452,7 +536,7 @@ class Simulator:
         usable_cpus=self.cpus, cpu_budget=self.cpus,
         free_memory=int(max(0.0, self.memory_limit - self.in_use)),
         total_memory=int(self.memory_limit),
-        ram_budget=int(p.ram_budget), buffered_bytes=int(self.buffered),
+        ram_budget=int(self.ram_budget), buffered_bytes=int(self.buffered),
         cpu_mhz=SIM_CPU_MHZ, dram_gbps=SIM_DRAM_GBPS,
         model_step_s=consumer if consumer > 0 else None)
 
