@@ -9,8 +9,8 @@ Importing the package adds the option. The kernel library is loaded on first
 use.
 """
 
-from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune"
-from intune_tf.agent import ranked as _agent_ranked  # noqa: F401  registers policy="intune-search"
+from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune-dqn"
+from intune_tf.agent import ranked as _agent_ranked  # noqa: F401  registers policy="intune"
 from intune_tf.ops import hooks as _tf_hooks
 from intune_tf.ops.hooks import tune
 from intune_tf.ops.loader import KernelLibraryError

@@ -12,6 +12,7 @@ import tensorflow as tf
 import intune_tf
 from intune_tf.agent import dqn
 from intune_tf.agent import policy as agent_lib
+from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import pretrain
 from intune_tf.sim import simulator as sim
@@ -207,7 +208,7 @@ def _pipeline(n=10**9):
 @pytest.mark.slow
 def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
-  monkeypatch.setattr(agent_lib, "SAVE_EVERY", 2)
+  monkeypatch.setattr(ranked, "SAVE_EVERY", 2)
   assert IntuneOptions().policy == "intune"
   options = tf.data.Options()
   options.experimental_intune = IntuneOptions(period_s=0.1)
@@ -218,7 +219,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   while time.monotonic() < end:
     next(it)
   policy = intune_tf.global_tuner().policy(session.id)
-  assert isinstance(policy, agent_lib.IntunePolicy)
+  assert isinstance(policy, ranked.JumpSearchPolicy)
   assert policy.steps >= 5 and policy.last_decision.action
   assert policy.last_decision.seconds < 0.05
   saved = list(tmp_path.glob("*.json"))
@@ -240,7 +241,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
     if policy and policy.last_decision:
       first = policy.last_decision.action
   assert first == "warm-start"
-  # Within the hold that follows (6 decisions), the saved values are in force.
+  # Right after, the saved values are in force.
   end = time.monotonic() + 5
   while time.monotonic() < end:
     next(it)

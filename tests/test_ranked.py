@@ -24,12 +24,42 @@ def _policy(q, **kwargs):
   return policy
 
 
-def test_registered():
-  assert isinstance(policies.create(IntuneOptions(policy="intune-search")),
-                    ranked.RankedSearchPolicy)
-  jump = policies.create(IntuneOptions(policy="intune-jump"))
-  assert isinstance(jump, ranked.JumpSearchPolicy)
-  assert jump.jumps == search.JUMP_FRACTIONS
+@pytest.mark.parametrize("name,cls", [
+    ("intune", ranked.JumpSearchPolicy),
+    ("intune-jump", ranked.JumpSearchPolicy),
+    ("intune-ablated", ranked.AblatedSearchPolicy),
+    ("intune-search", ranked.RankedSearchPolicy)])
+def test_registered(name, cls):
+  policy = policies.create(IntuneOptions(policy=name))
+  assert type(policy) is cls
+  if cls is not ranked.RankedSearchPolicy:
+    assert policy.jumps == search.JUMP_FRACTIONS
+
+
+def test_the_default_is_the_q_ranked_jump_search():
+  assert IntuneOptions().policy == "intune"
+  assert type(policies.create(IntuneOptions())) is ranked.JumpSearchPolicy
+
+
+def test_the_ablated_network_output_is_a_constant():
+  # The same ranker file as intune; its Q-values differ across states,
+  # the ablated ones never do.
+  intune = ranked.JumpSearchPolicy(IntuneOptions())
+  ablated = ranked.AblatedSearchPolicy(IntuneOptions())
+  states = [at(two_stages(), rate) for rate in (10.0, 100.0, 1000.0)]
+  states.append(obs([knob("A/parallelism", "parallelism", 3, hi=8),
+                     knob("B/parallelism", "parallelism", 6, hi=8)],
+                    cpu_budget=8, costs={"A": 0.05, "B": 0.001}))
+  learned = [intune.q_values(o) for o in states]
+  assert any(not np.allclose(learned[0], q) for q in learned[1:])
+  for o in states:
+    q = ablated.q_values(o)
+    assert q.shape == (dqn.MOVES_PER_KNOB * len(o.knobs) + 1,)
+    assert np.all(q == ranked.ABLATED_Q)
+  # So its ranking is jump-climb's: evidence, then climb's order.
+  o = at(two_stages(), 100.0)
+  climb = search.JumpClimbPolicy(IntuneOptions())
+  assert [c[0] for c in ablated.ranked(o)] == [c[0] for c in climb.ranked(o)]
 
 
 def test_the_highest_q_move_is_tried_first():
@@ -86,9 +116,9 @@ def test_masked_moves_are_never_tried():
       assert mask[a], label
 
 
-def test_the_search_holds_after_max_tries_rejections():
+def test_the_search_settles_after_patience_trials_without_progress():
   o = two_stages()
-  policy = _policy(np.zeros(9), max_tries=1)
+  policy = _policy(np.zeros(9), patience=1)
   assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
   assert policy.step(at(o, 100.0, B=7)) == {"B/parallelism": 2.0}
   assert policy.step(at(o, 100.0)) == {}

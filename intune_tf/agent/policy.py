@@ -1,4 +1,6 @@
-"""`policy="intune"`: the pretrained DQN, fine-tuned online, with a guard.
+"""`policy="intune-dqn"`: the pretrained DQN acting alone, fine-tuned
+online, with a guard (the default `intune` is the Q-ranked measured search
+of `intune_tf.agent.ranked`).
 
 Each tuning step: read the state, store the previous step's transition
 (its reward is this step's throughput), take one gradient step from the live
@@ -415,4 +417,4 @@ class IntunePolicy(policies.Policy):
     return r, loss
 
 
-policies.register("intune", IntunePolicy)
+policies.register("intune-dqn", IntunePolicy)

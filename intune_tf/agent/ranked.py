@@ -1,5 +1,5 @@
-"""`policy="intune-search"`: the pretrained Q-network ranks the moves of a
-measured accept/revert search.
+"""`policy="intune"` (the default) and `policy="intune-search"`: the
+pretrained Q-network ranks the moves of a measured accept/revert search.
 
 The learned prior decides what to try first; measurement decides what to
 keep. The search loop is `search.MeasuredSearch`'s (measure the base, try a
@@ -16,28 +16,40 @@ earlier base; `search.JumpClimbPolicy` (`jump-climb`) is the same search
 ranked by the evidence alone, without learning. Candidates are
 tried from the highest score down (climb's bottleneck-first order breaks
 ties), a rejected one is not tried again at
-the same base, and the search at a base ends (the policy holds) after
-`max_tries` rejections or when no candidate's advantage reaches
-`-prior_margin`: the prior says the rest would not help, so trials that
-would only cost throughput are not made.
+the same base, and the search settles (the policy holds, with no trials)
+after `patience` rejections in a row (`search.MeasuredSearch`) or when no
+candidate's advantage reaches `-prior_margin`: the prior says the rest
+would not help, so trials that would only cost throughput are not made. A
+settled search re-opens when an observed quantity moves beyond its noise
+(`search.held_signals`, `intune_tf.tuning.change`).
 
-`policy="intune-jump"`: the same search, first trying whole-configuration
+`policy="intune"` (also registered as `intune-jump`): the same search, first
+trying whole-configuration
 jumps (`search.proportional_jumps`): threads in proportion to each stage's
 measured cost at a total of f x the CPU budget, for each f of
 `search.JUMP_FRACTIONS` in turn, each measured and kept only when it beats the
 configuration in force (accept/revert); then the Q-ranked local search
 from wherever that landed. The jumps are made again when the CPU budget or
-the knobs change. Its ranker, `jump_ranker.npz`, is fitted on the states
-this search visits.
+the knobs change, or the settled search re-opens. Its ranker,
+`jump_ranker.npz`, is fitted on the states this search visits.
+
+`policy="intune-ablated"`: `intune` with the network's output replaced by a
+constant (`AblatedSearchPolicy`): every move's advantage is 0, so the order
+is the measured evidence's and climb's, exactly as in `jump-climb`. The
+difference between `intune` and `intune-ablated` is what learning adds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from typing import TYPE_CHECKING, Sequence
 
+from absl import logging
 import numpy as np
 
+from intune_tf import records
 from intune_tf.agent import dqn
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
@@ -52,9 +64,6 @@ AGENT_WEIGHTS = os.path.join(os.path.dirname(__file__), "weights.npz")
 # The ranker: AGENT_WEIGHTS advantage-trained by pretrain_ranker's loop
 # (12,000 steps of seed 0, then 30,000 of seed 1; metadata in the file).
 DEFAULT_WEIGHTS = os.path.join(os.path.dirname(__file__), "ranker.npz")
-# Rejected trials at one base before the search holds there (None: no
-# limit; 3 or 6 lost 0.03-0.08 of the optimum on the simulator).
-MAX_TRIES = None
 # Candidates whose advantage is below -PRIOR_MARGIN are not tried (Q units;
 # values are about 10, so 0.1 is 1% of a step's reward).
 PRIOR_MARGIN = float("inf")
@@ -65,6 +74,10 @@ JUMP_WEIGHTS = os.path.join(os.path.dirname(__file__), "jump_ranker.npz")
 # of `search.measured_evidence`): chosen on the tuning set (0.5, 1 and 2
 # tried).
 EVIDENCE_WEIGHT = 1.0
+# Steps between saves of the warm-start configuration (`JumpSearchPolicy`).
+SAVE_EVERY = 20
+# The ablated network's output (`AblatedSearchPolicy`), for every action.
+ABLATED_Q = 0.0
 
 
 def candidate_actions(obs: "Observation",
@@ -114,8 +127,6 @@ class RankedSearchPolicy(search.JumpClimbPolicy):
   Args:
     options: the session's options.
     weights: agent weights file. Default: the shipped pretrained agent.
-    max_tries: rejected trials at one base before the search holds.
-      Default `MAX_TRIES` (None: no limit).
     prior_margin: candidates whose advantage over the no-op is below
       -prior_margin are not tried. Default `PRIOR_MARGIN` (inf: all are).
     order: "q" ranks by the Q-network; "climb" keeps climb's order (the
@@ -129,11 +140,10 @@ class RankedSearchPolicy(search.JumpClimbPolicy):
       (`search.measured_evidence`; 0: the Q-network alone). Default
       `EVIDENCE_WEIGHT`.
     **kwargs: `search.MeasuredSearch`'s (threshold, samples, min_elements,
-      restart).
+      patience, reopen).
   """
 
   def __init__(self, options: "IntuneOptions", weights: str | None = None,
-               max_tries: int | None = MAX_TRIES,
                prior_margin: float = PRIOR_MARGIN, order: str = "q",
                agent_weights: Sequence[np.ndarray] | None = None,
                jumps: Sequence[float] = (),
@@ -147,7 +157,7 @@ class RankedSearchPolicy(search.JumpClimbPolicy):
       weights_list, _ = dqn.load_weights(weights or DEFAULT_WEIGHTS)
       agent_weights = weights_list
     self.weights = [np.asarray(w, np.float32) for w in agent_weights]
-    super().__init__(options, jumps=jumps, max_tries=max_tries, **kwargs)
+    super().__init__(options, jumps=jumps, **kwargs)
 
   def q_values(self, obs: "Observation") -> np.ndarray:
     """The flat Q-values of `obs` (`dqn.flat_q`)."""
@@ -175,6 +185,12 @@ class JumpSearchPolicy(RankedSearchPolicy):
   """`RankedSearchPolicy` with `search.JUMP_FRACTIONS` jumps first and the
   jump-search ranker (`JUMP_WEIGHTS`); module docstring.
 
+  Live (`bind`), it warm-starts: the configuration saved for the same
+  pipeline on the same machine (`intune_tf.tuning.warmstart`) is applied
+  at the first step and the search goes on from there; the configuration
+  in force is saved when the search settles and every `SAVE_EVERY` steps
+  when no trial is on.
+
   Args: as `RankedSearchPolicy` (defaults: weights `JUMP_WEIGHTS`, jumps
   `search.JUMP_FRACTIONS`).
   """
@@ -183,7 +199,66 @@ class JumpSearchPolicy(RankedSearchPolicy):
                jumps: Sequence[float] = search.JUMP_FRACTIONS, **kwargs):
     super().__init__(options, weights=weights or JUMP_WEIGHTS, jumps=jumps,
                      **kwargs)
+    self.session = None
+    self.steps = 0
+    self._warm: dict[str, float] | None = None
+
+  def bind(self, session) -> None:
+    """Loads the warm-start configuration saved for `session`'s pipeline."""
+    # Deferred: warmstart fingerprints graphs with the kernel library
+    # (TensorFlow); the simulator's policies must not load it at import.
+    from intune_tf.tuning import warmstart  # noqa: PLC0415
+    self.session = session
+    state = warmstart.load(session)
+    if state is not None:
+      self._warm = dict(state.config)
+
+  def _save(self, obs: "Observation") -> None:
+    # Deferred: as in `bind`.
+    from intune_tf.tuning import warmstart  # noqa: PLC0415
+    try:
+      warmstart.save(self.session, {k.name: k.value for k in obs.knobs},
+                     self.base_rate or 0.0)
+    except OSError as e:
+      logging.log_first_n(logging.WARNING,
+                          "InTune: cannot save the warm-start state: %s", 1, e)
+
+  def step(self, obs: "Observation") -> dict[str, float]:
+    start = time.perf_counter()
+    self.steps += 1
+    if self._warm is not None and obs.knobs:
+      names = {k.name for k in obs.knobs}
+      values = {n: v for n, v in self._warm.items() if n in names}
+      self._warm = None
+      if values:
+        self.last_decision = records.Decision(0, "warm-start")
+        return values
+    settled = self.converged
+    values = super().step(obs)
+    if self.session is not None and not self.on_trial and (
+        (self.converged and not settled) or self.steps % SAVE_EVERY == 0):
+      self._save(obs)
+    if self.last_decision is not None:
+      self.last_decision = dataclasses.replace(
+          self.last_decision, seconds=time.perf_counter() - start)
+    return values
 
 
+class AblatedSearchPolicy(JumpSearchPolicy):
+  """`JumpSearchPolicy` with the network's output replaced by a constant
+  (`ABLATED_Q` for every action): everything else, the evidence included,
+  is the same, so it carries no learned information.
+
+  Args: as `JumpSearchPolicy`.
+  """
+
+  def q_values(self, obs: "Observation") -> np.ndarray:
+    """`ABLATED_Q` for each of the 4n + 1 actions of `obs`."""
+    return np.full(dqn.MOVES_PER_KNOB * len(obs.knobs) + 1, ABLATED_Q,
+                   np.float32)
+
+
+policies.register("intune", JumpSearchPolicy)
+policies.register("intune-ablated", AblatedSearchPolicy)
 policies.register("intune-search", RankedSearchPolicy)
 policies.register("intune-jump", JumpSearchPolicy)
