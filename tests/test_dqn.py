@@ -289,3 +289,14 @@ def test_learn_moves_q_towards_target():
   after = agent.q_values(state)[2]
   assert abs(after - 1.0) < abs(before - 1.0)
   assert abs(after - 1.0) < 0.1
+
+
+def test_weights_of_scalar_arrays_are_refused_before_loading(tmp_path):
+  # Six float32 scalars: the right count and dtype, no layer shapes.
+  path = tmp_path / "scalars.npz"
+  np.savez(path, **{f"w{i}": np.float32(i) for i in range(6)})
+  with pytest.raises(ValueError) as error:
+    dqn.load_weights(str(path))
+  assert str(error.value).startswith(
+      f"{path} is not an InTune agent weights file (w0.npy has shape (); "
+      "an agent's w0, w2, w4 are 2-D kernels and w1, w3, w5 1-D biases)")

@@ -60,9 +60,10 @@ def test_cli_pretrain_then_simulate(tmp_path):
       "command"]
   result = subprocess.run(
       [_INTUNE, "simulate", "--weights", str(out), "--pipelines", "3",
-       "--steps", "20", "--json", str(tmp_path / "s.json")], check=True,
+       "--steps", "20", "--json", str(tmp_path / "s.json"), "--policies",
+       ",".join(pretrain.POLICIES + ("intune-dqn",))], check=True,
       capture_output=True, text=True, cwd=tmp_path)
-  for name in pretrain.POLICIES:
+  for name in pretrain.POLICIES + ("intune-dqn",):
     assert f"\n{name} " in result.stdout
   assert "Where the low cases come from" in result.stdout
   scores = json.loads((tmp_path / "s.json").read_text())
@@ -75,6 +76,8 @@ def test_cli_pretrain_then_simulate(tmp_path):
   for name in pretrain.BASELINES:
     assert scores["policies"][name]["mean"] <= best["mean"]
   assert best["vs_best"]["mean"] == 0.0
+  for summary in scores["policies"].values():
+    assert {"median", "p10", "steps_to_95", "tail_changes"} <= set(summary)
 
 
 class _Toggle(pretrain.policies.Policy):
@@ -197,3 +200,97 @@ def test_pretrain_ranker_runs_the_jump_search_and_trains():
   # moved away from the start.
   assert stats["steps"] == 40 and stats["gradient_steps"] > 0
   assert any(not np.array_equal(a, b) for a, b in zip(weights, start))
+
+
+def test_event_steps_and_dynamic_pipelines():
+  # 400 x (0.15, 0.3, 0.45, 0.6, 0.75, 0.875).
+  assert pretrain.event_steps(400) == [60, 120, 180, 240, 300, 350]
+  (pipe, _), = pretrain.dynamic_pipelines(count=1, seed=3, steps=400)
+  c = pipe.cpus
+  assert pipe.drift == 0.0
+  assert pipe.resize == ((60, max(2, c // 2)), (120, c))
+  assert pipe.cotenant_events == ((180, max(1, c // 2)), (240, 0))
+  (step, stage, factor), = pipe.cost_events
+  costliest = max((s.cost_s, i) for i, s in enumerate(pipe.stages)
+                  if s.tunable)[1]
+  assert (step, stage, factor) == (300, costliest, 2.0)
+  assert pipe.pressure_events == ((350, pipe.ram_budget / 4),)
+
+
+def test_recovery_by_hand():
+  rates = np.array([1.0, 5.0, 10.0, 10.0])
+  # From index 1: 5 < 9.5, then 10 >= 9.5 at the second step.
+  assert pretrain.recovery(rates, 10.0, 1, 4) == 2
+  assert pretrain.recovery(rates, 10.0, 2, 4) == 1
+  assert pretrain.recovery(rates, 100.0, 0, 4) is None
+
+
+class _Oracle(pretrain.policies.Policy):
+  """Sets the simulator's optimum for its state in force, every step."""
+
+  def __init__(self, sim):
+    super().__init__(pretrain.IntuneOptions())
+    self.sim = sim
+
+  def step(self, obs):
+    _, par, buf = self.sim.optimum()
+    return {name: float(par[i] if kind == "parallelism" else buf[i])
+            for name, kind, i in self.sim.pipeline.knob_names()}
+
+
+def test_run_dynamic_episode_scores_against_each_phase():
+  (pipe, params), = pretrain.dynamic_pipelines(count=1, seed=3, steps=40)
+  make = lambda: pretrain.sim_lib.Simulator(pipe, seed=0, params=params)
+  # The oracle follows each event one step late: it reaches 95% at the
+  # first step of the run and never later than the second after an event;
+  # its regret is what those late steps lose.
+  sim = make()
+  e = pretrain.run_dynamic_episode(_Oracle(sim), sim, 40)
+  assert e.steps_to_95 == 1
+  assert all(r is not None and r <= 2 for r in e.recovery_steps)
+  assert 0.0 <= e.regret < 0.1
+  # Never moving from one thread each: it loses most rows, and it never
+  # recovers when the CPUs double back.
+  e = pretrain.run_dynamic_episode(
+      pretrain.policies.ManualPolicy(pretrain.IntuneOptions()), make(), 40)
+  assert e.regret > 0.3 and e.changes == 0
+  assert e.recovery_steps[1] is None and len(e.recovery_steps) == 6
+
+
+def test_compare_dynamic_reports_regret_recovery_and_intune_vs_each():
+  result = pretrain.compare(count=2, seed=5, steps=24, dynamic=True,
+                            names=("intune", "intune-ablated", "climb",
+                                   "even"))
+  for name, summary in result["policies"].items():
+    for key in ("median", "p10", "steps_to_95", "tail_changes", "regret",
+                "recovery_steps", "regret_max", "changes_after_recovery"):
+      assert key in summary, (name, key)
+    assert summary["regret"] == pytest.approx(1 - summary["mean"])
+  vs = result["policies"]["intune"]["vs"]
+  assert sorted(vs) == ["climb", "even", "intune-ablated"]
+  text = pretrain.format_comparison(result)
+  assert "vs intune-ablated" in text and "regret" in text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["simulate", "--pipelines", "0"],
+     "argument --pipelines: '0' is not a positive integer; pass 1 or more."),
+    (["simulate", "--steps", "-5"],
+     "argument --steps: '-5' is not a positive integer; pass 1 or more."),
+    (["pretrain", "--out", "w.npz", "--steps", "-5"],
+     "argument --steps: '-5' is not a positive integer; pass 1 or more."),
+])
+def test_counts_below_one_are_usage_errors(capsys, argv, message):
+  from intune_tf import cli  # noqa: PLC0415  loads every command
+  with pytest.raises(SystemExit) as exit_info:
+    cli.parser().parse_args(argv)
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert message in err and "Traceback" not in err
+
+
+def test_a_dynamic_run_too_short_for_its_events_is_refused(capsys):
+  from intune_tf import cli  # noqa: PLC0415  loads every command
+  args = cli.parser().parse_args(["simulate", "--dynamic", "--steps", "6"])
+  with pytest.raises(SystemExit, match="cannot hold its 6 events"):
+    args.func(args)

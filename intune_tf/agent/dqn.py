@@ -614,6 +614,13 @@ def _check_weights_archive(path: str) -> None:
                          f"{np.dtype(wanted)}")
       if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > limit:
         raise ValueError(f"{member.filename} declares shape {shape}")
+      if not is_metadata:
+        # w0, w2, w4: a layer's kernel (2-D); w1, w3, w5: its bias (1-D).
+        ndim = 2 if int(member.filename[1:-4]) % 2 == 0 else 1
+        if len(shape) != ndim:
+          raise ValueError(
+              f"{member.filename} has shape {shape}; an agent's w0, w2, w4 "
+              "are 2-D kernels and w1, w3, w5 1-D biases")
 
 
 def _file_key(path: str) -> tuple[int, int]:

@@ -352,7 +352,7 @@ class _Optima:
     self._cache: dict[tuple, float] = {}
 
   def __call__(self, sim: sim_lib.Simulator) -> float:
-    key = (id(sim.pipeline), sim.cpus, tuple(sim.costs))
+    key = (id(sim.pipeline),) + sim.state_key()
     if key not in self._cache:
       self._cache[key] = sim.optimum()[0]
     return self._cache[key]
@@ -403,19 +403,149 @@ def run_policy(policy: policies.Policy, sim: sim_lib.Simulator,
   return run_episode(policy, sim, steps, tail).rate
 
 
+# The dynamic suite's events (`dynamic_pipelines`), each at a fraction of
+# the run: 60, 120, 180, 240, 300 and 350 of 400 steps.
+EVENTS = (("CPUs halved", 0.15), ("CPUs doubled", 0.3),
+          ("co-tenant arrives", 0.45), ("co-tenant leaves", 0.6),
+          ("a stage's cost doubles", 0.75), ("memory pressure", 0.875))
+DYNAMIC_STEPS = 400
+
+
+def event_steps(steps: int) -> list[int]:
+  """The steps of `EVENTS` in a run of `steps`: round(fraction x steps).
+
+  event_steps(400) == [60, 120, 180, 240, 300, 350].
+  """
+  return [int(round(f * steps)) for _, f in EVENTS]
+
+
+def dynamic_pipelines(count: int = 200, seed: int = 1234,
+                      steps: int = DYNAMIC_STEPS):
+  """`evaluation_pipelines(count, seed)` without cost drift, each with the
+  events of `EVENTS` at `event_steps(steps)`: its C CPUs halved (at least
+  2), then back to C; a co-tenant keeping C / 2 threads busy on the same
+  CPUs (the pipeline still observes C usable CPUs), then gone; the cost of
+  its costliest tunable stage doubled; and a quarter of its RAM budget
+  left to it (memory taken from outside).
+
+  Returns:
+    [(SimPipeline, SimParams)] of length `count`.
+  """
+  at = event_steps(steps)
+  out = []
+  for pipe, params in evaluation_pipelines(count, seed):
+    tunable = [i for i, st in enumerate(pipe.stages) if st.tunable]
+    costliest = max(tunable, key=lambda i: pipe.stages[i].cost_s)
+    c = pipe.cpus
+    out.append((dataclasses.replace(
+        pipe, drift=0.0, resize=((at[0], max(2, c // 2)), (at[1], c)),
+        cotenant_events=((at[2], max(1, c // 2)), (at[3], 0)),
+        cost_events=((at[4], costliest, 2.0),),
+        pressure_events=((at[5], pipe.ram_budget / 4),)), params))
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicEpisode:
+  """What one policy did on one pipeline of the dynamic suite.
+
+  Attributes:
+    regret: rows lost against the per-phase oracle, as a fraction: 1 -
+      (sum of the noise-free rates) / (sum of each step's phase optimum).
+    recovery_steps: per event, the steps from it until the noise-free rate
+      first reached 95% of the new phase's optimum (None: not within the
+      phase).
+    steps_to_95: the same from the start, in the first phase.
+    changes_after_recovery: configuration changes per phase after the
+      phase's 95% was reached (the mean over the phases that reached it;
+      None when none did).
+    changes: steps that changed the configuration.
+    tail_changes: those among the last 20 steps.
+  """
+  regret: float
+  recovery_steps: tuple[int | None, ...]
+  steps_to_95: int | None
+  changes_after_recovery: float | None
+  changes: int
+  tail_changes: int
+
+
+def recovery(rates: np.ndarray, optimum: float, start: int,
+             end: int) -> int | None:
+  """Steps from `start` until `rates[start:end]` first reach 95% of
+  `optimum` (1 when the first does), or None.
+
+  recovery([1, 5, 10, 10], 10, 1, 4) == 2: 5 < 9.5, 10 >= 9.5.
+  """
+  for i in range(start, end):
+    if rates[i] >= 0.95 * optimum:
+      return i - start + 1
+  return None
+
+
+def run_dynamic_episode(policy: policies.Policy, sim: sim_lib.Simulator,
+                        steps: int = DYNAMIC_STEPS, tail: int = 20,
+                        optima: Callable[[sim_lib.Simulator], float] |
+                        None = None) -> DynamicEpisode:
+  """Steps `policy` on a pipeline of `dynamic_pipelines` for `steps` and
+  scores it against each phase's optimum (`DynamicEpisode`).
+
+  Args:
+    policy: the policy.
+    sim: the simulator, at the start configuration.
+    steps: tuning periods. Default `DYNAMIC_STEPS` (400).
+    tail: last steps whose changes are `tail_changes`. Default 20.
+    optima: the optimum of a simulator's state (a shared `_Optima` cache).
+      Default: computed.
+  """
+  optima = optima or (lambda s: s.optimum()[0])
+  rates, best, changed = [], [], []
+  for _ in range(steps):
+    obs = sim.observe()
+    values = policy.step(obs)
+    before = (list(sim.parallelism), list(sim.buffers))
+    if values:
+      sim.set(values)
+    changed.append((list(sim.parallelism), list(sim.buffers)) != before)
+    sim.advance()
+    rates.append(sim.true_rate())
+    best.append(optima(sim))
+  rates_a, best_a = np.asarray(rates), np.asarray(best)
+  # Step s's event shows first in rates[s - 1] (set, then advance).
+  bounds = [0] + [s - 1 for s in event_steps(steps)
+                  if 0 < s <= steps] + [steps]
+  reached, after = [], []
+  for p in range(len(bounds) - 1):
+    lo, hi = bounds[p], bounds[p + 1]
+    r = recovery(rates_a, float(best_a[lo]), lo, hi) if lo < hi else None
+    reached.append(r)
+    if r is not None:
+      after.append(sum(changed[lo + r:hi]))
+  total = float(best_a.sum())
+  return DynamicEpisode(
+      regret=1.0 - float(rates_a.sum()) / total if total > 0 else 0.0,
+      recovery_steps=tuple(reached[1:]), steps_to_95=reached[0],
+      changes_after_recovery=float(np.mean(after)) if after else None,
+      changes=int(sum(changed)), tail_changes=int(sum(changed[-tail:])))
+
+
 def episodes(make_policy: Callable[[], policies.Policy], pipelines,
              seed: int = 0, steps: int = EPISODE_STEPS, start: str = "even",
-             optima: Callable[[sim_lib.Simulator], float] | None = None
-             ) -> list[Episode]:
-  """One `Episode` of a fresh policy per (pipeline, params) pair of
+             optima: Callable[[sim_lib.Simulator], float] | None = None,
+             run: Callable[..., Episode | DynamicEpisode] | None = None
+             ) -> list:
+  """One episode of a fresh policy per (pipeline, params) pair of
   `pipelines`, each simulator seeded `seed + i` (the same noise for every
-  policy), from the even split (`start="even"`) or one thread each."""
+  policy), from the even split (`start="even"`) or one thread each; each
+  run by `run` (default `run_episode`; `run_dynamic_episode` for the
+  dynamic suite)."""
+  run = run or run_episode
   out = []
   for i, (pipe, params) in enumerate(pipelines):
     sim = sim_lib.Simulator(pipe, seed=seed + i, params=params)
     if start == "even":
       sim.set(policies.EvenPolicy(IntuneOptions()).step(sim.observe()))
-    out.append(run_episode(make_policy(), sim, steps, optima=optima))
+    out.append(run(make_policy(), sim, steps, optima=optima))
   return out
 
 
@@ -444,9 +574,11 @@ def evaluation_pipelines(count: int = 200, seed: int = 1234,
 # The non-learning baselines `compare` scores the agent against.
 BASELINES = ("jump-climb", "climb", "coordinate", "plumber", "analytic",
              "even")
-# The learners: the DQN policy, and its Q-network ranking a measured search
-# (without and with proportional jumps first).
-LEARNERS = ("intune", "intune-search", "intune-jump")
+# The learners `compare` scores by default: the default policy and its
+# ablation (the network's output a constant). Also known to `compare`:
+# "intune-search" (the ranked search without jumps) and "intune-dqn" (the
+# DQN acting alone).
+LEARNERS = ("intune", "intune-ablated")
 POLICIES = LEARNERS + BASELINES
 
 
@@ -487,32 +619,10 @@ def describe_pipeline(pipe: sim_lib.SimPipeline,
           + (", costs drift" if pipe.drift else ""))
 
 
-def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
-            steps: int = EPISODE_STEPS,
-            names: tuple[str, ...] = POLICIES,
-            search_weights: str | None = None,
-            jump_weights: str | None = None) -> dict:
-  """Scores the policies `names` on the same random pipelines
-  (`evaluation_pipelines`), each against the simulator's optimum, and each
-  against the best non-learning baseline (the one of `BASELINES` among
-  `names` with the highest mean of-optimum).
-
-  Returns:
-    {"policies": {name: summary}, "best_baseline": name, "pipelines",
-    "steps", "shapes": [pipeline descriptions]}; a summary holds median,
-    p10, min, mean of the of-optimum ratios, per-pipeline ratios,
-    steps_to_95 (median, never counted as infinite: None when more than
-    half never reached it; `reached`: the share that did), changes and
-    tail_changes (medians per pipeline), the pipelines at the minimum and
-    the 10th percentile, and `vs_best`: the paired difference to the best
-    baseline (mean, 95% CI low and high, share of pipelines where better).
-    `weights` is the "intune" agent's file, `search_weights` the
-    "intune-search" ranker's, `jump_weights` the "intune-jump" ranker's
-    (defaults: the shipped files).
-  """
-  pipes = evaluation_pipelines(count, seed)
+def _makers(names, weights, search_weights, jump_weights, seed
+            ) -> dict[str, Callable[[], policies.Policy]]:
+  """A maker of a fresh policy for each of `names` (`compare`'s)."""
   opts = IntuneOptions()
-  optima = _Optima()
   makers: dict[str, Callable[[], policies.Policy]] = {
       "analytic": lambda: policies.AnalyticPolicy(opts),
       "even": lambda: policies.EvenPolicy(opts),
@@ -521,15 +631,17 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
       "plumber": lambda: search.PlumberPolicy(opts),
       "jump-climb": lambda: search.JumpClimbPolicy(opts),
   }
+  if "intune" in names or "intune-ablated" in names:
+    jumper = dqn.load_weights(jump_weights or ranked.JUMP_WEIGHTS)[0]
+    makers["intune"] = lambda: ranked.JumpSearchPolicy(
+        opts, agent_weights=jumper)
+    makers["intune-ablated"] = lambda: ranked.AblatedSearchPolicy(
+        opts, agent_weights=jumper)
   if "intune-search" in names:
     ranker = dqn.load_weights(search_weights or ranked.DEFAULT_WEIGHTS)[0]
     makers["intune-search"] = lambda: ranked.RankedSearchPolicy(
         opts, agent_weights=ranker)
-  if "intune-jump" in names:
-    jumper = dqn.load_weights(jump_weights or ranked.JUMP_WEIGHTS)[0]
-    makers["intune-jump"] = lambda: ranked.JumpSearchPolicy(
-        opts, agent_weights=jumper)
-  if "intune" in names:
+  if "intune-dqn" in names:
     # Deferred: the online policy loads TensorFlow (warm start, rewrites);
     # the simulation part must not at import.
     from intune_tf.agent import policy as agent_lib  # noqa: PLC0415
@@ -537,45 +649,133 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
     agent.load(weights or agent_lib.DEFAULT_WEIGHTS)
     pretrained = agent.get_weights()
 
-    def make_intune():
+    def make_dqn():
       agent.set_weights(pretrained)
       agent.replay = dqn.Replay(5_000)
       return agent_lib.IntunePolicy(opts, agent=agent)
-    makers["intune"] = make_intune
+    makers["intune-dqn"] = make_dqn
+  return makers
+
+
+def _summary(name: str, r: np.ndarray, eps: list, dynamic: bool) -> dict:
+  """One policy's summary in `compare`'s result (its docstring)."""
+  times = np.asarray([np.inf if e.steps_to_95 is None else e.steps_to_95
+                      for e in eps], float)
+  median_time = float(np.median(times))
+  order = np.argsort(r, kind="stable")
+  p10_index = int(order[min(len(r) - 1, int(round(0.1 * (len(r) - 1))))])
+  out = {
+      "median": float(np.median(r)), "p10": float(np.percentile(r, 10)),
+      "min": float(r.min()), "mean": float(r.mean()),
+      "ratios": [float(x) for x in r],
+      "steps_to_95": median_time if np.isfinite(median_time) else None,
+      "reached_95": float(np.isfinite(times).mean()),
+      "changes": float(np.median([e.changes for e in eps])),
+      "tail_changes": float(np.median([e.tail_changes for e in eps])),
+      "min_pipeline": int(order[0]), "p10_pipeline": p10_index,
+  }
+  if dynamic:
+    regret = np.asarray([e.regret for e in eps])
+    steps = np.asarray([[np.nan if t is None else t
+                         for t in e.recovery_steps] for e in eps], float)
+    after = [e.changes_after_recovery for e in eps
+             if e.changes_after_recovery is not None]
+    out.update({
+        "regret": float(regret.mean()),
+        "regret_median": float(np.median(regret)),
+        "regret_p90": float(np.percentile(regret, 90)),
+        "regret_max": float(regret.max()),
+        "regrets": [float(x) for x in regret],
+        "recovery_steps": (float(np.median(np.nan_to_num(steps, nan=np.inf)))
+                           if steps.size else None),
+        "recovered": float(np.isfinite(steps).mean()) if steps.size else 1.0,
+        "recovery_by_event": {
+            label: float(np.median(np.nan_to_num(steps[:, i], nan=np.inf)))
+            for i, (label, _) in enumerate(EVENTS) if i < steps.shape[1]},
+        "changes_after_recovery": (float(np.median(after)) if after
+                                   else None),
+    })
+    if out["recovery_steps"] is not None and not np.isfinite(
+        out["recovery_steps"]):
+      out["recovery_steps"] = None
+    out["recovery_by_event"] = {
+        k: (v if np.isfinite(v) else None)
+        for k, v in out["recovery_by_event"].items()}
+  return out
+
+
+def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
+            steps: int = EPISODE_STEPS,
+            names: tuple[str, ...] = POLICIES,
+            search_weights: str | None = None,
+            jump_weights: str | None = None,
+            dynamic: bool = False) -> dict:
+  """Scores the policies `names` on the same random pipelines, each
+  against the simulator's optimum, and each against the best non-learning
+  baseline (the one of `BASELINES` among `names` with the highest mean
+  score).
+
+  Steady state (default): `evaluation_pipelines`, the score of a pipeline
+  its steady throughput / the optimum. `dynamic`: `dynamic_pipelines`
+  (events, `EVENTS`), the score 1 - its whole-run regret against the
+  per-phase optimum (`run_dynamic_episode`).
+
+  Returns:
+    {"policies": {name: summary}, "best_baseline": name, "pipelines",
+    "steps", "dynamic", "shapes": [pipeline descriptions]}; a summary holds
+    median, p10, min, mean of the scores, per-pipeline scores (`ratios`),
+    steps_to_95 (median, never counted as infinite: None when more than
+    half never reached it; `reached_95`: the share that did), changes and
+    tail_changes (medians per pipeline, over the run and its last 20
+    steps), the pipelines at the minimum and the 10th percentile,
+    `vs_best`: the paired difference to the best baseline (mean, 95% CI
+    low and high, share of pipelines where better), and for "intune"
+    `vs`: its paired difference to every other policy. With `dynamic`
+    also regret (mean; regret_median, regret_p90, regret_max: the worst
+    case; regrets per pipeline), recovery_steps (the median over every
+    pipeline's events of the steps to 95% of the new optimum, an event
+    not recovered within its phase counting as never; `recovered`: the
+    share that did; `recovery_by_event`) and changes_after_recovery
+    (median per pipeline of the changes per phase after its 95%).
+    `weights` is the "intune-dqn" agent's file, `search_weights` the
+    "intune-search" ranker's, `jump_weights` the ranker of "intune" and
+    "intune-ablated" (defaults: the shipped files).
+  """
+  pipes = (dynamic_pipelines(count, seed, steps) if dynamic
+           else evaluation_pipelines(count, seed))
+  optima = _Optima()
+  makers = _makers(names, weights, search_weights, jump_weights, seed)
   unknown = [n for n in names if n not in makers]
   if unknown:
     raise ValueError(f"Unknown policies {unknown}; valid: {list(makers)}.")
+  run = run_dynamic_episode if dynamic else run_episode
   runs = {name: episodes(makers[name], pipes, seed=seed, steps=steps,
-                         optima=optima) for name in names}
+                         optima=optima, run=run) for name in names}
   result: dict = {"policies": {}, "pipelines": count, "steps": steps,
+                  "dynamic": dynamic,
                   "shapes": [describe_pipeline(*p) for p in pipes]}
-  ratios = {n: np.asarray([e.of_optimum for e in runs[n]]) for n in names}
+  ratios = {n: np.asarray([1.0 - e.regret if dynamic else e.of_optimum
+                           for e in runs[n]]) for n in names}
   baselines = [n for n in names if n in BASELINES]
   best = max(baselines, key=lambda n: ratios[n].mean()) if baselines else None
   result["best_baseline"] = best
   for name in names:
-    r, eps = ratios[name], runs[name]
-    times = np.asarray([np.inf if e.steps_to_95 is None else e.steps_to_95
-                        for e in eps], float)
-    median_time = float(np.median(times))
-    order = np.argsort(r, kind="stable")
-    p10_index = int(order[min(len(r) - 1, int(round(0.1 * (len(r) - 1))))])
-    summary = {
-        "median": float(np.median(r)), "p10": float(np.percentile(r, 10)),
-        "min": float(r.min()), "mean": float(r.mean()),
-        "ratios": [float(x) for x in r],
-        "steps_to_95": median_time if np.isfinite(median_time) else None,
-        "reached_95": float(np.isfinite(times).mean()),
-        "changes": float(np.median([e.changes for e in eps])),
-        "tail_changes": float(np.median([e.tail_changes for e in eps])),
-        "min_pipeline": int(order[0]), "p10_pipeline": p10_index,
-    }
+    summary = _summary(name, ratios[name], runs[name], dynamic)
     if best is not None:
-      mean, low, high = paired_difference(r, ratios[best], seed)
+      mean, low, high = paired_difference(ratios[name], ratios[best], seed)
       summary["vs_best"] = {"mean": mean, "low": low, "high": high,
-                            "better": float((r > ratios[best]).mean())}
+                            "better": float((ratios[name] >
+                                             ratios[best]).mean())}
+    if name == "intune":
+      summary["vs"] = {}
+      for other in names:
+        if other != name:
+          mean, low, high = paired_difference(ratios[name], ratios[other],
+                                              seed)
+          summary["vs"][other] = {"mean": mean, "low": low, "high": high}
     result["policies"][name] = summary
   return result
+
 
 
 def main_pretrain(args) -> int:
@@ -599,51 +799,116 @@ def main_pretrain(args) -> int:
   return 0
 
 
+def _steps_text(t: float | None) -> str:
+  return "-" if t is None else f"{t:.0f}"
+
+
 def format_comparison(result: dict) -> str:
-  """`compare`'s result as the table `intune simulate` prints."""
+  """`compare`'s result as the tables `intune simulate` prints."""
   best = result["best_baseline"]
+  dynamic = result.get("dynamic", False)
+  what = ("1 - whole-run regret against the per-phase optimum" if dynamic
+          else "steady throughput / the optimum")
   lines = [f"{result['pipelines']} pipelines, {result['steps']} steps; "
-           "steady throughput / the optimum; vs best: the paired difference "
+           f"score: {what}; vs best: the paired difference of scores "
            f"to the best non-learning baseline ({best}, highest mean), mean "
-           "[95% CI] and the share of pipelines where better; steps to 95%: "
-           "median (- when most never reach it) and the share that do; "
-           "changes: configuration changes per pipeline (median), over the "
-           "run / the last 20 steps.",
-           f"{'policy':14}{'median':>7}{'p10':>7}{'min':>7}{'mean':>7}"
+           "[95% CI] and the share of pipelines where better; to 95%: "
+           "median steps from the start (- when most never reach it) and "
+           "the share that do; changes: configuration changes per pipeline "
+           "(median), over the run / in the last 20 steps.",
+           f"{'policy':15}{'median':>7}{'p10':>7}{'min':>7}{'mean':>7}"
            f"{'vs best [95% CI]':>28}{'better':>7}{'to 95%':>8}{'reach':>6}"
-           f"{'changes':>9}"]
+           f"{'changes':>10}"]
   for name, r in result["policies"].items():
     vs = r.get("vs_best")
     vs_text = (f"{vs['mean']:+.3f} [{vs['low']:+.3f}, {vs['high']:+.3f}]"
                if vs and name != best else "-")
     better = f"{vs['better']:.2f}" if vs and name != best else "-"
-    t = r["steps_to_95"]
     lines.append(
-        f"{name:14}{r['median']:7.3f}{r['p10']:7.3f}{r['min']:7.3f}"
+        f"{name:15}{r['median']:7.3f}{r['p10']:7.3f}{r['min']:7.3f}"
         f"{r['mean']:7.3f}{vs_text:>28}{better:>7}"
-        f"{'-' if t is None else f'{t:.0f}':>8}{r['reached_95']:6.2f}"
-        f"{r['changes']:5.0f} /{r['tail_changes']:2.0f}")
+        f"{_steps_text(r['steps_to_95']):>8}{r['reached_95']:6.2f}"
+        f"{r['changes']:6.0f} /{r['tail_changes']:3.0f}")
+  if dynamic:
+    labels = [label for label, _ in EVENTS]
+    lines.append(
+        "Dynamic: regret (rows lost against the per-phase optimum) mean, "
+        "median, 90th percentile and worst; recovery: median steps from an "
+        "event to 95% of the new optimum over every pipeline's events (- "
+        "when most never recover within the phase) and the share that "
+        "recover; after: changes per phase once recovered (median per "
+        "pipeline); then the median recovery after each event: "
+        + "; ".join(f"{i + 1} {label}" for i, label in enumerate(labels))
+        + ".")
+    lines.append(f"{'policy':15}{'regret':>7}{'median':>7}{'p90':>7}"
+                 f"{'worst':>7}{'recovery':>9}{'share':>6}{'after':>6}"
+                 + "".join(f"{i + 1:>5}" for i in range(len(labels))))
+    for name, r in result["policies"].items():
+      after = r["changes_after_recovery"]
+      lines.append(
+          f"{name:15}{r['regret']:7.3f}{r['regret_median']:7.3f}"
+          f"{r['regret_p90']:7.3f}{r['regret_max']:7.3f}"
+          f"{_steps_text(r['recovery_steps']):>9}{r['recovered']:6.2f}"
+          f"{'-' if after is None else f'{after:.1f}':>6}"
+          + "".join(f"{_steps_text(r['recovery_by_event'].get(label)):>5}"
+                    for label in labels))
+  intune = result["policies"].get("intune")
+  if intune and intune.get("vs"):
+    lines.append("intune against each policy, paired over the pipelines, "
+                 "mean [95% CI] of the score difference (positive: intune "
+                 "better" + ("; it is the regret difference with the sign "
+                 "turned" if dynamic else "") + "); tail changes (last 20 "
+                 f"steps, median) beside: intune {intune['tail_changes']:.0f}"
+                 ":")
+    for other, d in intune["vs"].items():
+      excludes = d["low"] > 0 or d["high"] < 0
+      lines.append(
+          f"  vs {other:15}{d['mean']:+.3f} [{d['low']:+.3f}, "
+          f"{d['high']:+.3f}]{' (CI excludes 0)' if excludes else '':16}"
+          f" tail changes {result['policies'][other]['tail_changes']:.0f}")
   lines.append("Where the low cases come from (pipeline #: stage costs "
                "relative to the cheapest, f fixed, b buffered):")
   for name, r in result["policies"].items():
-    for what in ("min", "p10"):
-      i = r[f"{what}_pipeline"]
+    for what_case in ("min", "p10"):
+      i = r[f"{what_case}_pipeline"]
       others = ", ".join(f"{n} {o['ratios'][i]:.3f}"
                          for n, o in result["policies"].items() if n != name)
-      lines.append(f"  {name} {what} {r['ratios'][i]:.3f} on #{i}: "
+      lines.append(f"  {name} {what_case} {r['ratios'][i]:.3f} on #{i}: "
                    f"{result['shapes'][i]} ({others})")
   return "\n".join(lines)
 
 
 def main_simulate(args) -> int:
   names = tuple(n for n in args.policies.split(",") if n)
-  result = compare(args.weights, args.pipelines, args.seed, args.steps, names,
-                   args.search_weights, args.jump_weights)
+  steps = args.steps
+  if steps is None:
+    steps = DYNAMIC_STEPS if args.dynamic else EPISODE_STEPS
+  if args.dynamic and steps < len(EVENTS) * 2:
+    raise SystemExit(f"intune simulate --dynamic: --steps {steps} cannot "
+                     f"hold its {len(EVENTS)} events with a phase each; "
+                     f"pass at least {len(EVENTS) * 2} (default "
+                     f"{DYNAMIC_STEPS}).")
+  result = compare(args.weights, args.pipelines, args.seed, steps, names,
+                   args.search_weights, args.jump_weights,
+                   dynamic=args.dynamic)
   print(format_comparison(result))
   if args.json:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=1)
   return 0
+
+
+
+def _positive_int(text: str) -> int:
+  """An argparse type: an integer of at least 1."""
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a positive integer; pass 1 or more.")
+  return value
 
 
 def _weights_file(path: str) -> str:
@@ -669,8 +934,8 @@ def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
       "pretrain", help="Pretrain the agent in the simulator.")
   p.add_argument("--seed", type=int, default=0, help="Random seed.")
-  p.add_argument("--steps", type=int, default=60_000,
-                 help="Simulator steps.")
+  p.add_argument("--steps", type=_positive_int, default=60_000,
+                 help="Simulator steps (at least 1).")
   p.add_argument("--out", type=files.output_file_arg, required=True,
                  help="Weights file to write (.npz).")
   p.add_argument("--ranker", action="store_true",
@@ -687,17 +952,25 @@ def add_parser(subparsers) -> None:
       "against the simulator's optimum and the best baseline on random "
       "pipelines.")
   p.add_argument("--weights", type=_weights_file, default=None,
-                 help="Agent weights (.npz).")
+                 help="The intune-dqn agent's weights (.npz).")
   p.add_argument("--search-weights", type=_weights_file, default=None,
                  help="The intune-search ranker's weights (.npz).")
   p.add_argument("--jump-weights", type=_weights_file, default=None,
-                 help="The intune-jump ranker's weights (.npz).")
-  p.add_argument("--pipelines", type=int, default=200)
+                 help="The ranker of intune and intune-ablated (.npz).")
+  p.add_argument("--pipelines", type=_positive_int, default=200,
+                 help="Random pipelines to score on (at least 1).")
   p.add_argument("--seed", type=int, default=1234)
-  p.add_argument("--steps", type=int, default=EPISODE_STEPS)
+  p.add_argument("--steps", type=_positive_int, default=None,
+                 help=f"Tuning steps per pipeline (default {EPISODE_STEPS}; "
+                 f"{DYNAMIC_STEPS} with --dynamic).")
+  p.add_argument("--dynamic", action="store_true",
+                 help="The dynamic suite: CPUs halved and doubled, a "
+                 "co-tenant, a stage's cost doubling, memory pressure; "
+                 "scored by regret against the per-phase optimum.")
   p.add_argument("--policies", default=",".join(POLICIES),
-                 help="Comma-separated policies (default: intune and every "
-                 "baseline).")
+                 help="Comma-separated policies (default: intune, "
+                 "intune-ablated and every baseline; also intune-search, "
+                 "intune-dqn).")
   p.add_argument("--json", type=files.output_file_arg, default=None,
                  help="Write the scores here.")
   p.set_defaults(func=main_simulate)
