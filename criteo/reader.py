@@ -24,10 +24,17 @@ I1..I13, a categorical that is not 1-8 hexadecimal digits):
   `tf.Variable`, readable as `ds.bad_rows.numpy()` on the returned dataset (or
   pass your own variable as `bad_rows=`).
 
-Missing values and unlabelled rows read as documented in `schema`.
+Missing values and unlabelled rows read as documented in `schema`. A UTF-8
+byte order mark at the start of a file (as Excel writes) is stripped.
 
-A gzip file damaged beyond the sniff (cut short, a corrupt byte, bytes that
-are not gzip data after its end) is an error in both `on_bad_row` modes,
+Bytes after the end of a gzip file's data that are not gzip data (something
+appended to the file) are left, as `gzip -d` does: the rows before them are
+read, with one warning naming the file and the byte they start at. Those
+files are read through Python's `zlib` (`inflate`) rather than TensorFlow's
+reader, which fails on such bytes.
+
+A gzip file damaged beyond the sniff (cut short, a corrupt byte) is an
+error in both `on_bad_row` modes,
 raised before any of its rows: iterating fails with
 `tf.errors.InvalidArgumentError` whose message contains `Criteo damaged gzip:
 <file> (<size> bytes): <what is wrong>` and what to do. TensorFlow's own
@@ -47,12 +54,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gzip
 import re
 import threading
-from typing import Iterable, Sequence
+from typing import BinaryIO, Iterable, Iterator, Sequence
 import zlib
 
+from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from intune_tf.criteo import schema
@@ -66,9 +74,13 @@ _LAYOUT_CODE = {name: i for i, name in enumerate(schema.LAYOUTS)}
 _BAD_ROW_MODES = ("error", "skip")
 # Compressed bytes read, and most bytes decompressed, at a time by `check_gzip`.
 _CHECK_CHUNK = 1 << 20
-# Gzip files found intact by `check_gzip`: (path, size, modification time).
-_intact_gzip: set[tuple[str, int, int]] = set()
+# Gzip files found readable by `check_gzip`, by (path, size, modification
+# time): -1, or where the bytes after their gzip data start.
+_intact_gzip: dict[tuple[str, int, int], int] = {}
 _intact_gzip_lock = threading.Lock()
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = "\ufeff"
+_BOM_BYTES = _BOM.encode()
 
 
 class CriteoFormatError(ValueError):
@@ -84,11 +96,14 @@ class FileSpec:
     layout: One of `schema.LAYOUTS`.
     compression: `"GZIP"` or `""` (as `tf.data.TextLineDataset` takes it).
     header_lines: Lines to skip before the first row (1 for the CSV layouts).
+    bom: The file starts with a UTF-8 byte order mark, which the parser
+      strips (default False).
   """
   path: str
   layout: str
   compression: str = ""
   header_lines: int = 0
+  bom: bool = False
 
 
 def expand_patterns(patterns: str | Iterable[str]) -> list[str]:
@@ -123,22 +138,98 @@ def expand_patterns(patterns: str | Iterable[str]) -> list[str]:
   return files
 
 
+@dataclasses.dataclass
+class GzipScan:
+  """What `inflate` found in a gzip file.
+
+  Attributes:
+    members: Complete gzip members read.
+    trailing_at: None, or the offset of bytes after the last complete
+      member that are not a gzip member (something appended to the file),
+      which `inflate` leaves, as `gzip -d` does.
+    problem: "" or what is wrong (corrupt or cut-short data).
+  """
+  members: int = 0
+  trailing_at: int | None = None
+  problem: str = ""
+
+
+def inflate(f: BinaryIO, scan: GzipScan,
+            chunk: int = _CHECK_CHUNK) -> Iterator[bytes]:
+  """The decompressed bytes of the gzip members in `f`, as `gzip -d` reads
+  them: members one after the other (`cat a.gz b.gz`), and bytes after the
+  last complete member that do not start like one are left
+  (`scan.trailing_at`).
+
+  Args:
+    f: The compressed file, open for binary reading.
+    scan: Filled in as the file is read; check `scan.problem` once the
+      iteration ends (it ends at the first problem).
+    chunk: Compressed bytes read, and most bytes decompressed, at a time
+      (default 1 MiB).
+
+  Yields:
+    Decompressed bytes, at most `chunk` at a time.
+  """
+  data, pos, end_of_file = b"", 0, False  # `data` starts at offset `pos`
+  member = None
+  while True:
+    if member is None:
+      if len(data) < len(_GZIP_MAGIC) and not end_of_file:
+        more = f.read(chunk)
+        end_of_file = not more
+        data += more
+        continue
+      if not data:
+        return
+      if scan.members and not data.startswith(_GZIP_MAGIC):
+        scan.trailing_at = pos
+        return
+      member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif not data and not end_of_file:
+      data = f.read(chunk)
+      end_of_file = not data
+      continue
+    try:
+      # At the end of the file (no data), what zlib still holds.
+      out = member.decompress(data, chunk)
+    except zlib.error as e:
+      scan.problem = (f"corrupt compressed data, found reading bytes "
+                      f"{pos}..{pos + len(data)} ({e})")
+      return
+    rest = member.unused_data if member.eof else member.unconsumed_tail
+    pos += len(data) - len(rest)
+    data = rest
+    if out:
+      yield out
+    if member.eof:
+      scan.members += 1
+      member = None
+    elif not out and not data and end_of_file:
+      scan.problem = ("the gzip data ends before its end marker: the file "
+                      "was cut short (an interrupted download or copy)")
+      return
+
+
 def _read_head(path: str) -> tuple[bytes, str, bool]:
   """Returns (first bytes, compression, whole file read) of `path`."""
   with tf.io.gfile.GFile(path, "rb") as f:
     magic = f.read(2)
-  if magic != b"\x1f\x8b":
+  if magic != _GZIP_MAGIC:
     with tf.io.gfile.GFile(path, "rb") as f:
       data = f.read(_SNIFF_BYTES + 1)
     return data[:_SNIFF_BYTES], "", len(data) <= _SNIFF_BYTES
-  try:
-    with tf.io.gfile.GFile(path, "rb") as f, gzip.GzipFile(fileobj=f) as g:
-      data = g.read(_SNIFF_BYTES + 1)
-  except (OSError, EOFError, zlib.error) as e:
+  scan, head = GzipScan(), bytearray()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for out in inflate(f, scan, chunk=_SNIFF_BYTES + 1):
+      head += out
+      if len(head) > _SNIFF_BYTES:
+        break
+  if scan.problem and len(head) <= _SNIFF_BYTES:
     raise CriteoFormatError(
         f"{path}: unreadable gzip data (starts like gzip but cannot be "
-        f"decompressed: {e})") from e
-  return data[:_SNIFF_BYTES], "GZIP", len(data) <= _SNIFF_BYTES
+        f"decompressed: {scan.problem})")
+  return bytes(head[:_SNIFF_BYTES]), "GZIP", len(head) <= _SNIFF_BYTES
 
 
 def _fits(fields: Sequence[str], labelled: bool) -> bool:
@@ -190,6 +281,9 @@ def sniff(path: str) -> FileSpec:
   if not head.strip():
     raise CriteoFormatError(f"{path}: the {what} is empty: no Criteo rows")
   text = head.decode("utf-8", errors="replace")
+  bom = text.startswith(_BOM)  # a UTF-8 byte order mark, as Excel writes
+  if bom:
+    text = text[len(_BOM):]
   lines = text.split("\n")
   if not whole and len(lines) > 1:
     lines = lines[:-1]  # The last line may be cut by the sniff window.
@@ -204,9 +298,9 @@ def sniff(path: str) -> FileSpec:
   if start.startswith("id,"):
     header = [h.strip().lower() for h in first.split(",")]
     if header[1:2] == ["label"] and len(header) == schema.NUM_FIELDS + 1:
-      return FileSpec(path, schema.LAYOUT_CSV, compression, 1)
+      return FileSpec(path, schema.LAYOUT_CSV, compression, 1, bom)
     if header[1:2] == ["i1"] and len(header) == schema.NUM_FIELDS:
-      return FileSpec(path, schema.LAYOUT_CSV_TEST, compression, 1)
+      return FileSpec(path, schema.LAYOUT_CSV_TEST, compression, 1, bom)
     raise CriteoFormatError(
         f"{path}: not Criteo data: line 1 is a CSV header with "
         f"{len(header)} columns, expected `Id,Label,I1..I13,C1..C26` (41) or "
@@ -219,7 +313,7 @@ def sniff(path: str) -> FileSpec:
         f"({first[:60]!r}), expected {schema.NUM_FIELDS} (label, I1..I13, "
         f"C1..C26) or {schema.NUM_TEST_FIELDS} (unlabelled test layout), and "
         f"none of the first {len(lines)} line(s) reads as a Criteo row")
-  return FileSpec(path, layout, compression, 0)
+  return FileSpec(path, layout, compression, 0, bom)
 
 
 def file_specs(patterns: str | Iterable[str],
@@ -304,74 +398,89 @@ def check_gzip(path: str) -> str:
 
   TensorFlow's gzip reader ends a file cut short without an error, and fails
   with an unnamed `DataLossError` on a corrupt byte or on bytes after the
-  gzip data. Files of several gzip members (`cat a.gz b.gz`) are intact. A
-  file found intact is remembered by its path, size and modification time
-  and not read again.
+  gzip data. Files of several gzip members (`cat a.gz b.gz`) are intact.
+  Bytes after the gzip data that are not a gzip member (something appended
+  to the file) are left, as `gzip -d` does: the file is readable, with one
+  warning naming it and where those bytes start (`gzip_data_end`). A file
+  found readable is remembered by its path, size and modification time and
+  not read again.
 
   Args:
     path: The file, any filesystem `tf.io.gfile` knows.
 
   Returns:
-    "" when the file is intact (or cannot be opened: the reader then names
-    it); else a message `Criteo damaged gzip: <path> (<size> bytes): <what
-    is wrong>` that says what to do.
+    "" when the file is readable (or cannot be opened: the reader then
+    names it); else a message `Criteo damaged gzip: <path> (<size> bytes):
+    <what is wrong>` that says what to do.
   """
+  return _check(path)[0]
+
+
+def gzip_data_end(path: str) -> int:
+  """Where the bytes after a gzip file's data start (-1: none; see
+  `check_gzip`, whose reading of the file it shares)."""
+  return _check(path)[1]
+
+
+def _check(path: str) -> tuple[str, int]:
+  """(`check_gzip`'s message, `gzip_data_end`) of `path`."""
   try:
     stat = tf.io.gfile.stat(path)
   except tf.errors.OpError:
-    return ""
+    return "", -1
   key = (path, stat.length, stat.mtime_nsec)
   with _intact_gzip_lock:
     if key in _intact_gzip:
-      return ""
-  members, offset = 0, 0
-  member = None  # the zlib decompressor of the gzip member being read
-  member_start = 0
+      return "", _intact_gzip[key]
+  scan = GzipScan()
   with tf.io.gfile.GFile(path, "rb") as f:
-    while True:
-      chunk = f.read(_CHECK_CHUNK)
-      if not chunk:
-        break
-      data = chunk
-      while True:
-        at = offset + len(chunk) - len(data)  # where `data` starts
-        if member is None:
-          if not data:
-            break
-          member, member_start = zlib.decompressobj(16 + zlib.MAX_WBITS), at
-        try:
-          out = member.decompress(data, _CHECK_CHUNK)  # output discarded
-        except zlib.error as e:
-          if members and member_start == at:
-            return _damaged(path, stat.length, (
-                f"the {stat.length - member_start} bytes after the end of its "
-                f"gzip data (byte {member_start} on) are not gzip data: "
-                f"something was appended to the file ({e})"))
-          return _damaged(path, stat.length, (
-              f"corrupt compressed data, found reading bytes {offset}.."
-              f"{offset + len(chunk)} ({e})"))
-        if member.eof:
-          members += 1
-          data, member = member.unused_data, None
-        else:
-          data = member.unconsumed_tail
-          if not data and len(out) < _CHECK_CHUNK:  # no output pending
-            break
-      offset += len(chunk)
-  if member is not None:
-    return _damaged(path, stat.length, (
-        "the gzip data ends before its end marker: the file was cut short "
-        "(an interrupted download or copy)"))
+    for _ in inflate(f, scan):
+      pass  # output discarded
+  if scan.problem:
+    return _damaged(path, stat.length, scan.problem), -1
+  end = -1 if scan.trailing_at is None else scan.trailing_at
   with _intact_gzip_lock:
-    _intact_gzip.add(key)
-  return ""
+    told = any(k[0] == path for k in _intact_gzip)
+    _intact_gzip[key] = end
+  if end >= 0 and not told:
+    logging.warning(
+        "Criteo gzip %s (%d bytes): the %d bytes from byte %d on, after the "
+        "end of its gzip data, are not gzip data (something was appended to "
+        "the file); they are left, as `gzip -d` does, and the rows before "
+        "them are read. Reported once per file.", path, stat.length,
+        stat.length - end, end)
+  return "", end
 
 
-def _check_gzip_op(path: tf.Tensor, compression: tf.Tensor) -> tf.Tensor:
-  """`check_gzip` of a GZIP file ("" for others), for `tf.py_function`."""
+def _check_gzip_op(path: tf.Tensor,
+                   compression: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """(`check_gzip`, `gzip_data_end`) of a GZIP file (("", -1) for others),
+  for `tf.py_function`."""
   if compression.numpy() != b"GZIP":
-    return tf.constant("")
-  return tf.constant(check_gzip(path.numpy().decode()))
+    return tf.constant(""), tf.constant(-1, tf.int64)
+  problem, end = _check(path.numpy().decode())
+  return tf.constant(problem), tf.constant(end, tf.int64)
+
+
+def _lines_before(path: bytes, end: int) -> Iterator[np.ndarray]:
+  """The lines of the gzip data of a file whose data ends at `end` (bytes
+  after it were appended), as `tf.data.TextLineDataset` splits them, a
+  vector of lines at a time; nothing when `end` < 0."""
+  if end < 0:
+    return
+  scan, rest = GzipScan(), b""
+  with tf.io.gfile.GFile(path.decode(), "rb") as f:
+    for out in inflate(f, scan):
+      lines = (rest + out).split(b"\n")
+      rest = lines.pop()
+      if lines:
+        yield np.array(lines, dtype=object)
+  if scan.problem:  # changed since `check_gzip` read it
+    name = path.decode()
+    raise ValueError(_damaged(name, tf.io.gfile.stat(name).length,
+                              scan.problem))
+  if rest:
+    yield np.array([rest], dtype=object)
 
 
 def any_gzip(specs: Sequence[FileSpec]) -> bool:
@@ -390,13 +499,26 @@ def file_lines(index: tf.Tensor, path: tf.Tensor, compression: tf.Tensor,
   of the graph: for inputs without gzip files (`any_gzip`).
   """
   if check:
-    problem = tf.py_function(_check_gzip_op, [path, compression], tf.string)
+    problem, end = tf.py_function(_check_gzip_op, [path, compression],
+                                  [tf.string, tf.int64])
     problem.set_shape([])
+    end.set_shape([])
     assertion = tf.debugging.Assert(tf.equal(problem, ""), [problem])
     with tf.control_dependencies([assertion]):
       path = tf.identity(path)
-  lines = tf.data.TextLineDataset(path, compression_type=compression,
-                                  buffer_size=1 << 20).skip(header_lines)
+    # A gzip file with bytes appended after its data is read up to them in
+    # Python (TensorFlow's reader fails on them); the others by TensorFlow.
+    whole = tf.reshape(end < 0, [1])
+    lines = tf.data.TextLineDataset(
+        tf.boolean_mask(tf.reshape(path, [1]), whole),
+        compression_type=compression, buffer_size=1 << 20).concatenate(
+            tf.data.Dataset.from_generator(
+                _lines_before, args=(path, end),
+                output_signature=tf.TensorSpec([None], tf.string)).unbatch())
+  else:
+    lines = tf.data.TextLineDataset(path, compression_type=compression,
+                                    buffer_size=1 << 20)
+  lines = lines.skip(header_lines)
   return tf.data.Dataset.zip({
       "line": lines,
       "file": tf.data.Dataset.from_tensors(index).repeat(),
@@ -461,6 +583,8 @@ class Parser:
     self._any_test = any(
         s.layout in (schema.LAYOUT_TSV_TEST, schema.LAYOUT_CSV_TEST)
         for s in specs)
+    self._boms = ([s.bom and s.header_lines == 0 for s in specs]
+                  if any(s.bom for s in specs) else None)
     if bad_rows is None:
       bad_rows = tf.Variable(0, dtype=tf.int64, trainable=False,
                              name="criteo_bad_rows")
@@ -475,6 +599,11 @@ class Parser:
         line, tf.maximum(tf.strings.length(line) - 1, 0),
         tf.minimum(tf.strings.length(line), 1)) == "\r"
     line = _strip_last_char(line, ends_cr)
+    if self._boms is not None:  # the byte order mark before line 1's row
+      bom = (tf.gather(tf.constant(self._boms), batch["file"]) &
+             (batch["line_number"] == 1))
+      line = tf.strings.substr(line, tf.where(bom, len(_BOM_BYTES), 0),
+                               tf.strings.length(line))
     if self._any_csv:
       is_csv = layout >= _LAYOUT_CODE[schema.LAYOUT_CSV]
       as_tsv = tf.strings.regex_replace(

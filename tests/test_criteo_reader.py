@@ -3,6 +3,7 @@
 import gzip
 import pathlib
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -112,13 +113,22 @@ def _write_variant(kind: str, lines: list[str], path: pathlib.Path) -> None:
     body = [f"{60000000 + i}," + l.split("\t", 1)[1].replace("\t", ",")
             for i, l in enumerate(lines)]
     path.write_text("\n".join([TEST_HEADER] + body) + "\n")
+  elif kind.startswith("bom_"):  # a UTF-8 byte order mark, as Excel writes
+    _write_variant(kind[len("bom_"):], lines, path)
+    data = _BOM + path.read_bytes()
+    if kind.endswith("gzip"):
+      data = _BOM + gzip.decompress(path.read_bytes())
+      data = gzip.compress(data)
+    path.write_bytes(data)
   else:
     raise ValueError(kind)
 
 
+_BOM = b"\xef\xbb\xbf"
 VARIANTS = ["tsv_gzip", "gzip_named_txt", "no_final_newline", "crlf_tsv",
             "stripped_trailing", "kaggle_csv_crlf", "test_tsv",
-            "test_tsv_stripped", "test_csv"]
+            "test_tsv_stripped", "test_csv", "bom_no_final_newline",
+            "bom_kaggle_csv_crlf", "bom_tsv_gzip", "bom_test_tsv"]
 
 
 @pytest.fixture
@@ -139,7 +149,7 @@ def test_real_world_variants_read_like_the_original(tmp_path, real_lines,
   assert int(ds.bad_rows.numpy()) == 0
   np.testing.assert_array_equal(d1, d0)
   np.testing.assert_array_equal(s1, s0)
-  if kind.startswith("test_"):  # Unlabelled layout: label reads as -1.
+  if "test_" in kind:  # Unlabelled layout: label reads as -1.
     np.testing.assert_array_equal(y1, np.full(VARIANT_ROWS, -1.0))
   else:
     np.testing.assert_array_equal(y1, y0)
@@ -298,7 +308,6 @@ def _flip_middle_byte(data: bytes) -> bytes:
 
 _CUT = "the gzip data ends before its end marker: the file was cut short"
 _CORRUPT = "corrupt compressed data, found reading bytes"
-_APPENDED = "are not gzip data: something was appended to the file"
 # name: (damage done to a whole gzip file, what the error says).
 GZIP_DAMAGE = {
     "cut_at_a_quarter": (lambda d: d[:len(d) // 4], _CUT),
@@ -307,9 +316,6 @@ GZIP_DAMAGE = {
     "cut_inside_the_trailer": (lambda d: d[:-4], _CUT),
     "last_byte_cut": (lambda d: d[:-1], _CUT),
     "byte_flipped_mid_stream": (_flip_middle_byte, _CORRUPT),
-    "text_appended": (lambda d: d + b"<html>Service Unavailable</html>\n",
-                      _APPENDED),
-    "zeros_appended": (lambda d: d + bytes(512), _APPENDED),
 }
 
 
@@ -336,6 +342,59 @@ def test_damaged_gzip_is_an_error_naming_the_file_in_every_mode(
   # Every batch of the intact file (5 whole ones), then the error: no row of
   # the damaged one.
   assert rows == GZIP_ROWS
+
+
+def test_a_utf8_byte_order_mark_is_not_a_bad_label(tmp_path):
+  # Used to fail as "label 1 is not 0 or 1" (the mark is invisible).
+  path = tmp_path / "excel.tsv"
+  path.write_bytes(_BOM + (_row("1") + "\n" + _row("0") + "\n").encode())
+  assert reader.sniff(str(path)).bom
+  _, _, label, ds = _read_all(str(path), on_bad_row="error")
+  np.testing.assert_array_equal(label, [1.0, 0.0])
+  # Only line 1 may start with the mark: elsewhere it is a bad row.
+  path.write_bytes(_BOM + (_row("1") + "\n").encode() + _BOM +
+                   (_row("0") + "\n").encode())
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"excel\.tsv:2: label"):
+    _read_all(str(path))
+
+
+# name: the bytes appended after the gzip data.
+APPENDED = {
+    "text": b"<html>Service Unavailable</html>\n",
+    "zeros": bytes(512),
+    "one_byte": b"x",
+}
+
+
+@pytest.mark.parametrize("rows", [200, GZIP_ROWS])  # in the sniff, past it
+@pytest.mark.parametrize("appended", sorted(APPENDED))
+def test_bytes_appended_after_gzip_data_are_left_as_gzip_does(
+    tmp_path, caplog, rows, appended):
+  # Used to refuse the whole file, blaming its data.
+  data = gzip.compress(_made_up_rows(rows, seed=4))
+  intact = tmp_path / "intact.gz"
+  intact.write_bytes(data)
+  path = tmp_path / "day_9.gz"
+  path.write_bytes(data + APPENDED[appended])
+  # gzip itself warns and recovers every row.
+  unpacked = subprocess.run(["gzip", "-dc", str(path)], capture_output=True,
+                            check=False)
+  assert unpacked.stdout.count(b"\n") == rows
+  want = _read_all(str(intact), on_bad_row="error")
+  for _ in range(2):  # a second read: told once
+    got = _read_all(str(path), on_bad_row="error")
+    for a, b in zip(got[:3], want[:3]):
+      np.testing.assert_array_equal(a, b)
+  told = [r.getMessage() for r in caplog.records
+          if "day_9.gz" in r.getMessage()]
+  size = len(data) + len(APPENDED[appended])
+  assert told == [
+      f"Criteo gzip {path} ({size} bytes): the {len(APPENDED[appended])} "
+      f"bytes from byte {len(data)} on, after the end of its gzip data, are "
+      "not gzip data (something was appended to the file); they are left, "
+      "as `gzip -d` does, and the rows before them are read. Reported once "
+      "per file."]
 
 
 @pytest.mark.parametrize("on_bad_row", ["error", "skip"])
