@@ -290,6 +290,19 @@ def test_autotune_restart_rebuilds_on_resize_even_with_stateful_ops():
   assert [n for _, n in run.resize_events] == [1, 2]
 
 
+@pytest.mark.slow
+def test_a_cotenant_scenario_runs_its_burners_during_the_run():
+  scenario = scenarios.Scenario("tiny-cotenant", "test", lambda p=None: (
+      tf.data.Dataset.range(10**9).map(lambda x: x + 1).batch(16)), 16,
+      cotenant=((0.25, 0.75, 1),))
+  h = harness.Harness(seconds=1.6, warmup=0.4)
+  run = h.run(scenario, "unoptimized", 0)
+  assert run.rows_per_s > 0
+  # One burner from 0.5 s to 1.5 s of the 2 s run, ended by the run's end.
+  assert [n for _, n in run.cotenant_events] == [1, 0]
+  assert scenarios.get("cotenant").cotenant == ((1 / 3, 2 / 3, 2),)
+
+
 @pytest.mark.parametrize("policy,algorithm", [
     ("autotune", "DEFAULT"),
     ("autotune-hill-climb", "HILL_CLIMB"),

@@ -209,6 +209,8 @@ class Run:
   knobs: list = dataclasses.field(default_factory=list)     # (t, {name: v})
   peak_buffered_bytes: int = 0
   resize_events: list = dataclasses.field(default_factory=list)
+  # (seconds into the run, co-tenant processes running) as they change.
+  cotenant_events: list = dataclasses.field(default_factory=list)
 
 
 class _TablePolicy(policies.Policy):
@@ -494,11 +496,14 @@ class Harness:
     """One measured run (warm-up + seconds) of a policy on a scenario."""
     result = Run(policy, scenario.name, repeat)
     ds = self._dataset(scenario, policy)
-    schedule = None
+    schedule = cotenant = None
+    total = self.warmup + self.seconds
     if scenario.resize:
-      total = self.warmup + self.seconds
       schedule = resize_lib.Schedule([(f * total, n)
                                       for f, n in scenario.resize])
+    if scenario.cotenant:
+      cotenant = resize_lib.CoTenant([(a * total, b * total, n)
+                                      for a, b, n in scenario.cotenant])
     probe = _Probe(autotune=policy in AUTOTUNE_POLICIES)
     self._trace_context = {"scenario": scenario.name, "policy": policy,
                            "repeat": repeat}
@@ -509,6 +514,8 @@ class Harness:
       next(probe.iterator)
       if schedule:
         schedule.start()
+      if cotenant:
+        cotenant.start()
       self._measure(scenario, ds, probe, result,
                     restart=policy == "autotune-restart")
     finally:
@@ -516,6 +523,9 @@ class Harness:
       if schedule:
         schedule.stop()
         result.resize_events = schedule.applied
+      if cotenant:
+        cotenant.stop()
+        result.cotenant_events = cotenant.applied
       probe.iterator = None
       gc.collect()
     self.runs.append(result)

@@ -1,8 +1,11 @@
-"""Changing the CPUs a process may use while it runs (resize events)."""
+"""Changing the CPUs a process may use while it runs (resize events), and
+a co-tenant: processes that burn CPU beside it for a while."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Sequence
@@ -61,3 +64,68 @@ class Schedule:
     if self._thread is not None:
       self._thread.join()
     set_process_cpus(self.cpu_ids)
+
+
+# A co-tenant process: one thread that never waits.
+_BURN = "while True:\n  pass"
+
+
+class CoTenant:
+  """Starts and stops CPU-burning processes of its own on a schedule:
+  `[(seconds after start, seconds after start, processes), ...]`, each a
+  window during which that many processes (one busy thread each, on every
+  CPU the machine gives this process) run beside the pipeline.
+
+  `applied` lists (seconds after start, processes running) as each window
+  opens and closes; `stop()` ends every process it started.
+  """
+
+  def __init__(self, windows: Sequence[tuple[float, float, int]]):
+    for begin, end, count in windows:
+      if not 0 <= begin < end or count < 1:
+        raise ValueError(
+            f"Bad co-tenant window ({begin}, {end}, {count}): it must start "
+            "at 0 s or later, end after it starts, and run 1 or more "
+            "processes.")
+    events = []
+    for begin, end, count in windows:
+      events += [(begin, count), (end, -count)]
+    self.events = sorted(events)
+    self.processes: list[subprocess.Popen] = []
+    self.applied: list[tuple[float, int]] = []
+    self._stop = threading.Event()
+    self._thread: threading.Thread | None = None
+
+  def start(self) -> None:
+    self._start = time.monotonic()
+    self._thread = threading.Thread(target=self._run, daemon=True,
+                                    name="intune_cotenant")
+    self._thread.start()
+
+  def _run(self) -> None:
+    for at, change in self.events:
+      if self._stop.wait(max(0.0, self._start + at - time.monotonic())):
+        return
+      if change > 0:
+        self.processes += [subprocess.Popen([sys.executable, "-c", _BURN])
+                           for _ in range(change)]
+      else:
+        for process in self.processes[:-change]:
+          _end(process)
+        self.processes = self.processes[-change:]
+      self.applied.append((time.monotonic() - self._start,
+                           len(self.processes)))
+
+  def stop(self) -> None:
+    """Stops the schedule and ends the processes it started."""
+    self._stop.set()
+    if self._thread is not None:
+      self._thread.join()
+    for process in self.processes:
+      _end(process)
+    self.processes = []
+
+
+def _end(process: subprocess.Popen) -> None:
+  process.kill()
+  process.wait()

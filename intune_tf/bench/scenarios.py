@@ -31,6 +31,9 @@ class Scenario:
       `{stage: parallelism}` those stages get fixed values instead.
     rows_per_element: rows in one element of the output (the batch size).
     resize: `[(fraction of the run, CPUs), ...]` CPU changes during a run.
+    cotenant: `[(start, end, processes), ...]` (fractions of the run): the
+      harness runs that many CPU-burning processes of its own in each
+      window (`resize.CoTenant`).
     ram_budget: bytes the InTune policies may buffer (None: the default).
     pause_every: a bursty consumer pauses `pause_s` every this many elements.
     pause_s: see `pause_every`.
@@ -44,6 +47,7 @@ class Scenario:
   make: Callable[[Mapping[str, int] | None], tf.data.Dataset]
   rows_per_element: int
   resize: tuple[tuple[float, int], ...] = ()
+  cotenant: tuple[tuple[float, float, int], ...] = ()
   ram_budget: int | None = None
   pause_every: int = 0
   pause_s: float = 0.0
@@ -131,6 +135,10 @@ def all_scenarios() -> dict[str, Scenario]:
       "resize", "Criteo L4, batch 4096; usable CPUs 1 -> 2 -> 1",
       _criteo(4, 4096), 4096, resize=((0.0, 1), (1 / 3, 2), (2 / 3, 1)),
       prefixes=_criteo_prefixes(4, 4096))
+  result["cotenant"] = Scenario(
+      "cotenant", "Criteo L4, batch 4096; a co-tenant burns 2 CPUs in the "
+      "middle third of the run", _criteo(4, 4096), 4096,
+      cotenant=((1 / 3, 2 / 3, 2),), prefixes=_criteo_prefixes(4, 4096))
   result["sharded"] = Scenario(
       "sharded", "Model Garden DLRM reader shape: shards interleaved, parse "
       "inside the interleave function, batch 4096", _sharded, 4096)
