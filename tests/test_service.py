@@ -176,7 +176,6 @@ def test_distributed_output_equals_local_and_its_workers_are_tuned(cluster):
     assert any(_tuned_as_even(s) for s in tuned), tuned
     # The RAM budget was resolved by the worker (not the client's value).
     assert all(s["ram_budget"] > 0 for s in tuned)
-    assert "its share of this process's default budget" in w.output()
   assert working >= 1
 
 

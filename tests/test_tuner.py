@@ -2,6 +2,7 @@
 
 import gc
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import options as options_lib
+from intune_tf.ops import session as session_lib
 from intune_tf.tuning import host
 from intune_tf.tuning import policies
 from intune_tf.tuning import tuner as tuner_lib
@@ -248,6 +250,92 @@ def test_the_memory_a_policy_holds_is_taken_from_the_budget(how):
     assert [k.value for k in session.knobs() if k.kind == "buffer_size"][0] < 40
   finally:
     policies.unregister("holds-16mib-test")
+    del it
+    gc.collect()
+
+
+def test_a_session_whose_budget_cannot_be_applied_stops_no_other(
+    monkeypatch):
+  # A budget the kernel cannot take (2**63, no int64), pinned as
+  # Session.set_ram_budget once did before it checked the range: the budget
+  # pass used to fail for every session from then on, logged once.
+  mib = 1 << 20
+  policies.register("holds-16mib-test", _Holds16MiB)
+  errors = []
+  monkeypatch.setattr(logging, "error", lambda *a, **k: errors.append(a))
+  broken = good = None
+  try:
+    broken, broken_session = _iterate("even")
+    monkeypatch.setitem(session_lib._PINNED_RAM_BUDGETS,  # noqa: SLF001
+                        broken_session.id, 2**63)
+    good, good_session = _iterate("holds-16mib-test", ram_budget=48 * mib)
+    # Only the budget pass writes 48 MiB - 16 MiB held by the policy.
+    assert wait_for(
+        lambda: good_session.counters()["ram_budget"] == 32 * mib,
+        timeout=10), good_session.counters()
+    time.sleep(2.5)  # two budget periods more: still told once
+    mine = [e for e in errors if repr(broken_session) in str(e)]
+    assert len(mine) == 1, errors
+    assert mine[0][0].startswith("InTune could not apply the RAM budget of")
+    assert "the other sessions' budgets are still applied" in mine[0][0]
+    assert int(next(broken)) > 0 and int(next(good)) > 0
+  finally:
+    policies.unregister("holds-16mib-test")
+    del broken, good
+    gc.collect()
+
+
+@pytest.mark.parametrize("held,budget,expected", [
+    (4_400_000, 11 << 30, False),   # 4.4 MB of 11 GB: 0.04%
+    (6 << 20, 24 << 20, True),      # 6 / 24 = 0.25, the threshold
+    (5 << 20, 24 << 20, False),     # 5 / 24 = 0.21
+    (25 << 20, 24 << 20, True),     # more than the budget
+    (0, 24 << 20, False),           # nothing held
+    (1, 0, True),                   # no budget left at all
+])
+def test_unlowerable_matters(held, budget, expected):
+  assert tuner_lib.unlowerable_matters(held, budget) is expected
+
+
+@pytest.mark.parametrize("budget_mib,warns", [
+    (16, True),    # 8 x 1 MiB held: 50% of the budget
+    (256, False),  # 3%: only in the counters and `intune inspect`
+])
+def test_what_the_guard_cannot_lower_is_warned_only_when_it_matters(
+    caplog, budget_mib, warns):
+  mib = 1 << 20
+  caplog.set_level("INFO", logger="absl")
+  ds = tf.data.Dataset.range(10**6).map(
+      lambda x: tf.fill([mib // 4], tf.cast(x, tf.float32)))  # 1 MiB
+  # Told once per stage name in a process: a Take makes this one's its own.
+  ds = ds.shuffle(8, seed=1).take(10**7).prefetch(1)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="manual", ram_budget=budget_mib * mib, period_s=0.02)
+  it = iter(ds.with_options(options))
+  try:
+    next(it)
+    session = intune_tf.session_of(it)
+    def held():  # the shuffle's buffer is full (and counted by the guard
+      # where the budget leaves it little room)
+      intune_tf.global_tuner().step()
+      counters = session.counters()
+      return counters["buffered_bytes"] >= 7 * mib and (
+          not warns or counters["unlowerable_bytes"] >= 7 * mib)
+
+    assert wait_for(held, timeout=30), str(session.counters())
+    for _ in range(3):
+      intune_tf.global_tuner().step()
+      next(it)
+    told = [r.getMessage() for r in caplog.records
+            if "cannot lower" in r.getMessage()]
+    mine = [m for m in told if repr(session) in m]
+    assert len(mine) == (1 if warns else 0), told
+    if warns:  # 7 or 8 of 16 MiB
+      assert re.search(r"stage \S*Shuffle holds [78]\.0 MB that the RAM "
+                       r"budget guard cannot lower .*, (44|50)% of the budget "
+                       r"\(16 MB\)", mine[0]), mine[0]
+  finally:
     del it
     gc.collect()
 

@@ -29,8 +29,12 @@ _EXIT_JOIN_S = 10.0
 _DISCOVERY_S = 0.25
 # Distinct errors a session logs; later ones are not told.
 _MAX_REPORTS = 5
-# A stage holding this many bytes the guard cannot lower is reported.
-_UNLOWERABLE_REPORT_BYTES = 1 << 20
+# What the guard cannot lower (shuffle and cache buffers, buffers of fixed
+# size) is warned about when a stage holds at least this share of its
+# session's RAM budget: from there the buffers InTune tunes have at most
+# three quarters of the budget left. Smaller holdings only show in
+# `intune inspect` and `Session.counters()["unlowerable_bytes"]`.
+UNLOWERABLE_WARN_SHARE = 0.25
 # How often the default RAM budgets are shared out again.
 _BUDGET_PERIOD_S = 1.0
 # A share is written only when it moves by more than this fraction.
@@ -53,6 +57,19 @@ def default_budget_shares(available: int, held: list[int],
     return []
   total = share * (max(0, available) + sum(held))
   return [max(1, int(total / len(held)))] * len(held)
+
+
+def unlowerable_matters(held: int, budget: int) -> bool:
+  """Whether `held` bytes that the guard cannot lower are a real share of a
+  `budget` of bytes: at least `UNLOWERABLE_WARN_SHARE` of it (any amount
+  when the budget is not positive).
+
+  Examples: 4.4 MB of an 11 GB budget -> False (0.04%); 6 MB of 24 MB ->
+  True (6 / 24 = 0.25); 5 MB of 24 MB -> False (0.21).
+  """
+  if held <= 0:
+    return False
+  return budget <= 0 or held >= UNLOWERABLE_WARN_SHARE * budget
 
 
 def buffer_budget(budget: int, policy_bytes: int) -> int:
@@ -81,7 +98,6 @@ class _Tuned:
     self.observer = observation_lib.Observer(session)
     self.last_good: dict[str, float] | None = None
     self.reported: set[tuple[str, str]] = set()  # see `first_report`
-    self.unlowerable_told: set[str] = set()  # stages, see `_tell_unlowerable`
     self.next_step = 0.0
     self.static_knobs: tuple[str, ...] | None = None
     self.policy_memory_told = False  # see `Tuner._apply_budgets`
@@ -112,6 +128,7 @@ class Tuner:
     self._budgets_shared_at = -float("inf")
     self._budget_failure_reported = False
     self._budget_logged: set[int] = set()
+    self._unlowerable_told: set[str] = set()  # see `_tell_unlowerable`
     self._stops_at_exit = False
 
   def drive(self, session_id: int) -> None:
@@ -239,53 +256,87 @@ class Tuner:
     re-read from the host's memory: a training and a validation iterator
     share it instead of taking half each, and a tf.data service worker
     budgets from its own memory) less what its policy holds."""
-    try:
-      counters = {t.session.id: t.session.counters() for t in tuned}
-      held = {t.session.id: self._policy_bytes(t) for t in tuned}
-      budgets = {}
-      default = []
-      for t in tuned:
-        s = t.session
-        user = (s.pinned_ram_budget if s.pinned_ram_budget is not None
-                else s.options.ram_budget)
-        if user is not None:
-          budgets[s.id] = user
-        else:
-          default.append(s.id)
-      shares = default_budget_shares(
-          host.available_memory(),
-          [counters[i]["buffered_bytes"] + held[i] for i in default],
-          options_lib.DEFAULT_RAM_SHARE)
-      budgets.update(zip(default, shares))
-      for t in tuned:
-        sid = t.session.id
-        target = buffer_budget(budgets[sid], held[sid])
-        if (abs(target - counters[sid]["ram_budget"]) >
-            _BUDGET_TOLERANCE * target):
-          t.session._apply_ram_budget(target)  # noqa: SLF001
-        if sid in default and sid not in self._budget_logged:
-          self._budget_logged.add(sid)
-          logging.info("InTune session %d: RAM budget %d MB, its share of "
-                       "this process's default budget.", sid,
-                       budgets[sid] >> 20)
-        if held[sid] * 2 > budgets[sid] and not t.policy_memory_told:
-          t.policy_memory_told = True
-          logging.warning(
-              "InTune session %d: its policy %r holds %d MB of its %d MB RAM "
-              "budget, which leaves %d MB for the pipeline's buffers. Give "
-              "it a larger ram_budget, or use a policy without a replay "
-              "buffer (policy='climb').", sid, t.session.options.policy,
-              held[sid] >> 20, budgets[sid] >> 20,
-              buffer_budget(budgets[sid], held[sid]) >> 20)
-      self._budget_logged &= set(default)
-    except session_lib.SessionGoneError:
-      pass  # applied again at the next period
-    except Exception as e:  # noqa: BLE001
-      if not self._budget_failure_reported:
-        self._budget_failure_reported = True
-        logging.error("InTune could not apply the RAM budgets: %r "
-                      "(reported once; budgets stay as they are).", e,
-                      exc_info=True)
+    counters, held = {}, {}
+    for t in tuned:
+      try:
+        counters[t.session.id] = t.session.counters()
+        held[t.session.id] = self._policy_bytes(t)
+      except Exception as e:  # noqa: BLE001
+        self._budget_failed(t, e)  # this session's budget stays as it is
+    tuned = [t for t in tuned if t.session.id in counters]
+    budgets = {}
+    default = []
+    for t in tuned:
+      s = t.session
+      user = (s.pinned_ram_budget if s.pinned_ram_budget is not None
+              else s.options.ram_budget)
+      if user is not None:
+        budgets[s.id] = user
+      else:
+        default.append(s.id)
+    if default:
+      try:
+        available = host.available_memory()
+      except Exception as e:  # noqa: BLE001
+        self._budget_failed(None, e)
+        tuned = [t for t in tuned if t.session.id in budgets]
+        default = []
+      else:
+        budgets.update(zip(default, default_budget_shares(
+            available,
+            [counters[i]["buffered_bytes"] + held[i] for i in default],
+            options_lib.DEFAULT_RAM_SHARE)))
+    for t in tuned:
+      try:
+        self._apply_budget(t, budgets[t.session.id], held[t.session.id],
+                           counters[t.session.id])
+      except Exception as e:  # noqa: BLE001
+        self._budget_failed(t, e)  # the other sessions' budgets go on
+    for sid in default:
+      if sid not in self._budget_logged:
+        self._budget_logged.add(sid)
+        logging.debug("InTune session %d: RAM budget %d MB, its share of "
+                      "this process's default budget.", sid,
+                      budgets[sid] >> 20)
+    self._budget_logged &= set(default)
+
+  def _apply_budget(self, t: _Tuned, budget: int, held: int,
+                    counters: Mapping[str, int]) -> None:
+    """Writes one session's buffer budget (`buffer_budget`) if it moved by
+    more than `_BUDGET_TOLERANCE`; warns once if its policy holds more than
+    half of `budget`."""
+    target = buffer_budget(budget, held)
+    if abs(target - counters["ram_budget"]) > _BUDGET_TOLERANCE * target:
+      t.session._apply_ram_budget(target)  # noqa: SLF001
+    if held * 2 > budget and not t.policy_memory_told:
+      t.policy_memory_told = True
+      logging.warning(
+          "InTune session %d: its policy %r holds %d MB of its %d MB RAM "
+          "budget, which leaves %d MB for the pipeline's buffers. Give "
+          "it a larger ram_budget, or use a policy without a replay "
+          "buffer (policy='climb').", t.session.id, t.session.options.policy,
+          held >> 20, budget >> 20, target >> 20)
+
+  def _budget_failed(self, t: _Tuned | None, error: Exception) -> None:
+    """Reports a failure of the budget pass for one session (`t`), or for
+    every session that shares the default budget (None): once per session
+    and distinct error (`_Tuned.first_report`), once per process for the
+    default budget. A session that is gone is not reported."""
+    if isinstance(error, session_lib.SessionGoneError):
+      return  # its entry goes at the next step
+    if t is None:
+      if self._budget_failure_reported:
+        return
+      self._budget_failure_reported = True
+      logging.error("InTune could not read the memory available for the "
+                    "default RAM budgets: %r (reported once; those budgets "
+                    "stay as they are, budgets set by the user still apply).",
+                    error, exc_info=True)
+    elif t.first_report("budget", error):
+      logging.error("InTune could not apply the RAM budget of %r: %r "
+                    "(reported once; its budget stays as it is, the other "
+                    "sessions' budgets are still applied).", t.session, error,
+                    exc_info=True)
 
   def _policy_bytes(self, t: _Tuned) -> int:
     """`t.policy.held_bytes()`; 0 (the failure reported once) if it fails."""
@@ -325,20 +376,23 @@ class Tuner:
           logging.error("InTune step listener %r failed: %r (reported once; "
                         "tuning goes on).", listener, e, exc_info=True)
 
-  @staticmethod
-  def _tell_unlowerable(t: _Tuned, obs) -> None:
-    """Logs, once per stage, a stage whose buffer the guard cannot lower."""
+  def _tell_unlowerable(self, t: _Tuned, obs) -> None:
+    """Warns, once per stage name in the process (however many sessions
+    run that pipeline), of a stage whose buffer the guard cannot lower when
+    it holds a real share of the budget (`unlowerable_matters`)."""
     for stage, held in obs.unlowerable_bytes.items():
-      if held >= _UNLOWERABLE_REPORT_BYTES and stage not in t.unlowerable_told:
-        t.unlowerable_told.add(stage)
+      if (stage not in self._unlowerable_told and
+          unlowerable_matters(held, obs.ram_budget)):
+        self._unlowerable_told.add(stage)
         logging.warning(
             "InTune %r: stage %s holds %.1f MB that the RAM budget guard "
             "cannot lower (a shuffle or cache buffer, or a buffer of fixed "
-            "size). They count against the budget (%.0f MB); the buffers "
-            "and threads InTune tunes share the rest. Reported once per "
-            "stage; `intune inspect` and Session.counters()"
-            "['unlowerable_bytes'] show it too.", t.session, stage,
-            held / (1 << 20), obs.ram_budget / (1 << 20))
+            "size), %.0f%% of the budget (%.0f MB); the buffers and threads "
+            "InTune tunes share the rest. Give it a larger ram_budget or "
+            "make that buffer smaller. Reported once per stage; `intune "
+            "inspect` and Session.counters()['unlowerable_bytes'] show "
+            "every such stage.", t.session, stage, held / (1 << 20),
+            100 * held / max(1, obs.ram_budget), obs.ram_budget / (1 << 20))
 
   def _step_one_unguarded(self, t: _Tuned) -> None:
     if t.policy.static and not self._listeners:
