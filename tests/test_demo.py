@@ -3,9 +3,13 @@
 import argparse
 import gc
 import json
+import logging as py_logging
+import time
 
+from absl import logging
 import pytest
 
+import intune_tf
 from intune_tf.bench import demo
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -82,3 +86,26 @@ def test_knob_labels_name_criteo_stages():
       "Prefetch/buffer_size": "prefetch buffer",
       f"{batch}.Shuffle.ParallelInterleaveV4/parallelism": "read threads",
       "Zip[1].Foo/parallelism": "Zip-1.Foo/parallelism"}
+
+
+@pytest.mark.slow
+def test_the_demo_training_loop_logs_nothing_from_intune(caplog):
+  # `make demo` printed the RAM budget of every session at INFO and a
+  # 4.4 MB shuffle buffer "that cannot be lowered" against an 11 GB budget
+  # between its progress bars.
+  caplog.set_level("INFO")
+  caplog.set_level("INFO", logger="absl")
+  files, _ = demo.demo_files(20_000)
+  plain = demo.criteo_dataset(files, 4, 1024)
+  tuned = intune_tf.tune(plain, intune_tf.IntuneOptions(name="demo"))
+  run = demo._fit(demo.tiny_dlrm(), tuned,  # noqa: SLF001
+                  demo.DemoRun(demo.INTUNE, 0), 1024, 0.0, 4.0,
+                  time.monotonic(), position=1)
+  assert run.steps > 0 and run.knobs  # trained, and the tuner stepped
+  logging.info("control: INFO records are captured")
+  assert any("control" in r.getMessage() for r in caplog.records)
+  intune = [f"{r.levelname} {r.pathname}: {r.getMessage()}"
+            for r in caplog.records
+            if r.levelno >= py_logging.INFO and (
+                "intune_tf" in r.pathname or "InTune" in r.getMessage())]
+  assert intune == []
