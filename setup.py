@@ -15,6 +15,7 @@ from setuptools.command import build_ext as _build_ext
 KERNEL_SOURCES = [
     "intune_tf/cc/kernels/intune_dataset_op.cc",
     "intune_tf/cc/kernels/bounded_buffers.cc",
+    "intune_tf/cc/kernels/budget_guard.cc",
     "intune_tf/cc/kernels/buffer_release_dataset_op.cc",
     "intune_tf/cc/kernels/control_ops.cc",
     "intune_tf/cc/kernels/session_registry.cc",
@@ -37,6 +38,7 @@ KERNEL_SOURCES = [
 ]
 KERNEL_HEADERS = [
     "intune_tf/cc/kernels/bounded_buffers.h",
+    "intune_tf/cc/kernels/budget_guard.h",
     "intune_tf/cc/kernels/pass_through.h",
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",

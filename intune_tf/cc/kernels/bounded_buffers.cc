@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -70,17 +72,79 @@ class Registry {
 BoundedBuffers::BoundedBuffers(int64_t cap)
     : cap_(std::max<int64_t>(cap, 1)), limit_(1) {}
 
-void BoundedBuffers::SetLimit(int64_t limit) {
+void BoundedBuffers::SetAllowance(int64_t limit, double bytes) {
   limit = std::clamp<int64_t>(limit, 1, cap_);
-  const int64_t before = limit_.exchange(limit);
-  if (before == limit) return;
+  const bool tracking = limit < cap_ || !std::isinf(bytes);
   mutex_lock l(mu_);
+  if (limit_.load() == limit && allowance_ == bytes &&
+      tracking_.load() == tracking) {
+    return;
+  }
+  limit_.store(limit);
+  allowance_ = bytes;
   // Records counted while tracking are forgotten when it stops: a later
   // start counts from empty (at most `cap` records per input uncounted).
-  if (limit >= cap_) {
+  if (!tracking) {
     for (auto& [unused, records] : inputs_) records.clear();
+    held_bytes_ = 0;
   }
+  tracking_.store(tracking);
   room_.notify_all();
+}
+
+double BoundedBuffers::allowance() const {
+  mutex_lock l(mu_);
+  return allowance_;
+}
+
+int64_t BoundedBuffers::max_inputs() const {
+  mutex_lock l(mu_);
+  return max_inputs_;
+}
+
+int64_t BoundedBuffers::held_bytes() const {
+  mutex_lock l(mu_);
+  return held_bytes_;
+}
+
+void BoundedBuffers::set_model(std::weak_ptr<data::model::Model> model) {
+  mutex_lock l(mu_);
+  model_ = std::move(model);
+}
+
+bool BoundedBuffers::Admits(int64_t input, const Records& held) const {
+  if (held.empty()) return true;
+  if (static_cast<int64_t>(held.size()) >= limit_.load()) return false;
+  if (std::isinf(allowance_)) return true;
+  // Room is kept for the first record of every other input holding none.
+  int64_t reserved = 1;
+  for (const auto& [other, records] : inputs_) {
+    if (other != input && records.empty()) ++reserved;
+  }
+  return static_cast<double>(held_bytes_ +
+                             reserved * largest_record_.load()) <=
+         allowance_;
+}
+
+int64_t BoundedBuffers::OutsideBytes() const {
+  std::shared_ptr<data::model::Model> model;
+  std::shared_ptr<data::model::Node> own;
+  {
+    mutex_lock l(mu_);
+    model = model_.lock();
+    own = node_;
+  }
+  if (model == nullptr) return 0;
+  int64_t bytes = 0;
+  std::vector<std::shared_ptr<data::model::Node>> pending = {model->output()};
+  while (!pending.empty()) {
+    std::shared_ptr<data::model::Node> node = std::move(pending.back());
+    pending.pop_back();
+    if (node == nullptr) continue;
+    if (node != own) bytes += node->buffered_bytes();
+    for (auto& input : node->inputs()) pending.push_back(std::move(input));
+  }
+  return bytes;
 }
 
 int64_t BoundedBuffers::inputs() const {
@@ -107,12 +171,16 @@ int64_t BoundedBuffers::AddInput() {
   mutex_lock l(mu_);
   const int64_t id = next_input_++;
   inputs_[id];
+  max_inputs_ = std::max<int64_t>(max_inputs_, inputs_.size());
   return id;
 }
 
 void BoundedBuffers::RemoveInput(int64_t input) {
   mutex_lock l(mu_);
-  inputs_.erase(input);
+  auto found = inputs_.find(input);
+  if (found == inputs_.end()) return;
+  for (const Record& record : found->second) held_bytes_ -= record.bytes;
+  inputs_.erase(found);
   room_.notify_all();
 }
 
@@ -123,7 +191,7 @@ void BoundedBuffers::WaitForRoom(int64_t input,
   while (true) {
     auto found = inputs_.find(input);
     if (found == inputs_.end() || !Tracking() || saving_.load() > 0 ||
-        static_cast<int64_t>(found->second.size()) < limit_.load()) {
+        Admits(input, found->second)) {
       return;
     }
     if (cancelled()) return;
@@ -143,12 +211,27 @@ void BoundedBuffers::Produced(int64_t input,
   for (const Tensor& t : record) bytes += t.TotalBytes();
   bytes_.fetch_add(bytes);
   records_.fetch_add(1);
-  // Untracked (the limit at its cap), no input waits: no clock reading.
+  int64_t largest = largest_record_.load();
+  while (bytes > largest &&
+         !largest_record_.compare_exchange_weak(largest, bytes)) {
+  }
+  // Untracked (no budget), no input waits: no clock reading.
   if (!Tracking()) return;
   last_produced_us_.store(NowUs());
-  mutex_lock l(mu_);
-  auto found = inputs_.find(input);
-  if (found != inputs_.end()) found->second.push_back(Key(record));
+  const int64_t outside = OutsideBytes();
+  int64_t counted;
+  {
+    mutex_lock l(mu_);
+    auto found = inputs_.find(input);
+    if (found == inputs_.end()) return;
+    found->second.push_back({Key(record), bytes});
+    held_bytes_ += bytes;
+    counted = outside + held_bytes_;
+  }
+  int64_t peak = peak_counted_bytes_.load();
+  while (counted > peak &&
+         !peak_counted_bytes_.compare_exchange_weak(peak, counted)) {
+  }
 }
 
 void BoundedBuffers::Released(const std::vector<Tensor>& record) {
@@ -156,7 +239,8 @@ void BoundedBuffers::Released(const std::vector<Tensor>& record) {
   const void* key = Key(record);
   mutex_lock l(mu_);
   for (auto& [unused, records] : inputs_) {
-    if (!records.empty() && records.front() == key) {
+    if (!records.empty() && records.front().key == key) {
+      held_bytes_ -= records.front().bytes;
       records.pop_front();
       room_.notify_all();
       return;

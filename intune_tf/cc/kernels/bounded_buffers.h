@@ -15,6 +15,18 @@
 // travels through the interleave unchanged); an input's records leave in the
 // order they came.
 //
+// Admission: before an input reads a record, WaitForRoom holds it unless
+// the record fits both the input's `limit` (records) and the group's byte
+// allowance, `bytes` (what the interleave's records may total, from the
+// budget guard's PlanBudget): the records held plus one record of the
+// estimate (the largest record seen) plus one for every other input that
+// holds none (each input's first record is never held: room is kept for
+// it). Until the guard has decided (no record seen), the limit is one
+// record per input and the allowance 0: each input reads its first record
+// only. So the records the group holds never exceed max(allowance, one per
+// live input) while the guard decides, whether or not its thread gets the
+// CPU. Released records leave the count; nothing is dropped or reordered.
+//
 // An input with no record is never held, and the consumer of a
 // deterministic interleave only ever waits for one input, so it always gets
 // its record, provided a worker thread is free to read it: the rewrite gives
@@ -54,12 +66,29 @@ class BoundedBuffers {
   // The records per input the guard allows: one until it has seen records
   // and decided.
   int64_t limit() const { return limit_.load(); }
-  void SetLimit(int64_t limit) TF_LOCKS_EXCLUDED(mu_);
+  // The bytes the group's records may total (infinite: untracked).
+  double allowance() const TF_LOCKS_EXCLUDED(mu_);
+  // Sets both; a `limit` at the cap and an infinite allowance stop the
+  // tracking (no budget).
+  void SetAllowance(int64_t limit, double bytes) TF_LOCKS_EXCLUDED(mu_);
 
   // Inputs alive now.
   int64_t inputs() const TF_LOCKS_EXCLUDED(mu_);
+  // The most inputs alive at once so far.
+  int64_t max_inputs() const TF_LOCKS_EXCLUDED(mu_);
   // Mean bytes of the records read so far (0 before the first).
   double bytes_per_record() const;
+  // The admission estimate: the bytes of the largest record read so far (0
+  // before the first).
+  int64_t largest_record() const { return largest_record_.load(); }
+  // Bytes of the records the group holds now (read, not yet released).
+  int64_t held_bytes() const TF_LOCKS_EXCLUDED(mu_);
+  // The most bytes the pipeline counted at the moment a record was admitted:
+  // the records this group held then, plus what every other node of the
+  // pipeline's model buffered (null `model` set: the group's own only).
+  int64_t peak_counted_bytes() const { return peak_counted_bytes_.load(); }
+  void set_model(std::weak_ptr<data::model::Model> model)
+      TF_LOCKS_EXCLUDED(mu_);
 
   // The interleave's own node in the model.
   void set_node(std::shared_ptr<data::model::Node> node)
@@ -83,14 +112,26 @@ class BoundedBuffers {
   void SetSaving(bool saving) TF_LOCKS_EXCLUDED(mu_);
 
  private:
-  using Records = std::deque<const void*>;
+  struct Record {
+    const void* key;
+    int64_t bytes;
+  };
+  using Records = std::deque<Record>;
 
-  bool Tracking() const { return limit_.load() < cap_; }
+  bool Tracking() const { return tracking_.load(); }
+  // Whether `input`, holding `held` records, may read one more now.
+  bool Admits(int64_t input, const Records& held) const
+      TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes buffered by the model's nodes other than the group's interleave.
+  int64_t OutsideBytes() const TF_LOCKS_EXCLUDED(mu_);
 
   const int64_t cap_;
   std::atomic<int64_t> limit_;
+  std::atomic<bool> tracking_{true};
   std::atomic<int64_t> records_{0};
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> largest_record_{0};
+  std::atomic<int64_t> peak_counted_bytes_{0};
   std::atomic<int64_t> consumer_waiting_since_us_{0};
   std::atomic<int64_t> last_produced_us_{0};
   std::atomic<int64_t> saving_{0};
@@ -98,6 +139,10 @@ class BoundedBuffers {
   mutable mutex mu_;
   condition_variable room_;
   int64_t next_input_ TF_GUARDED_BY(mu_) = 0;
+  int64_t max_inputs_ TF_GUARDED_BY(mu_) = 0;
+  double allowance_ TF_GUARDED_BY(mu_) = 0;
+  int64_t held_bytes_ TF_GUARDED_BY(mu_) = 0;
+  std::weak_ptr<data::model::Model> model_ TF_GUARDED_BY(mu_);
   // Records each live input holds, oldest first (while tracking).
   absl::flat_hash_map<int64_t, Records> inputs_ TF_GUARDED_BY(mu_);
   std::shared_ptr<data::model::Node> node_ TF_GUARDED_BY(mu_);

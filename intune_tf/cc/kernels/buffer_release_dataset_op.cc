@@ -87,6 +87,7 @@ class IntuneBufferReleaseDatasetOp::Dataset : public PassThroughDataset {
       if (ctx->model() != nullptr) {
         buffers_ = GetBoundedBuffers(ctx->model().get(), dataset()->group_,
                                      dataset()->records_);
+        buffers_->set_model(ctx->model());
       }
       TF_RETURN_IF_ERROR(
           dataset()->input_->MakeIterator(ctx, this, prefix(), &input_impl_));

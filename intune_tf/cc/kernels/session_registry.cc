@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <list>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "intune_tf/cc/kernels/bounded_buffers.h"
+#include "intune_tf/cc/kernels/budget_guard.h"
 #include "rewrites/graph_utils.h"
 #include "tensorflow/core/framework/model.pb.h"
 #include "tensorflow/core/platform/env.h"
@@ -250,7 +252,7 @@ void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
       known.min = KnobMin(*p);
       known.max = p->max;
       if (known.has_value) {
-        WriteValue(w.node.get(), p.get(), known.value);
+        WriteValue(w.node.get(), p.get(), std::min(known.value, known.allowed));
       } else if (p->name == kBufferSize) {
         const double start = StartingBufferSize(*p);
         const double value = RawValue(*p);
@@ -436,7 +438,10 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
       (!thorough && !bounded_pending && total <= budget / 2)) {
     if (total > budget && budget > 0) guard_over_budget_.fetch_add(1);
     if (budget <= 0) {
-      for (auto& [unused, buffers] : bounded) buffers->SetLimit(buffers->cap());
+      for (auto& [unused, buffers] : bounded) {
+        buffers->SetAllowance(buffers->cap(),
+                              std::numeric_limits<double>::infinity());
+      }
     }
     mutex_lock l(mu_);
     write(to_write);
@@ -448,16 +453,32 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   // are subtracted from what the knobs may commit. Buffer knobs are lowered
   // before parallelism knobs.
   std::vector<MemoryKnob> knobs;
-  // A bounded interleave's memory knob is its records per input (bytes per
-  // element: a record on every input).
-  struct BoundedKnob {
-    std::shared_ptr<BoundedBuffers> buffers;
-    double bytes_per_element;
-    int64_t limit = 0;
+  // Bounded interleaves that have read a record: their allowance is planned
+  // with the largest record seen, for the most inputs seen alive at once.
+  std::vector<std::shared_ptr<BoundedBuffers>> groups;
+  std::vector<GuardGroup> guard_groups;
+  // The bytes of an element of walk node `index`, for a knob: measured,
+  // else (no element yet) that of the nearest stage below that has one, the
+  // worst case being the largest record of a bounded interleave: a stage
+  // that has not produced yet commits its buffer as soon as it does.
+  std::function<double(size_t)> element_bytes = [&](size_t index) {
+    const Node* node = walk[index].node.get();
+    auto group = bounded.find(node);
+    if (group != bounded.end()) {
+      return static_cast<double>(group->second->largest_record());
+    }
+    const double bpe = BytesPerElement(*node);
+    if (bpe > 0) return bpe;
+    for (size_t i = index + 1; i < walk.size(); ++i) {
+      if (walk[i].parent == static_cast<int>(index) && walk[i].position == 0) {
+        return element_bytes(i);
+      }
+    }
+    return 0.0;
   };
-  std::vector<BoundedKnob> bounded_knobs;
   double fixed_bytes = 0;
-  for (const WalkNode& w : walk) {
+  for (size_t i = 0; i < walk.size(); ++i) {
+    const WalkNode& w = walk[i];
     const std::shared_ptr<Node>& node = w.node;
     std::shared_ptr<Parameter> buffer, parallelism;
     for (const auto& parameter : NodeAccess::TunableParameters(*node)) {
@@ -467,16 +488,20 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     auto group = bounded.find(node.get());
     if (group != bounded.end()) {
       const std::shared_ptr<BoundedBuffers>& buffers = group->second;
-      const double per_record = buffers->bytes_per_record();
-      if (per_record > 0) {
-        bounded_knobs.push_back(
-            {buffers, per_record * std::max<int64_t>(buffers->inputs(), 1)});
+      const int64_t largest = buffers->largest_record();
+      if (largest > 0) {
+        groups.push_back(buffers);
+        guard_groups.push_back(
+            {buffers->cap(),
+             std::max<int64_t>({buffers->inputs(), buffers->max_inputs(), 1}),
+             static_cast<double>(largest)});
         continue;
       }
     }
-    const double bpe = BytesPerElement(*node);
     std::shared_ptr<Parameter> knob = buffer ? buffer : parallelism;
-    if (knob == nullptr || !node->IsAsync() || bpe <= 0) {
+    const double bpe =
+        knob != nullptr && node->IsAsync() ? element_bytes(i) : 0.0;
+    if (bpe <= 0) {
       fixed_bytes += node->buffered_bytes();
       continue;
     }
@@ -492,8 +517,8 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   // Each knob is computed from the value wanted for it (proposed, else last
   // set, else its start), not from its current one: a knob the guard
   // lowered comes back up once the budget allows it again.
-  std::vector<double> wanted;
-  wanted.reserve(knobs.size());
+  std::vector<GuardKnob> guard_knobs;
+  guard_knobs.reserve(knobs.size());
   for (const MemoryKnob& k : knobs) {
     double value = value_of(*k.parameter);
     const bool proposed =
@@ -506,43 +531,25 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
         value = known->second.start;
       }
     }
-    wanted.push_back(value);
+    guard_knobs.push_back({value, KnobMin(*k.parameter), k.bytes_per_element});
   }
-  // Committed: what the knobs allow, not what is buffered now (elements
-  // above a lowered knob drain; counting them would lower it again). A stage
-  // also holds the element its consumer is taking (out of its buffer, not
-  // yet in the consumer's): one more per knob.
-  double committed = fixed_bytes;
-  for (const BoundedKnob& b : bounded_knobs) {
-    committed += (b.buffers->cap() + 1) * b.bytes_per_element;
-  }
-  for (size_t i = 0; i < knobs.size(); ++i) {
-    committed += (wanted[i] + 1) * knobs[i].bytes_per_element;
-  }
-  // Bounded interleave buffers are lowered first: they are InTune's own
-  // deeper buffers.
-  for (BoundedKnob& b : bounded_knobs) {
-    b.limit = b.buffers->cap();
-    if (committed <= budget) continue;
-    const double excess = std::ceil((committed - budget) / b.bytes_per_element);
-    const int64_t lowered = std::max<int64_t>(
-        1, b.limit - static_cast<int64_t>(std::min<double>(excess, b.limit)));
-    committed -= (b.limit - lowered) * b.bytes_per_element;
-    b.limit = lowered;
+  // Committed: what the knobs and allowances allow, not what is buffered now
+  // (elements above a lowered knob drain; counting them would lower it
+  // again).
+  const GuardPlan plan = PlanBudget(static_cast<double>(budget), fixed_bytes,
+                                    guard_knobs, guard_groups);
+  // Allowances are lowered before knobs are raised, and raised after: the
+  // bounded records and the knobs' buffers never together pass the budget.
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (plan.group_bytes[i] < groups[i]->allowance()) {
+      groups[i]->SetAllowance(plan.limits[i], plan.group_bytes[i]);
+    }
   }
   for (size_t i = 0; i < knobs.size(); ++i) {
     const MemoryKnob& k = knobs[i];
-    double value = wanted[i];
-    if (committed > budget) {
-      const double excess_elements =
-          std::ceil((committed - budget) / k.bytes_per_element);
-      const double lowered =
-          std::max(KnobMin(*k.parameter), value - excess_elements);
-      if (lowered < value) {
-        committed -= (value - lowered) * k.bytes_per_element;
-        value = lowered;
-      }
-    }
+    const double value = plan.values[i];
+    // New instances of the knob (SyncLocked) start no higher.
+    known_[k.name].allowed = value;
     const double current = ReadValue(*k.parameter);
     if (value < current) {
       guard_shrinks_.fetch_add(static_cast<int64_t>(current - value));
@@ -552,7 +559,9 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     }
   }
   write(to_write);
-  for (const BoundedKnob& b : bounded_knobs) b.buffers->SetLimit(b.limit);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups[i]->SetAllowance(plan.limits[i], plan.group_bytes[i]);
+  }
 }
 
 Status TuningSession::ModelProto(std::string* serialized) {
@@ -642,7 +651,12 @@ SessionCounters TuningSession::Counters() const {
   std::vector<std::shared_ptr<Node>> nodes;
   CollectNodes(model_->output(), &nodes);
   for (const auto& node : nodes) c.buffered_bytes += node->buffered_bytes();
+  // The guard's samples, now, and what bounded interleaves saw at admission.
   c.peak_buffered_bytes = std::max(peak_buffered_bytes_.load(), c.buffered_bytes);
+  for (const auto& buffers : BoundedBuffersOf(model_.get())) {
+    c.peak_buffered_bytes =
+        std::max(c.peak_buffered_bytes, buffers->peak_counted_bytes());
+  }
   c.ram_budget = ram_budget_.load();
   c.guard_shrinks = guard_shrinks_.load();
   c.guard_over_budget = guard_over_budget_.load();

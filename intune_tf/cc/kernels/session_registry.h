@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -178,6 +179,8 @@ class TuningSession {
     // knob back to when no value was ever set.
     bool has_start = false;
     double start = 0;
+    // The most the guard allowed at its last pass (infinite before one).
+    double allowed = std::numeric_limits<double>::infinity();
   };
   // A live node: its stage name, and the last pass that saw it.
   struct NodeEntry {

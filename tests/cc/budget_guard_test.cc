@@ -1,0 +1,122 @@
+// Unit tests of the guard's arithmetic (budget_guard.h), hand-computed.
+// Built and run by tests/test_cc_units.py with plain g++; prints
+// "<passed> passed, <failed> failed" and exits non-zero on a failure.
+#include "intune_tf/cc/kernels/budget_guard.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace {
+
+using tensorflow::intune::GuardGroup;
+using tensorflow::intune::GuardKnob;
+using tensorflow::intune::GuardPlan;
+using tensorflow::intune::PlanBudget;
+
+int passed = 0;
+int failed = 0;
+
+void Check(bool ok, const char* what, int line) {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    std::printf("FAILED line %d: %s\n", line, what);
+  }
+}
+
+#define CHECK_EQ(a, b) Check((a) == (b), #a " == " #b, __LINE__)
+#define CHECK_NEAR(a, b) Check(std::fabs((a) - (b)) < 1e-9, #a " ~ " #b, __LINE__)
+
+constexpr double kMb = 1 << 20;
+
+void NoBudgetKeepsWhatIsWanted() {
+  // Budget 0: no guard. Committed = 1 + (10 + 1) x 1 + 4 x 2 x 1 = 20 MB.
+  GuardPlan plan = PlanBudget(0, kMb, {{10, 1, kMb}}, {{4, 2, kMb}});
+  CHECK_EQ(plan.values[0], 10.0);
+  CHECK_EQ(plan.limits[0], 4);
+  CHECK_NEAR(plan.group_bytes[0], 8 * kMb);
+  CHECK_NEAR(plan.committed, 20 * kMb);
+}
+
+void WithinTheBudgetNothingMoves() {
+  // 1 + (10 + 1) x 1 + 4 x 2 x 1 = 20 MB <= 20 MB.
+  GuardPlan plan = PlanBudget(20 * kMb, kMb, {{10, 1, kMb}}, {{4, 2, kMb}});
+  CHECK_EQ(plan.values[0], 10.0);
+  CHECK_EQ(plan.limits[0], 4);
+  CHECK_NEAR(plan.committed, 20 * kMb);
+}
+
+void GroupsAreLoweredBeforeKnobs() {
+  // Committed 20 MB, budget 17: the group gives 3 MB (8 -> 5 MB), a limit of
+  // floor(5 / (2 x 1)) = 2 records per input; the knob keeps 10.
+  GuardPlan plan = PlanBudget(17 * kMb, kMb, {{10, 1, kMb}}, {{4, 2, kMb}});
+  CHECK_NEAR(plan.group_bytes[0], 5 * kMb);
+  CHECK_EQ(plan.limits[0], 2);
+  CHECK_EQ(plan.values[0], 10.0);
+  CHECK_NEAR(plan.committed, 17 * kMb);
+}
+
+void KnobsGiveWhatGroupsCannot() {
+  // Budget 8 MB: the group goes down to one record per input (2 MB, 6 MB
+  // saved: 14 MB left), then the knob gives ceil((14 - 8) / 1) = 6 elements:
+  // 10 -> 4. Committed 1 + 2 + (4 + 1) = 8 MB.
+  GuardPlan plan = PlanBudget(8 * kMb, kMb, {{10, 1, kMb}}, {{4, 2, kMb}});
+  CHECK_NEAR(plan.group_bytes[0], 2 * kMb);
+  CHECK_EQ(plan.limits[0], 1);
+  CHECK_EQ(plan.values[0], 4.0);
+  CHECK_NEAR(plan.committed, 8 * kMb);
+}
+
+void MinimaAreKeptEvenOverTheBudget() {
+  // Budget 1 byte: group at one record per input (2 MB), knob at its min 1:
+  // committed 1 + 2 + (1 + 1) = 5 MB > budget.
+  GuardPlan plan = PlanBudget(1, kMb, {{10, 1, kMb}}, {{4, 2, kMb}});
+  CHECK_EQ(plan.limits[0], 1);
+  CHECK_EQ(plan.values[0], 1.0);
+  CHECK_NEAR(plan.committed, 5 * kMb);
+}
+
+void PartialElementsRoundTheKnobDown() {
+  // Knob of 3 MB elements wanting 5: committed (5 + 1) x 3 = 18 MB; budget
+  // 13 MB: excess 5 MB is ceil(5 / 3) = 2 elements: 5 -> 3, committed 12 MB.
+  GuardPlan plan = PlanBudget(13 * kMb, 0, {{5, 1, 3 * kMb}}, {});
+  CHECK_EQ(plan.values[0], 3.0);
+  CHECK_NEAR(plan.committed, 12 * kMb);
+}
+
+void KnobsAreLoweredInOrder() {
+  // Two 1 MB knobs wanting 4 each: (4 + 1) x 2 = 10 MB; budget 7: the first
+  // gives 3 (4 -> 1), the second keeps 4.
+  GuardPlan plan = PlanBudget(7 * kMb, 0, {{4, 1, kMb}, {4, 1, kMb}}, {});
+  CHECK_EQ(plan.values[0], 1.0);
+  CHECK_EQ(plan.values[1], 4.0);
+  CHECK_NEAR(plan.committed, 7 * kMb);
+}
+
+void GroupAllowanceIsInBytesNotWholeRounds() {
+  // 8 inputs x 256 records x 0.25 MB = 512 MB; budget 24 MB, fixed 0, a
+  // prefetch knob of 1 (2 x 0.25 = 0.5 MB): the group may hold 23.5 MB, a
+  // limit of floor(23.5 / (8 x 0.25)) = 11 records per input.
+  GuardPlan plan =
+      PlanBudget(24 * kMb, 0, {{1, 1, kMb / 4}}, {{256, 8, kMb / 4}});
+  CHECK_NEAR(plan.group_bytes[0], 23.5 * kMb);
+  CHECK_EQ(plan.limits[0], 11);
+  CHECK_EQ(plan.values[0], 1.0);
+  CHECK_NEAR(plan.committed, 24 * kMb);
+}
+
+}  // namespace
+
+int main() {
+  NoBudgetKeepsWhatIsWanted();
+  WithinTheBudgetNothingMoves();
+  GroupsAreLoweredBeforeKnobs();
+  KnobsGiveWhatGroupsCannot();
+  MinimaAreKeptEvenOverTheBudget();
+  PartialElementsRoundTheKnobDown();
+  KnobsAreLoweredInOrder();
+  GroupAllowanceIsInBytesNotWholeRounds();
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
