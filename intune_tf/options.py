@@ -31,6 +31,8 @@ MAX_CPUS_PER_MACHINE_CPU = 4
 # Shortest `period_s`: the tuner thread never waits less between steps
 # (`tuning.tuner`), and a step's op calls take about as long.
 MIN_PERIOD_S = 0.005
+# The largest `host_weight` (`intune_tf.tuning.arbiter.MAX_WEIGHT`).
+MAX_HOST_WEIGHT = 1e6
 # The largest `cpu_budget` and `ram_budget`: they travel as int64.
 _INT64_MAX = 2**63 - 1
 
@@ -104,6 +106,14 @@ class IntuneOptions:
     warm_start: start from the configuration (and fine-tuned agent) saved by
       earlier runs of the same pipeline on the same kind of machine, and save
       them for the next run (`intune_tf.tuning.warmstart`). Default True.
+    host_share: share one CPU budget and one RAM budget with the other
+      InTune processes of this host (`intune_tf.tuning.arbiter`): the
+      budgets left at None become this process's share of the host. A
+      `cpu_budget` or `ram_budget` set by the user is kept as it is.
+      Default True; False budgets as if the process were alone.
+    host_weight: this pipeline's weight in the host's split (a process
+      takes the largest weight of its sessions), finite, in (0,
+      MAX_HOST_WEIGHT (1e6)]. Default 1.0.
   """
 
   cpu_budget: int | None = None
@@ -118,6 +128,8 @@ class IntuneOptions:
   interleave_buffer: int | None = DEFAULT_INTERLEAVE_BUFFER
   name: str = ""
   warm_start: bool = True
+  host_share: bool = True
+  host_weight: float = 1.0
 
   def __post_init__(self):
     for field in ("cpu_budget", "ram_budget", "max_cpus",
@@ -159,7 +171,7 @@ class IntuneOptions:
           "at most "
           f"{MAX_INTERLEAVE_BUFFER} (default {DEFAULT_INTERLEAVE_BUFFER}).")
     for field in ("include_fixed", "insert_prefetch", "inner_stats",
-                  "warm_start"):
+                  "warm_start", "host_share"):
       if not isinstance(getattr(self, field), bool):
         raise TypeError(f"IntuneOptions.{field} must be True or False, got "
                         f"{getattr(self, field)!r}.")
@@ -178,6 +190,15 @@ class IntuneOptions:
           f"[{MIN_PERIOD_S}, any finite number of seconds]: the tuner never "
           f"steps more often. Pass at least {MIN_PERIOD_S} (default "
           f"{DEFAULT_PERIOD_S}).")
+    if (isinstance(self.host_weight, bool) or
+        not isinstance(self.host_weight, numbers.Real) or
+        not math.isfinite(self.host_weight) or
+        not 0 < self.host_weight <= MAX_HOST_WEIGHT):
+      raise ValueError(
+          f"IntuneOptions.host_weight is {self.host_weight!r}, out of its "
+          f"range (0, {MAX_HOST_WEIGHT:g}]: pass a positive finite weight "
+          "(default 1.0; a job of weight 2 gets twice the share of a job of "
+          "weight 1).")
     if not isinstance(self.name, str):
       raise TypeError(f"IntuneOptions.name must be a str (a label for the "
                       f"pipeline), got {self.name!r} "

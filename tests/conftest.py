@@ -1,8 +1,16 @@
 """Shared test fixtures."""
 
+import os
 import pathlib
+import tempfile
 
 import pytest
+
+# Each test process shares the host only with the processes it starts: the
+# suites that other checkouts run at the same time keep their own leases
+# (`intune_tf.tuning.arbiter`).
+os.environ.setdefault("INTUNE_HOST_DIR",
+                      tempfile.mkdtemp(prefix="intune-host-test-"))
 
 # The real Criteo sample lives beside the repository, never inside it.
 CRITEO_REAL_DIR = (pathlib.Path(__file__).resolve().parents[1].parent

@@ -58,6 +58,14 @@ from intune_tf.tuning import host
      r"value must be a finite number"),
     ({"config": {"a/buffer_size": float("nan")}}, ValueError,
      r"config\['a/buffer_size'\] is nan"),
+    ({"host_share": "yes"}, TypeError, "host_share must be True or False"),
+    ({"host_weight": 0}, ValueError,
+     r"host_weight is 0, out of its range \(0, 1e\+06\]"),
+    ({"host_weight": -1.0}, ValueError, "host_weight is -1.0, out of"),
+    ({"host_weight": float("nan")}, ValueError, "host_weight is nan"),
+    ({"host_weight": 1e7}, ValueError, "host_weight is 10000000.0, out of"),
+    ({"host_weight": True}, ValueError, "host_weight is True"),
+    ({"host_weight": "2"}, ValueError, "host_weight is '2'"),
 ])
 def test_bad_options_raise_clear_errors(kwargs, error, match):
   with pytest.raises(error, match=match):
@@ -67,6 +75,7 @@ def test_bad_options_raise_clear_errors(kwargs, error, match):
 def test_defaults_are_measured_from_the_machine():
   opts = intune_tf.IntuneOptions()
   assert opts.policy == "intune" and opts.warm_start
+  assert opts.host_share and opts.host_weight == 1.0
   assert opts.resolved_cpu_budget() == host.usable_cpus()
   assert 0 < opts.resolved_ram_budget() <= host.available_memory()
   assert opts.resolved_max_cpus() == 0  # TF's own runner

@@ -1,0 +1,314 @@
+"""The host arbiter: the split rule, the lease folder, hostile entries."""
+
+import json
+import logging
+import math
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from intune_tf.tuning import arbiter
+
+INF = math.inf
+
+
+@pytest.mark.parametrize("total,weights,expected", [
+    (2, [1, 1], [1.0, 1.0]),
+    (2, [1, 3], [0.5, 1.5]),  # 2 x 1/4, 2 x 3/4
+    (6, [2, 1], [4.0, 2.0]),  # 6 x 2/3, 6 x 1/3
+])
+def test_fair_shares(total, weights, expected):
+  assert arbiter.fair_shares(total, weights) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("total,weights,caps,expected", [
+    # Equal shares 1 and 1; the first is capped at 0.5, its 0.5 goes on.
+    (2, [1, 1], [0.5, INF], [0.5, 1.5]),
+    # No cap binds: by weight, 3 x 1/3 and 3 x 2/3.
+    (3, [1, 2], [INF, INF], [1.0, 2.0]),
+    # 4 over [1, 1, 1, 1] is 1 each; caps 0.25 and 0.75 free 1.0, which the
+    # two uncapped take: 1.5 each.
+    (4, [1, 1, 1, 1], [0.25, 0.75, INF, INF], [0.25, 0.75, 1.5, 1.5]),
+    # Every cap reached (0.5 + 0.5 of 2): the spare 1.0 goes by weight.
+    (2, [1, 1], [0.5, 0.5], [1.0, 1.0]),
+    # Weighted with a cap: shares 1 and 2 of 3; the second is capped at 1.2,
+    # its 0.8 goes to the first: 1.8.
+    (3, [1, 2], [INF, 1.2], [1.8, 1.2]),
+])
+def test_water_fill(total, weights, caps, expected):
+  shares = arbiter.water_fill(total, weights, caps)
+  assert shares == pytest.approx(expected)
+  assert sum(shares) == pytest.approx(total)
+
+
+@pytest.mark.parametrize("cpus,weights,wanted,expected", [
+    # Two alike processes that both want more: 1 CPU each.
+    (2, [1, 1], [None, None], [1.0, 1.0]),
+    # One consumer-bound at 0.2 CPUs: its floor 0.5 x 1 = 0.5 is kept, the
+    # other takes the rest, 1.5.
+    (2, [1, 1], [0.2, None], [0.5, 1.5]),
+    # The module's example: floors [0.5, 0.5, 1], caps [0.5, inf, inf];
+    # the 3.5 left go 1:2 -> 3.5/3 and 7/3.
+    (4, [1, 1, 2], [0.2, None, None], [0.5, 3.5 / 3, 7 / 3]),
+    # Wants 1.2, more than its equal share 1: no cap binds -> 1 each.
+    (2, [1, 1], [1.2, None], [1.0, 1.0]),
+    # Wants 0.8 (above its floor 0.5): capped there, the other gets 1.2.
+    (2, [1, 1], [0.8, None], [0.8, 1.2]),
+    # Weight 3 against 1, both input-bound: 2 x 3/4 and 2 x 1/4.
+    (2, [3, 1], [None, None], [1.5, 0.5]),
+    (8, [], [], []),
+])
+def test_split_cpus(cpus, weights, wanted, expected):
+  shares = arbiter.split_cpus(cpus, weights, wanted)
+  assert shares == pytest.approx(expected)
+  if weights:
+    assert sum(shares) == pytest.approx(cpus)
+
+
+def test_split_cpus_keeps_the_floor_of_a_heavy_neighbour():
+  # Weights [1, 9] of 10 CPUs: fair [1, 9], floors [0.5, 4.5]; the second
+  # wants 0 more than 0.1 CPUs but is still given its floor 4.5, and the
+  # first (input-bound) takes 5.5.
+  assert arbiter.split_cpus(10, [1, 9], [None, 0.1]) == pytest.approx(
+      [5.5, 4.5])
+
+
+@pytest.mark.parametrize("shares,cpus,expected", [
+    ([0.5, 1.5], 2, [1, 1]),  # floors [0, 1], 1 left to the tie's first
+    ([0.5, 3.5 / 3, 7 / 3], 4, [1, 1, 2]),  # floors [0, 1, 2], 1 to 0.5
+    ([0.5] * 4, 2, [1, 1, 1, 1]),  # [1, 1, 0, 0], then at least 1 each
+    ([2.0, 2.0], 4, [2, 2]),
+    ([1.4, 2.6], 4, [1, 3]),  # floors [1, 2], 1 left to 0.6
+])
+def test_whole_cpus(shares, cpus, expected):
+  assert arbiter.whole_cpus(shares, cpus) == expected
+
+
+@pytest.mark.parametrize("available,buffered,limit,share,expected", [
+    (800, 200, 4000, 0.5, 500),  # 0.5 x (800 + 200)
+    (8000, 0, 1000, 0.5, 1000),  # 4000, capped by the limit 1000
+    (-5, 0, 1000, 0.5, 1),  # nothing available: at least 1 byte
+])
+def test_ram_pool(available, buffered, limit, share, expected):
+  assert arbiter.ram_pool(available, buffered, limit, share) == expected
+
+
+@pytest.mark.parametrize("pool,weights,expected", [
+    (1000, [1, 2], [333, 666]),  # 1000/3 and 2000/3, rounded down
+    (1000, [1, 1, 1, 1], [250, 250, 250, 250]),
+    (3, [1, 1, 1, 1], [1, 1, 1, 1]),  # at least 1 byte each
+])
+def test_split_ram(pool, weights, expected):
+  assert arbiter.split_ram(pool, weights) == expected
+
+
+@pytest.mark.parametrize("busy,input_bound,expected", [
+    (0.8, False, 1.0),  # 1.25 x 0.8
+    (0.8, True, None),  # input-bound: any number
+    (0.0, False, None),  # not measured yet
+])
+def test_cpus_wanted(busy, input_bound, expected):
+  assert arbiter.cpus_wanted(busy, input_bound) == expected
+
+
+# The lease folder.
+
+
+def _entry(pid: int, **fields) -> dict:
+  entry = {"format": arbiter.FORMAT, "pid": pid, "uid": os.getuid(),
+           "start": 0.0, "weight": 1.0, "heartbeat": time.time(),
+           "rate": 100.0, "busy_cpus": 1.0, "cpus_wanted": None,
+           "buffered_bytes": 1000, "cpus": 1, "ram": 1 << 20}
+  entry.update(fields)
+  return entry
+
+
+def _write(path: pathlib.Path, data, mode: int = 0o600) -> pathlib.Path:
+  path.write_text(data if isinstance(data, str) else json.dumps(data))
+  os.chmod(path, mode)
+  return path
+
+
+@pytest.fixture
+def folder(tmp_path):
+  d = tmp_path / "host"
+  arbiter.make_folder(d)
+  return d
+
+
+@pytest.fixture
+def sleeper():
+  """A live process of ours whose pid a lease can name."""
+  p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  yield p.pid
+  p.kill()
+  p.wait()
+
+
+def _told(caplog, path) -> list[str]:
+  return [r.getMessage() for r in caplog.records
+          if r.levelno == logging.WARNING and str(path) in r.getMessage()]
+
+
+def test_make_folder_is_private(folder):
+  info = os.lstat(folder)
+  assert stat.S_IMODE(info.st_mode) == 0o700
+  assert info.st_uid == os.getuid()
+
+
+def test_a_live_lease_is_read(folder, sleeper):
+  _write(folder / f"{sleeper}.json", _entry(sleeper, weight=2.0))
+  (lease,) = arbiter.read_leases(folder)
+  assert (lease.pid, lease.weight, lease.cpus_wanted) == (sleeper, 2.0, None)
+
+
+def test_a_lease_of_a_dead_pid_is_ignored_and_removed(folder):
+  p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                     capture_output=True, text=True, check=True)
+  dead = int(p.stdout)
+  path = _write(folder / f"{dead}.json", _entry(dead))
+  assert arbiter.read_leases(folder) == []
+  assert path.exists()  # a reader that does not remove leaves it
+  assert arbiter.read_leases(folder, remove_dead=True) == []
+  assert not path.exists()
+
+
+def test_a_lease_past_its_heartbeat_is_ignored(folder, sleeper):
+  _write(folder / f"{sleeper}.json",
+         _entry(sleeper, heartbeat=time.time() - arbiter.LEASE_S - 1))
+  assert arbiter.read_leases(folder) == []
+  assert len(arbiter.read_leases(folder, now=time.time() - 2)) == 1
+
+
+def _fifo(folder, pid):
+  path = folder / f"{pid}.json"
+  os.mkfifo(path, 0o600)
+  return path
+
+
+def _symlink(folder, pid):
+  target = _write(folder.parent / "elsewhere.json", _entry(pid))
+  path = folder / f"{pid}.json"
+  path.symlink_to(target)
+  return path
+
+
+def _garbage(folder, pid):
+  return _write(folder / f"{pid}.json", "{not json\x00\xff")
+
+
+def _huge(folder, pid):
+  return _write(folder / f"{pid}.json",
+                json.dumps(_entry(pid, pad="x" * arbiter.MAX_ENTRY_BYTES)))
+
+
+def _other_uid(folder, pid):
+  path = _write(folder / f"{pid}.json", _entry(pid))
+  os.chown(path, 54321, 54321)
+  return path
+
+
+def _open_mode(folder, pid):
+  return _write(folder / f"{pid}.json", _entry(pid), mode=0o666)
+
+
+def _wrong_types(folder, pid):
+  return _write(folder / f"{pid}.json", _entry(pid, weight="heavy"))
+
+
+def _not_a_lease(folder, pid):
+  return _write(folder / f"{pid}.json", [1, 2, 3])
+
+
+def _names_another_pid(folder, pid):
+  return _write(folder / f"{pid}.json", _entry(1))
+
+
+def _a_folder(folder, pid):
+  path = folder / f"{pid}.json"
+  path.mkdir()
+  return path
+
+
+@pytest.mark.parametrize("make,reason", [
+    (_fifo, "not a regular file"),
+    (_symlink, "symbolic link"),
+    (_garbage, "not JSON"),
+    (_huge, "more than a lease's 4096"),
+    (_other_uid, "belongs to uid 54321"),
+    (_open_mode, "its mode is 666"),
+    (_wrong_types, "field 'weight' is 'heavy'"),
+    (_not_a_lease, "not a intune_tf.host/1 object"),
+    (_names_another_pid, "names pid 1"),
+    (_a_folder, "not a regular file"),
+])
+def test_a_hostile_entry_is_ignored_with_one_warning(folder, sleeper, caplog,
+                                                     make, reason):
+  _write(folder / f"{os.getpid()}.json", _entry(os.getpid()))
+  path = make(folder, sleeper)
+  result = []
+  reader = threading.Thread(
+      target=lambda: result.extend(
+          [arbiter.read_leases(folder), arbiter.read_leases(folder)]),
+      daemon=True)
+  reader.start()
+  reader.join(10)
+  assert not reader.is_alive(), "reading the leases hung"
+  # The good lease is read both times; the hostile one never.
+  assert [[lease.pid for lease in r] for r in result] == [[os.getpid()]] * 2
+  told = _told(caplog, path)
+  assert len(told) == 1, told
+  assert reason in told[0]
+
+
+def test_the_arbiter_refuses_a_folder_it_does_not_own(tmp_path, caplog):
+  d = tmp_path / "theirs"
+  d.mkdir(mode=0o700)
+  os.chown(d, 54321, 54321)
+  a = arbiter.HostArbiter(d)
+  for _ in range(2):
+    assert a.update(1.0, arbiter.Demand(), 2, 1000, 4000, 0.5) is None
+  told = [r.getMessage() for r in caplog.records
+          if "host sharing is off" in r.getMessage()]
+  assert len(told) == 1 and "belongs to uid 54321" in told[0]
+  assert os.listdir(d) == []
+
+
+def test_the_arbiter_refuses_a_linked_folder(tmp_path):
+  real = tmp_path / "real"
+  arbiter.make_folder(real)
+  (tmp_path / "link").symlink_to(real)
+  a = arbiter.HostArbiter(tmp_path / "link")
+  assert a.update(1.0, arbiter.Demand(), 2, 1000, 4000, 0.5) is None
+  assert os.listdir(real) == []
+
+
+def test_update_shares_with_the_live_leases(folder, sleeper):
+  # Another process of weight 1 that wants any number of CPUs and buffers
+  # 1000 bytes; this one (weight 3) is consumer-bound at 0.2 CPUs.
+  _write(folder / f"{sleeper}.json", _entry(sleeper, buffered_bytes=1000))
+  a = arbiter.HostArbiter(folder)
+  share = a.update(3.0, arbiter.Demand(rate=10, busy_cpus=0.2,
+                                       cpus_wanted=0.25,
+                                       buffered_bytes=3000),
+                   cpus=4, available=12000, limit=10**9, ram_share=0.5)
+  # CPUs: fair [3, 1], floors [1.5, 0.5]; this one is capped at its floor
+  # 1.5 (wants 0.25), the other takes 2.5 -> whole [1, 2] + 1 left to the
+  # larger remainder (0.5, the first) -> [2, 2].
+  assert share.cpu_share == pytest.approx(1.5)
+  assert (share.cpus, share.processes, share.host_cpus) == (2, 2, 4)
+  # RAM: pool 0.5 x (12000 + 3000 + 1000) = 8000; 3/4 of it is 6000.
+  assert (share.ram_pool, share.ram) == (8000, 6000)
+  mine = json.loads((folder / f"{os.getpid()}.json").read_text())
+  assert (mine["cpus"], mine["ram"], mine["weight"]) == (2, 6000, 3.0)
+  assert stat.S_IMODE(os.stat(folder / f"{os.getpid()}.json").st_mode) == (
+      0o600)
+  a.withdraw()
+  assert not (folder / f"{os.getpid()}.json").exists()
+  assert a.share() is None
