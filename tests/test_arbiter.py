@@ -312,3 +312,160 @@ def test_update_shares_with_the_live_leases(folder, sleeper):
   a.withdraw()
   assert not (folder / f"{os.getpid()}.json").exists()
   assert a.share() is None
+
+
+# Real processes sharing one host.
+
+_CHILD = r"""
+import json, sys, time
+import tensorflow as tf
+import intune_tf
+
+share, seconds = sys.argv[1] == "on", float(sys.argv[2])
+seen = {}
+intune_tf.global_tuner().add_listener(
+    lambda session, obs, applied: seen.update(cpu_budget=obs.cpu_budget))
+options = tf.data.Options()
+options.experimental_intune = intune_tf.IntuneOptions(
+    policy="even", period_s=0.1, host_share=share, warm_start=False)
+ds = tf.data.Dataset.range(10**9).map(
+    lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        tf.data.AUTOTUNE).with_options(options)
+it = iter(ds)
+next(it)
+session = intune_tf.session_of(it)
+end = time.monotonic() + seconds
+told = 0.0
+while time.monotonic() < end:
+  next(it)
+  time.sleep(0.0005)
+  if time.monotonic() - told >= 0.2:
+    told = time.monotonic()
+    c = session.counters()
+    par = [k.value for k in session.knobs() if k.kind == "parallelism"]
+    print(json.dumps({"t": time.time(), "parallelism": par,
+                      **{k: c[k] for k in ("host_cpu_share", "host_ram_share",
+                                           "host_processes", "ram_budget")},
+                      **seen}), flush=True)
+"""
+
+
+class _Child:
+  """A `python -c _CHILD` process and the lines it printed."""
+
+  def __init__(self, host_dir, share: bool, seconds: float = 240.0):
+    env = dict(os.environ, INTUNE_HOST_DIR=str(host_dir), INTUNE_STATUS="off",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    self.proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, "on" if share else "off",
+         str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env=env)
+    self.lines = []
+    self._reader = threading.Thread(target=self._read, daemon=True)
+    self._reader.start()
+
+  def _read(self):
+    for line in self.proc.stdout:
+      try:
+        self.lines.append(json.loads(line))
+      except ValueError:
+        pass
+
+  def last(self):
+    return self.lines[-1] if self.lines else {}
+
+  def wait_for(self, predicate, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+      if self.lines and predicate(self.last()):
+        return self.last()
+      assert self.proc.poll() is None, f"child exited ({what})"
+      time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
+                         f"last line {self.last()}")
+
+  def kill(self):
+    if self.proc.poll() is None:
+      self.proc.kill()
+    self.proc.wait()
+
+
+@pytest.fixture
+def children():
+  made = []
+  yield lambda *args, **kwargs: made.append(_Child(*args, **kwargs)) or (
+      made[-1])
+  for child in made:
+    child.kill()
+
+
+def _alone(line, cpus):
+  return line.get("host_processes") == 1 and line["host_cpu_share"] == cpus
+
+
+@pytest.mark.slow
+def test_a_new_process_gets_its_share_and_a_killed_one_gives_it_back(
+    tmp_path, children):
+  from intune_tf.tuning import host  # noqa: PLC0415 (only this test)
+  cpus = host.usable_cpus()
+  if cpus < 2:
+    pytest.skip("needs 2 usable CPUs to split")
+  a = children(tmp_path, share=True)
+  # TensorFlow's import alone takes many seconds on a loaded machine.
+  before = a.wait_for(lambda line: _alone(line, cpus) and
+                      line.get("cpu_budget") == cpus, 180, "a alone")
+  b = children(tmp_path, share=True)
+  b.wait_for(lambda line: line.get("host_processes", 0) >= 1, 180,
+             "b's first share")
+  joined = time.monotonic()
+  half = cpus // 2
+  b_line = b.wait_for(lambda line: line["host_processes"] == 2 and
+                      line["host_cpu_share"] == half, 5, "b's share")
+  a_line = a.wait_for(lambda line: line["host_processes"] == 2 and
+                      line["host_cpu_share"] == half and
+                      line.get("cpu_budget") == half, 5, "a's share")
+  took = time.monotonic() - joined
+  # The RAM pool is halved: each about half of what a had alone (the
+  # memory available moves a little between readings).
+  for line in (a_line, b_line):
+    assert line["host_ram_share"] == pytest.approx(
+        before["host_ram_share"] / 2, rel=0.1)
+  b.kill()  # kill -9, reaped
+  killed = time.monotonic()
+  back = a.wait_for(lambda line: _alone(line, cpus) and
+                    line.get("cpu_budget") == cpus and
+                    line["ram_budget"] >= 0.9 * before["ram_budget"], 5,
+                    "a's whole host after b's kill -9")
+  returned = time.monotonic() - killed
+  a.wait_for(lambda line: line["parallelism"] == [cpus], 5,
+             "a's parallelism back at the whole host")
+  print(f"share taken in {took:.2f} s, returned in {returned:.2f} s; "
+        f"RAM budget {before['ram_budget'] >> 20} MB alone, "
+        f"{a_line['host_ram_share'] >> 20} MB shared, "
+        f"{back['ram_budget'] >> 20} MB after the kill")
+
+
+@pytest.mark.slow
+def test_a_process_that_opts_out_keeps_per_process_budgets(tmp_path,
+                                                           children):
+  from intune_tf.tuning import host  # noqa: PLC0415 (only this test)
+  cpus = host.usable_cpus()
+  a = children(tmp_path, share=True)
+  out = children(tmp_path, share=False)
+  out_line = out.wait_for(lambda line: "cpu_budget" in line, 180,
+                          "the opted-out process's first step")
+  a_line = a.wait_for(lambda line: "cpu_budget" in line and
+                      line["host_processes"] >= 1, 180, "a's first share")
+  # Let both run a few budget passes side by side.
+  time.sleep(3)
+  a_line, out_line = a.last(), out.last()
+  # The opted-out process is not in the host's split, and plans for every
+  # usable CPU and its own half of the memory available.
+  assert (out_line["host_processes"], out_line["host_cpu_share"],
+          out_line["host_ram_share"]) == (0, 0, 0)
+  assert out_line["cpu_budget"] == cpus
+  assert out_line["ram_budget"] == pytest.approx(
+      0.5 * host.available_memory(), rel=0.15)
+  # The sharing process sees itself alone.
+  assert _alone(a_line, cpus) and a_line["cpu_budget"] == cpus
+  assert [p.name for p in tmp_path.iterdir()] == [f"{a.proc.pid}.json"]

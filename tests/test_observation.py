@@ -13,6 +13,7 @@ import tensorflow as tf
 import intune_tf
 from intune_tf import records
 from intune_tf.ops import session as session_lib
+from intune_tf.tuning import arbiter
 from intune_tf.tuning import host
 from intune_tf.tuning import observer as observation
 
@@ -195,3 +196,19 @@ def test_stage_lookup_and_bytes_per_element_of_a_built_observation():
   per_stage["B"] = 0.0  # the caller's own copy
   assert obs.bytes_per_element["B"] == 3.0
   assert dataclasses.replace(obs, stages=(second,)).stage("A") is second
+
+
+_SHARE_1 = arbiter.Share(cpus=1, cpu_share=1.0, ram=1 << 20, processes=2,
+                         host_cpus=2, ram_pool=2 << 20)
+
+
+@pytest.mark.parametrize("kwargs,usable,share,expected", [
+    ({}, 2, _SHARE_1, 1),  # the host's share: 1 of the 2 usable
+    ({"cpu_budget": 2}, 2, _SHARE_1, 2),  # the user's budget is kept
+    ({}, 2, None, 2),  # not sharing: the usable CPUs
+    ({"host_share": False}, 2, _SHARE_1, 2),  # opted out
+    ({}, 1, dataclasses.replace(_SHARE_1, cpus=2), 1),  # capped by usable
+])
+def test_host_cpu_budget(kwargs, usable, share, expected):
+  options = intune_tf.IntuneOptions(**kwargs)
+  assert observation.host_cpu_budget(options, usable, share) == expected

@@ -1,5 +1,6 @@
 """The tuner loop applies policies and survives failing ones."""
 
+import dataclasses
 import gc
 import os
 import re
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import _observations as observations
 from _waiting import wait_for
 from absl import logging
 import pytest
@@ -14,7 +16,9 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import options as options_lib
+from intune_tf import records
 from intune_tf.ops import session as session_lib
+from intune_tf.tuning import arbiter
 from intune_tf.tuning import host
 from intune_tf.tuning import policies
 from intune_tf.tuning import tuner as tuner_lib
@@ -198,6 +202,47 @@ def test_a_failing_listener_never_reaches_a_driven_training_loop(
 ])
 def test_default_budget_shares(available, held, share, expected):
   assert tuner_lib.default_budget_shares(available, held, share) == expected
+
+
+@pytest.mark.parametrize("total,count,expected", [
+    (1000, 3, [333, 333, 333]),  # 1000 // 3
+    (2, 4, [1, 1, 1, 1]),  # never below one byte
+    (5, 0, []),
+])
+def test_even_split(total, count, expected):
+  assert tuner_lib.even_split(total, count) == expected
+
+
+def _seen(rate, busy, latency, wait):
+  """An observation of `rate` rows/s from one stage keeping `busy` CPUs
+  busy, `latency` s per element in GetNext and `wait` s between calls."""
+  stage = records.StageObservation(
+      name="Map", rate=rate, cpu_per_element_s=busy / rate, parallelism=2,
+      buffer_size=None, buffer_fill=0.0, bytes_per_element=8.0,
+      bytes_produced_per_s=0.0, buffered_bytes=0, time_share=1.0)
+  return dataclasses.replace(
+      observations.obs([]), stages=(stage,), output_rate=rate,
+      output_latency_s=latency, consumer_wait_s=wait)
+
+
+@pytest.mark.parametrize("seen,buffered,expected", [
+    # Two consumer-bound sessions: 100 + 50 rows/s, 0.4 + 0.4 CPUs busy,
+    # wanted 1.25 x 0.8 = 1.0.
+    ([(100, 0.4, 0.001, 0.002), (50, 0.4, 0.001, 0.003)], 10,
+     arbiter.Demand(150.0, 0.8, 1.0, 10)),
+    # One of them input-bound (0.004 s in GetNext > 0.002 between calls):
+    # any number of CPUs.
+    ([(100, 0.4, 0.004, 0.002), (50, 0.4, 0.001, 0.003)], 0,
+     arbiter.Demand(150.0, 0.8, None, 0)),
+    # Nothing observed yet: any number.
+    ([], 5, arbiter.Demand(0.0, 0.0, None, 5)),
+])
+def test_process_demand(seen, buffered, expected):
+  demand = tuner_lib.process_demand([_seen(*s) for s in seen], buffered)
+  assert demand.rate == pytest.approx(expected.rate)
+  assert demand.busy_cpus == pytest.approx(expected.busy_cpus)
+  assert demand.cpus_wanted == pytest.approx(expected.cpus_wanted)
+  assert demand.buffered_bytes == expected.buffered_bytes
 
 
 @pytest.mark.parametrize("budget,policy_bytes,expected", [

@@ -30,6 +30,7 @@ from intune_tf.records import Knob
 from intune_tf.records import StageStats
 from intune_tf.records import input_first
 from intune_tf.records import split_knob
+from intune_tf.tuning import arbiter
 
 _CONFIG_FORMAT = "intune_tf.config/1"
 # The control ops' table layout, as intune_tf/cc/layout.h defines it (the
@@ -39,6 +40,8 @@ COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
             "guard_shrinks", "guard_over_budget", "created_us",
             "unlowerable_bytes")
+# The counters `Session.counters()` adds: this process's share of the host.
+HOST_COUNTERS = ("host_cpu_share", "host_ram_share", "host_processes")
 # The columns of IntuneObserve's per-node statistics; the node id tells two
 # instances of one stage apart. `StageStats` starts with the same fields.
 STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
@@ -355,9 +358,18 @@ class Session:
   def counters(self) -> dict[str, int]:
     """Session counters: elements returned, consumer gap time (us), time in
     GetNext (us), buffered and peak buffered bytes, RAM budget, guard
-    actions."""
+    actions (`COUNTERS`, from the kernel); then this process's share of the
+    host (`HOST_COUNTERS`, `intune_tf.tuning.arbiter`): `host_cpu_share`
+    (CPUs), `host_ram_share` (bytes) and `host_processes` (the InTune
+    processes sharing the host, this one included), all 0 while this
+    process does not share the host."""
     values = self._call(_kernels.ops().intune_session_counters).numpy()
-    return dict(zip(COUNTERS, (int(v) for v in values)))
+    result = dict(zip(COUNTERS, (int(v) for v in values)))
+    share = arbiter.current_share()
+    result.update(zip(HOST_COUNTERS, (
+        (share.cpus, share.ram, share.processes) if share is not None
+        else (0, 0, 0))))
+    return result
 
   def set_ram_budget(self, ram_budget: int) -> None:
     """Changes the RAM budget that the guard enforces, in bytes (> 0). From

@@ -16,7 +16,7 @@ These are the InTune paper's factors, each with its source and unit:
 | `output_latency_s` | s/element | root op: time inside `GetNext` per element in the step |
 | `consumer_wait_s` | s/element | root op: gap between `GetNext` calls (the consumer's own time) |
 | `usable_cpus` | CPUs | affinity, re-read every step, and cgroup quota, re-read at most every `host.CGROUP_LIMITS_REFRESH_S` (1 s) (`intune_tf.tuning.host`) |
-| `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus` |
+| `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus`; when it is None and `host_share` is on, this process's share of the host (`intune_tf.tuning.arbiter`) |
 | `free_memory`, `total_memory` | bytes | /proc/meminfo `MemAvailable`, `MemTotal` (psutil where there is none), re-read every step, capped by the cgroup memory limit (re-read at most every `host.CGROUP_LIMITS_REFRESH_S`) |
 | `ram_budget`, `buffered_bytes` | bytes | root op |
 | `cpu_mhz` | MHz | psutil `cpu_freq()`, else /proc/cpuinfo, re-read every 10 s; 0 if unknown |
@@ -38,10 +38,27 @@ import psutil
 from intune_tf.ops import session as session_lib
 from intune_tf.records import Observation
 from intune_tf.records import StageObservation
+from intune_tf.tuning import arbiter
 from intune_tf.tuning import host
 
 _step_time = {"value": None}
 _step_lock = threading.Lock()
+
+
+def host_cpu_budget(options, usable_cpus: int,
+                    share: arbiter.Share | None) -> int:
+  """A session's CPU budget now: `options.resolved_cpu_budget(usable_cpus)`,
+  and, when its `cpu_budget` is None and it shares the host (`host_share`,
+  with a `share` of the host arbiter), at most that share's CPUs (at least
+  1).
+
+  Examples: usable 2, share 1 CPU -> 1; usable 2, cpu_budget 2 (set by the
+  user), share 1 -> 2; usable 2, no share -> 2.
+  """
+  budget = options.resolved_cpu_budget(usable_cpus)
+  if share is not None and options.host_share and options.cpu_budget is None:
+    budget = max(1, min(budget, share.cpus))
+  return budget
 
 
 def report_step_time(seconds: float) -> None:
@@ -213,7 +230,8 @@ class Observer:
         consumer_wait_s=((counters["gap_time_us"] - last["gap_time_us"]) /
                          1e6 / d_gaps if d_gaps else 0.0),
         usable_cpus=usable_cpus,
-        cpu_budget=options.resolved_cpu_budget(usable_cpus),
+        cpu_budget=host_cpu_budget(options, usable_cpus,
+                                   arbiter.current_share()),
         free_memory=available_memory, total_memory=total_memory,
         ram_budget=counters["ram_budget"],
         buffered_bytes=counters["buffered_bytes"], cpu_mhz=cpu_mhz(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from typing import Mapping
+from typing import Any, Mapping
 
 from absl import logging
 import numpy as np
@@ -18,6 +18,7 @@ from tensorflow.python.eager import context
 from intune_tf import options as options_lib
 from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
+from intune_tf.tuning import arbiter as arbiter_lib
 from intune_tf.tuning import host
 from intune_tf.tuning import observer as observation_lib
 from intune_tf.tuning import policies
@@ -57,6 +58,36 @@ def default_budget_shares(available: int, held: list[int],
     return []
   total = share * (max(0, available) + sum(held))
   return [max(1, int(total / len(held)))] * len(held)
+
+
+def even_split(total: int, count: int) -> list[int]:
+  """`total` bytes split evenly over `count` sessions, at least 1 each.
+
+  Example: 1000 bytes over 3 sessions -> [333, 333, 333].
+  """
+  return [max(1, int(total) // count)] * count if count > 0 else []
+
+
+def process_demand(observations: list, buffered: int) -> arbiter_lib.Demand:
+  """What this process publishes to the host arbiter, from the last
+  observation of each of its host-sharing sessions: its rows/s, the CPUs its
+  pipelines keep busy (each stage's rate x CPU-seconds per element), the
+  CPUs it can use (`arbiter.cpus_wanted`: any number when a session is
+  input-bound, its consumer waiting longer in GetNext than between calls),
+  and the `buffered` bytes of its sessions and policies.
+
+  Example: two sessions at 100 and 50 rows/s, busy 0.4 and 0.4 CPUs, both
+  consumer-bound -> rate 150, busy 0.8, wanted 1.25 x 0.8 = 1.0.
+  """
+  rate = sum(max(0.0, float(o.output_rate)) for o in observations)
+  busy = sum(max(0.0, float(st.cpu_per_element_s * st.rate))
+             for o in observations for st in o.stages)
+  input_bound = not observations or any(
+      o.output_latency_s > o.consumer_wait_s for o in observations)
+  return arbiter_lib.Demand(
+      rate=rate, busy_cpus=busy,
+      cpus_wanted=arbiter_lib.cpus_wanted(busy, input_bound),
+      buffered_bytes=max(0, int(buffered)))
 
 
 def unlowerable_matters(held: int, budget: int) -> bool:
@@ -101,6 +132,7 @@ class _Tuned:
     self.next_step = 0.0
     self.static_knobs: tuple[str, ...] | None = None
     self.policy_memory_told = False  # see `Tuner._apply_budgets`
+    self.last_obs = None  # the last observation (`process_demand`)
 
   def first_report(self, where: str, error: Exception) -> bool:
     """Whether `error` in `where` ("policy" or "step") is new for this
@@ -127,6 +159,7 @@ class Tuner:
     self._failed_listeners: set[int] = set()
     self._budgets_shared_at = -float("inf")
     self._budget_failure_reported = False
+    self._host_failure_reported = False
     self._budget_logged: set[int] = set()
     self._unlowerable_told: set[str] = set()  # see `_tell_unlowerable`
     self._stops_at_exit = False
@@ -199,6 +232,7 @@ class Tuner:
     thread = self._thread
     if thread is not None and thread is not threading.current_thread():
       thread.join(timeout=_EXIT_JOIN_S)
+    arbiter_lib.arbiter().withdraw()
 
   def _run(self) -> None:
     # Eager in this thread also where the program turned eager execution off
@@ -252,10 +286,16 @@ class Tuner:
   def _apply_budgets(self, tuned: list[_Tuned]) -> None:
     """Writes each session's buffer budget (`buffer_budget`): its RAM budget
     (the user's `ram_budget`, the value given to `Session.set_ram_budget`,
-    or its share of this process's default budget, `default_budget_shares`,
-    re-read from the host's memory: a training and a validation iterator
+    or its share of this process's default budget) less what its policy
+    holds.
+
+    The default budget is this process's share of the host
+    (`arbiter.HostArbiter.update`, which renews its lease) for sessions
+    with `host_share` on, split evenly among them; for the others (and for
+    all when the lease folder cannot be used), `default_budget_shares` of
+    the host's memory, re-read now: a training and a validation iterator
     share it instead of taking half each, and a tf.data service worker
-    budgets from its own memory) less what its policy holds."""
+    budgets from its own memory."""
     counters, held = {}, {}
     for t in tuned:
       try:
@@ -274,17 +314,24 @@ class Tuner:
         budgets[s.id] = user
       else:
         default.append(s.id)
-    if default:
+    sharing = [t for t in tuned if t.session.options.host_share]
+    share = self._host_share(sharing, counters, held)
+    alone = default
+    if share is not None:
+      on_host = [t.session.id for t in sharing if t.session.id in default]
+      budgets.update(zip(on_host, even_split(share.ram, len(on_host))))
+      alone = [i for i in default if i not in budgets]
+    if alone:
       try:
         available = host.available_memory()
       except Exception as e:  # noqa: BLE001
         self._budget_failed(None, e)
         tuned = [t for t in tuned if t.session.id in budgets]
-        default = []
+        default = [i for i in default if i in budgets]
       else:
-        budgets.update(zip(default, default_budget_shares(
+        budgets.update(zip(alone, default_budget_shares(
             available,
-            [counters[i]["buffered_bytes"] + held[i] for i in default],
+            [counters[i]["buffered_bytes"] + held[i] for i in alone],
             options_lib.DEFAULT_RAM_SHARE)))
     for t in tuned:
       try:
@@ -299,6 +346,33 @@ class Tuner:
                       "this process's default budget.", sid,
                       budgets[sid] >> 20)
     self._budget_logged &= set(default)
+
+  def _host_share(self, sharing: list[_Tuned], counters: Mapping[int, Any],
+                  held: Mapping[int, int]) -> arbiter_lib.Share | None:
+    """Renews this process's lease with the host arbiter and returns its
+    share, or withdraws the lease (None) when no session shares the host.
+    The process's weight is the largest `host_weight` of `sharing`."""
+    arbiter = arbiter_lib.arbiter()
+    if not sharing:
+      if arbiter.share() is not None:
+        arbiter.withdraw()
+      return None
+    try:
+      total, available = host.memory()
+      return arbiter.update(
+          weight=max(t.session.options.host_weight for t in sharing),
+          demand=process_demand(
+              [t.last_obs for t in sharing if t.last_obs is not None],
+              sum(counters[t.session.id]["buffered_bytes"] +
+                  held[t.session.id] for t in sharing)),
+          cpus=host.usable_cpus(), available=available, limit=total,
+          ram_share=options_lib.DEFAULT_RAM_SHARE)
+    except Exception as e:  # noqa: BLE001
+      if not self._host_failure_reported:
+        self._host_failure_reported = True
+        logging.error("InTune: the host arbiter failed: %r (reported once; "
+                      "this process budgets as if alone).", e, exc_info=True)
+      return None
 
   def _apply_budget(self, t: _Tuned, budget: int, held: int,
                     counters: Mapping[str, int]) -> None:
@@ -401,6 +475,7 @@ class Tuner:
         return
       t.static_knobs = names
     obs = t.observer.observe()
+    t.last_obs = obs
     self._tell_unlowerable(t, obs)
     if not obs.knobs:
       return
