@@ -46,12 +46,14 @@ class IntuneOptions:
   Attributes:
     cpu_budget: CPUs the pipeline may keep busy. Default None: the CPUs the
       process may use, re-read at every tuning step (affinity and cgroup
-      quota), so CPUs that arrive or leave mid-job are used.
+      quota), so CPUs that arrive or leave mid-job are used; with
+      `host_share`, at most this process's share of the host's CPUs.
     ram_budget: bytes the pipeline's buffers and its policy's memory may
       hold. Default None: a share of half of the memory the process's
       sessions could use (available RAM, capped by the process's cgroup,
       plus what they hold), re-read every second. The budget guard inside
-      the pipeline enforces it whatever the policy does.
+      the pipeline enforces it whatever the policy does. With `host_share`,
+      the default is this process's share of the host's pool instead.
     policy: name of the tuning policy. Default "intune": the pretrained DQN
       agent, fine-tuned online, with a no-regression guard (docs/agent.md).
       Others: "even" (usable CPUs split evenly over the parallel stages),

@@ -23,6 +23,7 @@ from intune_tf import records
 from intune_tf.bench import demo
 from intune_tf.observe import inspect as inspect_lib
 from intune_tf.observe import status
+from intune_tf.tuning import arbiter
 from intune_tf.tuning import policies
 
 _TIMEOUT_S = 240.0
@@ -179,6 +180,47 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
                      "bottleneck"]
   assert inspect_lib.inspect(tmp_path, pid=1, out=io.StringIO()) == 1
   writer.close()
+
+
+def test_inspect_shows_how_the_host_is_split(tmp_path):
+  writer = status.StatusWriter(tmp_path / "status")
+  writer(intune_tf.Session(7, intune_tf.IntuneOptions(policy="even").to_json()),
+         _observation([_stage("Prefetch", 100, 0.0, buffer_size=4)]), {})
+  writer.write_now()
+  host_dir = tmp_path / "host"
+  arbiter.make_folder(host_dir)
+  # Two live processes (this one and a sleeping child) share the host.
+  other = subprocess.Popen([sys.executable, "-c",
+                            "import time; time.sleep(60)"])
+  try:
+    for pid, weight, cpus, wanted, ram in ((os.getpid(), 1.0, 1, None, 3 << 30),
+                                           (other.pid, 2.0, 1, 0.5, 6 << 30)):
+      files.write_json(host_dir / f"{pid}.json", {
+          "format": arbiter.FORMAT, "pid": pid, "uid": os.getuid(),
+          "start": 0.0, "weight": weight, "heartbeat": time.time(),
+          "rate": 1234.0, "busy_cpus": 0.4, "cpus_wanted": wanted,
+          "buffered_bytes": 5 << 20, "cpus": cpus, "ram": ram})
+    out = io.StringIO()
+    assert inspect_lib.inspect(tmp_path / "status", out=out,
+                               host_dir=host_dir) == 0
+    lines = out.getvalue().splitlines()
+  finally:
+    other.kill()
+    other.wait()
+    writer.close()
+  first, second = sorted((os.getpid(), other.pid))
+  assert lines[0] == (f"host split: 2 InTune processes share this host "
+                      f"({host_dir})")
+  split = {int(line.split()[1].rstrip(":")): line for line in lines[1:3]}
+  assert split[os.getpid()] == (
+      f"  pid {os.getpid()}: weight 1, CPU budget 1 (can use any), RAM "
+      "budget 3.0 GB, 1,234 rows/s, 0.40 CPUs busy, buffered 5.0 MB")
+  assert split[other.pid].endswith(
+      "weight 2, CPU budget 1 (can use 0.50), RAM budget 6.0 GB, 1,234 "
+      "rows/s, 0.40 CPUs busy, buffered 5.0 MB")
+  assert lines[1].startswith(f"  pid {first}:")
+  assert lines[2].startswith(f"  pid {second}:")
+  assert any(f"pid {os.getpid()} on" in line for line in lines[3:])
 
 
 def test_inspect_with_nothing_running(tmp_path):

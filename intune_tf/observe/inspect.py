@@ -4,8 +4,10 @@ Reads the status files that tuned processes write
 (`intune_tf.observe.status`) and prints, for every live session, one row per
 pipeline stage: parallelism, buffer (and fill), elements/s, CPUs busy, CPU
 share, thread utilization and which stage is the bottleneck. `--watch SECONDS`
-refreshes the table until Ctrl-C. With nothing running it says so and exits
-with status 1.
+refreshes the table until Ctrl-C. Above the tables, how the host is split
+among the InTune processes that share it (`intune_tf.tuning.arbiter`): one
+line per process with its weight, CPU and RAM budgets and demand. With
+nothing running it says so and exits with status 1.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from intune_tf.observe import status as status_lib
+from intune_tf.tuning import arbiter as arbiter_lib
 
 NOTHING_RUNNING = "no running InTune job found (looked in {dir})"
 _CLEAR = "\x1b[H\x1b[2J"
@@ -114,12 +117,40 @@ def format_process(data: Mapping[str, Any], now: float | None = None,
   return lines
 
 
+def host_split(leases: Sequence[arbiter_lib.Lease],
+               directory: str | pathlib.Path = "") -> list[str]:
+  """How the host is split: a heading, then one line per process's lease
+  (pid, weight, the CPU and RAM budgets it took, the CPUs it can use, rows/s,
+  CPUs busy, bytes buffered). No lines when no process shares the host."""
+  if not leases:
+    return []
+  where = f" ({directory})" if directory else ""
+  lines = [f"host split: {len(leases)} InTune process"
+           f"{'es' if len(leases) != 1 else ''} share this host{where}"]
+  for lease in leases:
+    wanted = ("any" if lease.cpus_wanted is None
+              else _num(lease.cpus_wanted, 2))
+    lines.append(
+        f"  pid {lease.pid}: weight {lease.weight:g}, CPU budget "
+        f"{_num(lease.cpus)} (can use {wanted}), RAM budget "
+        f"{_bytes(lease.ram)}, {_num(lease.rate)} rows/s, "
+        f"{_num(lease.busy_cpus, 2)} CPUs busy, buffered "
+        f"{_bytes(lease.buffered_bytes)}")
+  return lines
+
+
 def render(processes: Sequence[Mapping[str, Any]],
-           include_ended: bool = False) -> str:
-  """The whole report for `processes` (from `status.read_all`)."""
+           include_ended: bool = False,
+           leases: Sequence[arbiter_lib.Lease] = (),
+           host_dir: str | pathlib.Path = "") -> str:
+  """The whole report for `processes` (from `status.read_all`), after how
+  the host is split among `leases` (`host_split`; default none)."""
   now = time.time()
   blocks = ["\n".join(format_process(p, now, include_ended))
             for p in processes]
+  split = host_split(leases, host_dir)
+  if split:
+    blocks.insert(0, "\n".join(split))
   return "\n\n".join(blocks) + "\n"
 
 
@@ -136,7 +167,8 @@ def _select(directory: pathlib.Path, pid: int | None,
 def inspect(directory: str | pathlib.Path | None = None,
             pid: int | None = None, watch: float | None = None,
             service_only: bool = False, include_ended: bool = False,
-            out: TextIO = sys.stdout) -> int:
+            out: TextIO = sys.stdout,
+            host_dir: str | pathlib.Path | None = None) -> int:
   """Prints the status of running jobs; returns the exit code.
 
   Args:
@@ -148,6 +180,8 @@ def inspect(directory: str | pathlib.Path | None = None,
       False.
     include_ended: also show the last ended sessions. Default False.
     out: where to print. Default stdout.
+    host_dir: the host arbiter's lease folder. Default None:
+      `arbiter.default_dir()`.
 
   Returns:
     0, or 1 when no running job was found (at the first look when watching).
@@ -155,16 +189,20 @@ def inspect(directory: str | pathlib.Path | None = None,
   directory = pathlib.Path(directory) if directory else (
       status_lib.default_dir())
   where = str(directory) + (f", pid {pid}" if pid is not None else "")
+  host_dir = pathlib.Path(host_dir) if host_dir else (
+      arbiter_lib.default_dir())
   found = _select(directory, pid, service_only)
   if not found:
     print(NOTHING_RUNNING.format(dir=where), file=out)
     return 1
   if watch is None:
-    out.write(render(found, include_ended))
+    out.write(render(found, include_ended, arbiter_lib.read_leases(host_dir),
+                     host_dir))
     return 0
   try:
     while True:
-      text = (render(found, include_ended) if found
+      text = (render(found, include_ended,
+                     arbiter_lib.read_leases(host_dir), host_dir) if found
               else NOTHING_RUNNING.format(dir=where) + "\n")
       out.write(_CLEAR + time.strftime("%H:%M:%S ") +
                 f"(every {watch:g} s, Ctrl-C to stop)\n\n" + text)
@@ -184,7 +222,7 @@ def _positive(text: str) -> float:
 
 def main(args: argparse.Namespace) -> int:
   return inspect(args.status_dir, args.pid, args.watch, args.service,
-                 args.ended)
+                 args.ended, host_dir=args.host_dir)
 
 
 def add_parser(subparsers) -> None:
@@ -199,6 +237,9 @@ def add_parser(subparsers) -> None:
                  help="Where tuned processes write their status "
                  f"(default: ${status_lib.ENV_DIR} or "
                  "~/.cache/intune_tf/status).")
+  p.add_argument("--host-dir", default=None,
+                 help="The host arbiter's lease folder (default: "
+                 f"${arbiter_lib.ENV_DIR} or /dev/shm/intune-<uid>).")
   p.add_argument("--service", action="store_true",
                  help="Only tf.data service workers and dispatchers.")
   p.add_argument("--ended", action="store_true",
