@@ -314,6 +314,17 @@ def test_update_shares_with_the_live_leases(folder, sleeper):
   assert a.share() is None
 
 
+def test_every_process_breaks_ties_alike(folder, sleeper):
+  # 3 CPUs, two alike processes: [1.5, 1.5] -> whole [2, 1] in pid order,
+  # so the lower pid takes 2 and the other 1 in both processes' views (not
+  # 2 each, which would sum to 4).
+  _write(folder / f"{sleeper}.json", _entry(sleeper))
+  share = arbiter.HostArbiter(folder).update(
+      1.0, arbiter.Demand(), cpus=3, available=1000, limit=10**6,
+      ram_share=0.5)
+  assert share.cpus == (2 if os.getpid() < sleeper else 1)
+
+
 # Real processes sharing one host.
 
 _CHILD = r"""

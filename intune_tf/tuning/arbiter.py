@@ -531,15 +531,21 @@ class HostArbiter:
     pid = os.getpid()
     others = [lease for lease in read_leases(directory, now, True)
               if lease.pid != pid]
-    weights = [weight] + [lease.weight for lease in others]
-    wanted = [demand.cpus_wanted] + [lease.cpus_wanted for lease in others]
-    shares = split_cpus(float(cpus), weights, wanted)
+    # Every process orders the host by pid, so that all of them break the
+    # ties of `whole_cpus` alike and the whole CPUs sum to the host's.
+    table = sorted([(pid, weight, demand.cpus_wanted)] +
+                   [(lease.pid, lease.weight, lease.cpus_wanted)
+                    for lease in others])
+    me = [row[0] for row in table].index(pid)
+    weights = [row[1] for row in table]
+    shares = split_cpus(float(cpus), weights, [row[2] for row in table])
     whole = whole_cpus(shares, cpus)
     pool = ram_pool(available, demand.buffered_bytes + sum(
         lease.buffered_bytes for lease in others), limit, ram_share)
     ram = split_ram(pool, weights)
-    share = Share(cpus=min(cpus, whole[0]), cpu_share=shares[0], ram=ram[0],
-                  processes=len(weights), host_cpus=cpus, ram_pool=pool)
+    share = Share(cpus=min(cpus, whole[me]), cpu_share=shares[me],
+                  ram=ram[me], processes=len(table), host_cpus=cpus,
+                  ram_pool=pool)
     entry = {
         "format": FORMAT, "pid": pid, "uid": os.getuid(),
         "start": self._start, "weight": float(weight), "heartbeat": now,
