@@ -1,0 +1,313 @@
+"""Several InTune processes on one host: throughput, fairness and memory.
+
+Throughput and fairness (the default). Each group runs its jobs as separate
+processes at once, each with its own pipeline and a plain `next()` consumer:
+`2x l4` (two Criteo L4 batch-4096 jobs), `4x l4`, and `l4+image` (L4 beside
+the image-augment pipeline). Each group runs under three modes, in 5
+interleaved repeats (the modes' order rotates every repeat): `autotune`
+(tf.data AUTOTUNE everywhere), `intune alone` (InTune with
+`host_share=False`: each process plans for the whole host) and `intune
+shared` (InTune with the host arbiter). Every process of a run imports and
+builds its pipeline, pulls until a common start time (the warm-up), then
+counts rows for `--seconds`; a process that was not ready by the start time
+is reported late and its run discarded. Each run gets its own lease folder.
+Printed per run: each job's rows/s, the total and Jain's fairness index; then
+per group and mode the medians, and per repeat the ratios of the total to
+AUTOTUNE's. Jain's index is taken over each job's rows/s divided by the same
+job's median rows/s under AUTOTUNE in that group (so pipelines of different
+row costs compare; for alike jobs it is the index of the raw rates).
+
+Memory (`--memory LIMIT_MB`). Two processes run under one real cgroup
+memory limit (a child of this process's memory cgroup: v2 memory.max with
+swap 0, or v1 memory.limit_in_bytes), each reading 8 MB elements
+through `prefetch(AUTOTUNE)` with a bursty consumer (a pause of 0.3 s every
+50 elements), for `--seconds`; under AUTOTUNE and under InTune with the
+arbiter, interleaved, `--repeats` times. Printed per run: whether each
+process completed (exit 0) or was killed (the cgroup's oom_kill count), and
+the cgroup's peak memory against the limit; then N of N per mode.
+
+The goal (issue 34): shared's total at least 1.15x AUTOTUNE's and at least
+alone's, with fairness at least 0.9; under the memory limit, every shared
+run completes. The figures need a quiet machine.
+
+Run: `python benchmarks/host_share.py [--repeats 5] [--seconds 20]
+[--groups 2x-l4,4x-l4,l4+image] [--setup 60] [--memory 1500]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = {
+    "autotune": None,
+    "intune alone": {"host_share": False},
+    "intune shared": {"host_share": True},
+}
+GROUPS = {
+    "2x-l4": ("criteo-l4-b4096",) * 2,
+    "4x-l4": ("criteo-l4-b4096",) * 4,
+    "l4+image": ("criteo-l4-b4096", "image-augment"),
+}
+# Seconds every process of a run gets to import TensorFlow, build its
+# pipeline and warm up before the common start.
+SETUP_S = 60.0
+_MB = 1 << 20
+
+
+def jain_index(values: list[float]) -> float:
+  """Jain's fairness index: (sum x)^2 / (n * sum x^2), 1 when all are equal,
+  1/n when one takes everything.
+
+  >>> jain_index([2.0, 2.0])
+  1.0
+  >>> jain_index([3.0, 1.0])  # 16 / (2 * 10)
+  0.8
+  >>> jain_index([1.0, 0.0, 0.0, 0.0])  # 1 / (4 * 1)
+  0.25
+  """
+  squares = sum(v * v for v in values)
+  if not values or squares == 0:
+    return 0.0
+  return sum(values) ** 2 / (len(values) * squares)
+
+
+def _child_throughput(scenario_name: str, mode: str, start_at: float,
+                      seconds: float) -> dict:
+  """One job: rows/s of `scenario_name` under `mode` from `start_at`."""
+  import intune_tf  # noqa: PLC0415 (the parent never loads TensorFlow)
+  from intune_tf.bench import meter as meter_lib  # noqa: PLC0415
+  from intune_tf.bench import scenarios  # noqa: PLC0415
+  scenario = scenarios.get(scenario_name)
+  ds = scenario.make(None)
+  fields = MODES[mode]
+  if fields is not None:
+    ds = intune_tf.tune(ds, warm_start=False, **fields)
+  it = iter(ds)
+  next(it)
+  late = time.time() > start_at
+  while time.time() < start_at:
+    next(it)
+  meter = meter_lib.pull(it, seconds,
+                         rows_of=lambda _: scenario.rows_per_element)
+  return {"rows_per_s": meter.rows_per_s, "late": late}
+
+
+def _child_memory(mode: str, seconds: float) -> dict:
+  """One process of the memory run: 8 MB elements, bursty consumer."""
+  import tensorflow as tf  # noqa: PLC0415
+
+  import intune_tf  # noqa: PLC0415 (the parent never loads TensorFlow)
+  ds = tf.data.Dataset.range(10**9).map(
+      lambda x: tf.fill([2 * _MB], tf.cast(x, tf.float32))).prefetch(
+          tf.data.AUTOTUNE)
+  if MODES[mode] is not None:
+    ds = intune_tf.tune(ds, warm_start=False, **MODES[mode])
+  it = iter(ds)
+  end = time.monotonic() + seconds
+  n = 0
+  while time.monotonic() < end:
+    next(it)
+    n += 1
+    if n % 50 == 0:
+      time.sleep(0.3)
+  return {"elements": n}
+
+
+def _launch(args: list[str], host_dir: str, cgroup: pathlib.Path | None
+            ) -> subprocess.Popen:
+  env = dict(os.environ, INTUNE_HOST_DIR=host_dir, INTUNE_STATUS="off",
+             TF_CPP_MIN_LOG_LEVEL="2")
+
+  def enter():
+    if cgroup is not None:
+      (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+  return subprocess.Popen([sys.executable, __file__, "--child", *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True, env=env, preexec_fn=enter)
+
+
+def _result(proc: subprocess.Popen, timeout: float) -> dict | None:
+  try:
+    out, _ = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.communicate()
+    return None
+  lines = [line for line in out.splitlines() if line.startswith("{")]
+  return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+
+
+def run_group(jobs: tuple[str, ...], mode: str, seconds: float,
+              setup_s: float = SETUP_S) -> list[dict | None]:
+  """One run: `jobs` at once under `mode`; one result per job."""
+  with tempfile.TemporaryDirectory(prefix="intune-host-") as host_dir:
+    start_at = time.time() + setup_s
+    procs = [_launch(["throughput", job, mode, repr(start_at),
+                      repr(seconds)], host_dir, None) for job in jobs]
+    return [_result(p, setup_s + seconds + 60) for p in procs]
+
+
+def throughput(groups: list[str], repeats: int, seconds: float,
+               setup_s: float = SETUP_S) -> None:
+  modes = list(MODES)
+  totals: dict[tuple[str, str], list[float]] = {}
+  rates: dict[tuple[str, str], list[list[float]]] = {}
+  for repeat in range(repeats):
+    order = modes[repeat % len(modes):] + modes[:repeat % len(modes)]
+    for group in groups:
+      for mode in order:
+        results = run_group(GROUPS[group], mode, seconds, setup_s)
+        if any(r is None or r["late"] for r in results):
+          print(f"repeat {repeat + 1} {group} {mode}: a process failed or "
+                f"was late ({results}); run discarded", flush=True)
+          continue
+        per_job = [r["rows_per_s"] for r in results]
+        totals.setdefault((group, mode), []).append(sum(per_job))
+        rates.setdefault((group, mode), []).append(per_job)
+        print(f"repeat {repeat + 1} {group} {mode}: "
+              + ", ".join(f"{r:,.0f}" for r in per_job)
+              + f" rows/s, total {sum(per_job):,.0f}", flush=True)
+  print("\n| group | mode | total rows/s (median) | per job rows/s (medians)"
+        " | Jain (median) | total vs autotune (median) |\n|---|---|---|---|"
+        "---|---|")
+  for group in groups:
+    base_runs = rates.get((group, "autotune"), [])
+    base = ([statistics.median(col) for col in zip(*base_runs)]
+            if base_runs else None)
+    for mode in modes:
+      runs = rates.get((group, mode), [])
+      if not runs:
+        continue
+      jobs = [statistics.median(col) for col in zip(*runs)]
+      jain = statistics.median(
+          jain_index([r / b for r, b in zip(run, base)]) if base
+          else jain_index(run) for run in runs)
+      auto = totals.get((group, "autotune"), [])
+      ratio = (statistics.median(t / a for t, a in
+                                 zip(totals[(group, mode)], auto))
+               if auto else float("nan"))
+      total = statistics.median(totals[(group, mode)])
+      print(f"| {group} | {mode} | {total:,.0f}"
+            f" | {', '.join(f'{j:,.0f}' for j in jobs)} | {jain:.3f} | "
+            f"{ratio:.2f}x |")
+
+
+def _own_memory_cgroup() -> pathlib.Path:
+  """This process's memory cgroup directory (v2 unified, or v1 memory)."""
+  with open("/proc/self/cgroup") as f:
+    lines = [line.rstrip("\n").split(":", 2) for line in f]
+  for _, controllers, path in lines:
+    if "memory" in controllers.split(","):
+      return pathlib.Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+  for hierarchy, controllers, path in lines:
+    if hierarchy == "0" and not controllers:
+      return pathlib.Path("/sys/fs/cgroup") / path.lstrip("/")
+  raise OSError("no memory cgroup found in /proc/self/cgroup")
+
+
+@contextlib.contextmanager
+def _memory_cgroup(limit: int):
+  """A child of this process's memory cgroup limited to `limit` bytes:
+  (its path, whether it is cgroup v2)."""
+  own = _own_memory_cgroup()
+  v2 = (own / "cgroup.controllers").exists()
+  if not v2 and not (own / "memory.limit_in_bytes").exists():
+    raise OSError(f"{own} is not a memory cgroup")
+  path = own / f"intune-host-share-{os.getpid()}"
+  path.mkdir()
+  try:
+    if v2:
+      (path / "memory.max").write_text(str(limit))
+      with contextlib.suppress(OSError):
+        (path / "memory.swap.max").write_text("0")
+    else:
+      (path / "memory.limit_in_bytes").write_text(str(limit))
+    yield path, v2
+  finally:
+    for _ in range(50):
+      try:
+        path.rmdir()
+        break
+      except OSError:
+        time.sleep(0.1)
+
+
+def _peak(path: pathlib.Path, v2: bool) -> int:
+  name = "memory.peak" if v2 else "memory.max_usage_in_bytes"
+  try:
+    return int((path / name).read_text())
+  except (OSError, ValueError):
+    return 0
+
+
+def _oom_kills(path: pathlib.Path, v2: bool) -> int:
+  name = "memory.events" if v2 else "memory.oom_control"
+  for line in (path / name).read_text().splitlines():
+    if line.startswith("oom_kill "):
+      return int(line.split()[1])
+  return 0
+
+
+def memory(limit_mb: int, repeats: int, seconds: float) -> None:
+  modes = ["autotune", "intune shared"]
+  done = {mode: 0 for mode in modes}
+  for repeat in range(repeats):
+    for mode in modes[repeat % 2:] + modes[:repeat % 2]:
+      with _memory_cgroup(limit_mb * _MB) as (cg, v2), (
+          tempfile.TemporaryDirectory(prefix="intune-host-")) as host_dir:
+        procs = [_launch(["memory", mode, repr(seconds)], host_dir, cg)
+                 for _ in range(2)]
+        results = [_result(p, SETUP_S + seconds + 60) for p in procs]
+        peak, kills = _peak(cg, v2), _oom_kills(cg, v2)
+      ok = sum(r is not None for r in results)
+      done[mode] += ok == 2
+      print(f"repeat {repeat + 1} {mode}: {ok} of 2 completed, "
+            f"{kills} OOM kills, peak {peak / _MB:,.0f} MB of "
+            f"{limit_mb:,} MB", flush=True)
+  for mode in modes:
+    print(f"{mode}: both processes completed in {done[mode]} of {repeats} "
+          "runs")
+
+
+def main() -> None:
+  if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    kind, rest = sys.argv[2], sys.argv[3:]
+    if kind == "throughput":
+      result = _child_throughput(rest[0], rest[1], float(rest[2]),
+                                 float(rest[3]))
+    else:
+      result = _child_memory(rest[0], float(rest[1]))
+    print(json.dumps(result), flush=True)
+    return
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--seconds", type=float, default=20.0)
+  parser.add_argument("--groups", default=",".join(GROUPS))
+  parser.add_argument("--setup", type=float, default=SETUP_S,
+                      help="Seconds each run's processes get to start and "
+                      "warm up before the common start.")
+  parser.add_argument("--memory", type=int, default=None, metavar="LIMIT_MB",
+                      help="Run the cgroup memory measurement instead.")
+  args = parser.parse_args()
+  if args.memory:
+    memory(args.memory, args.repeats, args.seconds)
+  else:
+    groups = args.groups.split(",")
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+      parser.error(f"unknown groups {unknown}; valid: {sorted(GROUPS)}")
+    throughput(groups, args.repeats, args.seconds, args.setup)
+
+
+if __name__ == "__main__":
+  main()
