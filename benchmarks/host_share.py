@@ -21,10 +21,10 @@ Memory (`--memory LIMIT_MB`). Two processes run under one real cgroup
 memory limit (a child of this process's memory cgroup: v2 memory.max with
 swap 0, or v1 memory.limit_in_bytes), each reading 8 MB elements
 through `prefetch(AUTOTUNE)` with a bursty consumer (a pause of 0.3 s every
-50 elements), for `--seconds`; under AUTOTUNE and under InTune with the
-arbiter, interleaved, `--repeats` times. Printed per run: whether each
-process completed (exit 0) or was killed (the cgroup's oom_kill count), and
-the cgroup's peak memory against the limit; then N of N per mode.
+50 elements), for `--seconds`; under the three modes, interleaved,
+`--repeats` times. Printed per run: whether each process completed (exit 0)
+or was killed (the cgroup's oom_kill count), and the cgroup's peak memory
+against the limit; then N of N per mode.
 
 The goal (issue 34): shared's total at least 1.15x AUTOTUNE's and at least
 alone's, with fairness at least 0.9; under the memory limit, every shared
@@ -259,10 +259,11 @@ def _oom_kills(path: pathlib.Path, v2: bool) -> int:
 
 
 def memory(limit_mb: int, repeats: int, seconds: float) -> None:
-  modes = ["autotune", "intune shared"]
+  modes = list(MODES)
   done = {mode: 0 for mode in modes}
   for repeat in range(repeats):
-    for mode in modes[repeat % 2:] + modes[:repeat % 2]:
+    turn = repeat % len(modes)
+    for mode in modes[turn:] + modes[:turn]:
       with _memory_cgroup(limit_mb * _MB) as (cg, v2), (
           tempfile.TemporaryDirectory(prefix="intune-host-")) as host_dir:
         procs = [_launch(["memory", mode, repr(seconds)], host_dir, cg)
