@@ -265,3 +265,67 @@ def test_a_new_context_forgets_the_evidence():
   wider = dataclasses.replace(o, cpu_budget=16, usable_cpus=16)
   policy.step(at(wider, 100.0))
   assert policy.evidence == {}
+
+
+def _jump_search(q, cls=ranked.JumpSearchPolicy, **kwargs):
+  """A jump search without jumps whose Q-values are `q` (flat)."""
+  policy = cls(IntuneOptions(), jumps=(), **kwargs)
+  if cls is ranked.JumpSearchPolicy:
+    policy.q_values = lambda obs: np.asarray(q, float)
+  return policy
+
+
+def test_intune_makes_one_proposal_then_follows_jump_climbs_order():
+  o = two_stages()
+  q = np.zeros(9)
+  q[dqn.action_of(0, 1)] = 0.5   # A +1: the network's proposal
+  q[dqn.action_of(0, 5)] = 0.4   # A +5: its second choice, never first
+  policy = _jump_search(q)
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
+  # 100 is not above 102: reverted at once.
+  assert policy.step(at(o, 100.0, A=3)) == {"A/parallelism": 2.0}
+  # From here jump-climb's order (no evidence on B: climb's, B +5 first),
+  # not the network's A +5.
+  climb = search.JumpClimbPolicy(IntuneOptions(), jumps=())
+  assert climb.step(at(o, 100.0)) == {"B/parallelism": 7.0}
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 7.0}
+
+
+@pytest.mark.parametrize("cls, q_a", [
+    # No advantage above 0: no proposal.
+    (ranked.JumpSearchPolicy, 0.0),
+    (ranked.JumpSearchPolicy, -0.5),
+    # The ablated network's constant output: no proposal ever.
+    (ranked.AblatedSearchPolicy, None),
+])
+def test_without_a_positive_advantage_intune_is_jump_climb(cls, q_a):
+  o = two_stages()
+  q = np.full(9, -1.0)
+  q[-1] = 0.0
+  if q_a is not None:
+    q[dqn.action_of(0, 1)] = q_a
+  policy = _jump_search(q, cls)
+  climb = search.JumpClimbPolicy(IntuneOptions(), jumps=())
+  for state in (at(o, 100.0), at(o, 100.0, B=7), at(o, 100.0)):
+    assert policy.step(state) == climb.step(state)
+
+
+def test_a_reopened_search_gets_a_new_proposal():
+  o = obs([knob("A/parallelism", "parallelism", 2, hi=8)], cpu_budget=8,
+          costs={"A": 0.02})
+  q = np.zeros(5)
+  q[dqn.action_of(0, 1)] = 0.5   # A +1 proposed (climb: A +5 first)
+  policy = _jump_search(q, patience=1)
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
+  # Reverted, and with patience 1 the search settles.
+  assert policy.step(at(o, 100.0, A=3)) == {"A/parallelism": 2.0}
+  policy.step(at(o, 100.0))
+  assert policy.converged
+  for _ in range(10):
+    assert policy.step(at(o, 100.0)) == {}
+  # The rate falls by 20%: the search re-opens, the proposal first again.
+  # A stream without noise (the sigma floor): the third low value alarms
+  # (test_change.py).
+  assert [policy.step(at(o, 80.0)) for _ in range(2)] == [{}, {}]
+  assert policy.step(at(o, 80.0)) == {"A/parallelism": 3.0}
+  assert policy.last_decision.action.startswith("re-open")

@@ -23,25 +23,28 @@ would not help, so trials that would only cost throughput are not made. A
 settled search re-opens when an observed quantity moves beyond its noise
 (`search.held_signals`, `intune_tf.tuning.change`).
 
-`policy="intune"` (also registered as `intune-jump`): the same search, first
-trying whole-configuration
-jumps (`search.proportional_jumps`): threads in proportion to each stage's
-measured cost at a total of f x the CPU budget, for each f of
-`search.JUMP_FRACTIONS` in turn, each measured and kept only when it beats the
-configuration in force (accept/revert); then the Q-ranked local search
-from wherever that landed. The jumps are made again when the CPU budget or
-the knobs change, or the settled search re-opens. Its ranker,
-`jump_ranker.npz`, is fitted on the states this search visits.
+`policy="intune"` (also registered as `intune-jump`): `jump-climb`'s
+search (`search.JumpClimbPolicy`: proportional jumps, then climb's moves
+ordered by the measured evidence, ties in climb's order), with the
+network adding ONE proposal per search: the first local move after the
+jumps of each (re)start (a new context, or a settled search re-opening on
+a change) is the candidate of the highest Q-advantage, when that advantage
+is above 0. Measurement confirms it: kept when it beats the base, reverted
+at once otherwise. The network never reorders what the measured evidence
+orders: at that point the search has no evidence (jumps leave none, and a
+(re)start forgets it). Its ranker, `jump_ranker.npz`, is fitted on the
+states this search visits.
 
 `policy="intune-ablated"`: `intune` with the network's output replaced by a
-constant (`AblatedSearchPolicy`): every move's advantage is 0, so the order
-is the measured evidence's and climb's, exactly as in `jump-climb`. The
+constant (`AblatedSearchPolicy`): every move's advantage is 0, so no
+proposal is made and the search is exactly `jump-climb`. The
 difference between `intune` and `intune-ablated` is what learning adds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Sequence
@@ -182,8 +185,8 @@ class RankedSearchPolicy(search.JumpClimbPolicy):
 
 
 class JumpSearchPolicy(RankedSearchPolicy):
-  """`RankedSearchPolicy` with `search.JUMP_FRACTIONS` jumps first and the
-  jump-search ranker (`JUMP_WEIGHTS`); module docstring.
+  """`search.JumpClimbPolicy` with the network's one proposal per search
+  (module docstring) and the jump-search ranker (`JUMP_WEIGHTS`).
 
   Live (`bind`), it warm-starts: the configuration saved for the same
   pipeline on the same machine (`intune_tf.tuning.warmstart`) is applied
@@ -192,7 +195,7 @@ class JumpSearchPolicy(RankedSearchPolicy):
   when no trial is on.
 
   Args: as `RankedSearchPolicy` (defaults: weights `JUMP_WEIGHTS`, jumps
-  `search.JUMP_FRACTIONS`).
+  `search.JUMP_FRACTIONS`); `evidence_weight` and `order` are not used.
   """
 
   def __init__(self, options: "IntuneOptions", weights: str | None = None,
@@ -202,6 +205,43 @@ class JumpSearchPolicy(RankedSearchPolicy):
     self.session = None
     self.steps = 0
     self._warm: dict[str, float] | None = None
+
+  def _reset(self, context: tuple | None) -> None:
+    # Whether this search's local moves have begun (the network's one
+    # proposal is made at most once per (re)start).
+    self._local = False
+    super()._reset(context)
+
+  def proposal(self, obs: "Observation"
+               ) -> tuple[str, dict[str, float], float] | None:
+    """The network's proposal from `obs`: the candidate of the highest
+    Q-advantage (`rank` without evidence), with its advantage, or None
+    when no candidate's advantage is above 0."""
+    scored = rank(self.candidates(obs), obs, self.q_values(obs))
+    if scored and scored[0][2] > 0:
+      return scored[0]
+    return None
+
+  def ranked(self, obs: "Observation"
+             ) -> list[tuple[str, dict[str, float], float]]:
+    """Every candidate from `obs` with its score, in the order tried:
+    `search.JumpClimbPolicy`'s (measured evidence, then climb's order),
+    with the network's `proposal` first before the search's first local
+    move."""
+    order = search.JumpClimbPolicy.ranked(self, obs)
+    if self._local:
+      return order
+    pick = self.proposal(obs)
+    if pick is None:
+      return order
+    return [(pick[0], pick[1], math.inf)] + [
+        c for c in order if c[0] != pick[0]]
+
+  def propose(self, obs):
+    proposal = super().propose(obs)
+    if proposal is not None and self._moves:
+      self._local = True  # a local move (jumps leave `_moves` empty)
+    return proposal
 
   def bind(self, session) -> None:
     """Loads the warm-start configuration saved for `session`'s pipeline."""
