@@ -132,19 +132,24 @@ def _launch(args: list[str], host_dir: str, cgroup: pathlib.Path | None
       (cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
   return subprocess.Popen([sys.executable, __file__, "--child", *args],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, env=env, preexec_fn=enter)
 
 
-def _result(proc: subprocess.Popen, timeout: float) -> dict | None:
+def _result(proc: subprocess.Popen, timeout: float) -> dict:
+  """The child's last JSON line, or {"error": why} (a timeout, or its exit
+  status with the last line of its stderr)."""
   try:
-    out, _ = proc.communicate(timeout=timeout)
+    out, err = proc.communicate(timeout=timeout)
   except subprocess.TimeoutExpired:
     proc.kill()
     proc.communicate()
-    return None
+    return {"error": f"no result in {timeout:g} s"}
   lines = [line for line in out.splitlines() if line.startswith("{")]
-  return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+  if proc.returncode == 0 and lines:
+    return json.loads(lines[-1])
+  last = (err.strip().splitlines() or [""])[-1][:160]
+  return {"error": f"exit status {proc.returncode}: {last}"}
 
 
 def run_group(jobs: tuple[str, ...], mode: str, seconds: float,
@@ -167,7 +172,7 @@ def throughput(groups: list[str], repeats: int, seconds: float,
     for group in groups:
       for mode in order:
         results = run_group(GROUPS[group], mode, seconds, setup_s)
-        if any(r is None or r["late"] for r in results):
+        if any("error" in r or r["late"] for r in results):
           print(f"repeat {repeat + 1} {group} {mode}: a process failed or "
                 f"was late ({results}); run discarded", flush=True)
           continue
@@ -270,11 +275,13 @@ def memory(limit_mb: int, repeats: int, seconds: float) -> None:
                  for _ in range(2)]
         results = [_result(p, SETUP_S + seconds + 60) for p in procs]
         peak, kills = _peak(cg, v2), _oom_kills(cg, v2)
-      ok = sum(r is not None for r in results)
+      ok = sum("error" not in r for r in results)
       done[mode] += ok == 2
+      errors = "; ".join(r["error"] for r in results if "error" in r)
       print(f"repeat {repeat + 1} {mode}: {ok} of 2 completed, "
             f"{kills} OOM kills, peak {peak / _MB:,.0f} MB of "
-            f"{limit_mb:,} MB", flush=True)
+            f"{limit_mb:,} MB" + (f" ({errors})" if errors else ""),
+            flush=True)
   for mode in modes:
     print(f"{mode}: both processes completed in {done[mode]} of {repeats} "
           "runs")
