@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf.tuning import tuner
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -413,10 +414,13 @@ def test_what_the_guard_cannot_lower_is_counted_and_told_once(monkeypatch):
   assert 15 * mb <= session.counters()["unlowerable_bytes"] <= 16 * mb
   value = {k.name: k.value for k in session.knobs()}[buf]
   assert 1 <= value <= 24 - 15 - 1  # (value + 1) x 1 MB within what is left
-  # Told once, naming the stage and its bytes.
+  # Told once, naming the stage and its bytes: what it held when the tuner
+  # first saw it reach the share that matters (the shuffle may still be
+  # filling then, on a busy machine).
   mine = [a for a in told if "cannot lower" in str(a[0])]
   assert len(mine) == 1, told
-  assert mine[0][2].endswith("Shuffle") and 15 <= mine[0][3] <= 16, mine
+  assert mine[0][2].endswith("Shuffle"), mine
+  assert tuner.UNLOWERABLE_WARN_SHARE * 24 <= mine[0][3] <= 16, mine
   del it
   gc.collect()
 
