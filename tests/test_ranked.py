@@ -13,6 +13,7 @@ import pytest
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
+from intune_tf.sim import simulator
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
@@ -329,3 +330,30 @@ def test_a_reopened_search_gets_a_new_proposal():
   assert [policy.step(at(o, 80.0)) for _ in range(2)] == [{}, {}]
   assert policy.step(at(o, 80.0)) == {"A/parallelism": 3.0}
   assert policy.last_decision.action.startswith("re-open")
+
+
+def _trajectory(policy, pipeline, params, steps=80):
+  """The configurations `policy` applies on a seeded simulator."""
+  sim = simulator.Simulator(pipeline, seed=7, params=params)
+  out = []
+  for _ in range(steps):
+    values = policy.step(sim.observe())
+    if values:
+      sim.set(values)
+    out.append((tuple(sim.parallelism), tuple(sim.buffers)))
+    sim.advance()
+  return out
+
+
+@pytest.mark.slow
+def test_on_the_simulator_the_ablation_decides_as_jump_climb():
+  rng = np.random.default_rng(3)
+  pipeline = simulator.random_pipeline(rng, events=False)
+  params = simulator.random_params(rng)
+  ablated = _trajectory(ranked.AblatedSearchPolicy(IntuneOptions()),
+                        pipeline, params)
+  climb = _trajectory(search.JumpClimbPolicy(IntuneOptions()), pipeline,
+                      params)
+  assert ablated == climb
+  # Something was searched: the configuration moved.
+  assert len(set(climb)) > 1
