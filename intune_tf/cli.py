@@ -60,7 +60,20 @@ def _add_missing_extra(groups, name: str, missing: str) -> None:
     sys.exit(f"intune {name} needs {missing}, from the [bench] extra: "
              "pip install 'intune_tf[bench]'")
   sub = groups.add_parser(name, help=f"(needs the [bench] extra: {missing})")
-  sub.set_defaults(func=fail)
+  sub.set_defaults(func=fail, needs_extra=missing)
+
+
+def parse_args(argv: Sequence[str]):
+  """Parses `argv` (without the program name).
+
+  A command that needs a missing extra says so whatever its arguments: its
+  stand-in parser knows none of the real command's flags.
+  """
+  the_parser = parser()
+  args, unknown = the_parser.parse_known_args(list(argv))
+  if unknown and getattr(args, "needs_extra", None) is None:
+    the_parser.error("unrecognized arguments: " + " ".join(unknown))
+  return args
 
 
 def _main(args) -> None:
@@ -71,5 +84,5 @@ def run(argv: Sequence[str] | None = None) -> None:
   """Entry point of the `intune` console script."""
   logging.set_verbosity(logging.INFO)
   app.run(_main, argv=[sys.argv[0]] + list(argv) if argv is not None else None,
-          flags_parser=lambda a: parser().parse_args(a[1:]))
+          flags_parser=lambda a: parse_args(a[1:]))
 
