@@ -24,7 +24,6 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -80,8 +79,6 @@ TF_CC_FUNCTIONS = {"RewriteDataset": "INTUNE_REWRITE_DATASET_SYMBOL",
                        "INTUNE_CREATE_REWRITER_CONFIG_SYMBOL"}
 # The file given those macros.
 _TF_CC_SOURCE = "intune_tf/cc/kernels/tf_cc_symbols.cc"
-_FIRST = (_TF_CC_SOURCE, "rewrites/optimizer.cc",
-          "intune_tf/cc/kernels/intune_dataset_op.cc")
 # The probe's references to those functions give their mangled names.
 _PROBE = ('#include "tensorflow/core/data/rewrite_utils.h"\n' + "".join(
     f"void* IntuneProbe{name}() {{ return reinterpret_cast<void*>("
@@ -187,6 +184,16 @@ def _up_to_date(obj: str) -> bool:
     return False
 
 
+def unity_chunks(sources: list[str], count: int) -> list[list[str]]:
+  """`sources` in `count` chunks of about equal size (largest first into the
+  smallest chunk), each in the list's order."""
+  sizes = {s: os.path.getsize(os.path.join(ROOT, s)) for s in sources}
+  chunks: list[list[str]] = [[] for _ in range(min(count, len(sources)))]
+  for source in sorted(sources, key=lambda s: -sizes[s]):
+    min(chunks, key=lambda c: sum(sizes[s] for s in c)).append(source)
+  return [sorted(c, key=sources.index) for c in chunks]
+
+
 def compile_flags(tf: TfInfo) -> list[str]:
   """Compile flags for the sources, for TensorFlow `tf`."""
   major, minor = tf.major_minor
@@ -204,7 +211,7 @@ def build(tf: TfInfo, out_dir: str, objdir: str, jobs: int = 2) -> str:
     out_dir: where `_intune_ops.so` and `_intune_ops.tfversion` go.
     objdir: where object files go (reused when newer than every source and
       header and built with the same flags).
-    jobs: translation units compiled at once (default 2).
+    jobs: unity translation units, compiled at once (default 2).
 
   Returns:
     The library's path.
@@ -214,31 +221,41 @@ def build(tf: TfInfo, out_dir: str, objdir: str, jobs: int = 2) -> str:
   """
   symbols = tf_cc_symbols(tf, objdir)
   flags = compile_flags(tf)
-  # Only tf_cc_symbols.cc sees the names (compiled every time: they are
-  # checked on every build).
+  # Only the chunk holding tf_cc_symbols.cc sees the names.
   tf_cc_flags = [f'-D{TF_CC_FUNCTIONS[name]}="{mangled}"'
                  for name, mangled in symbols.items()]
-  flags_file = os.path.join(objdir, "flags")
-  old_flags = None
-  if os.path.exists(flags_file):
-    with open(flags_file) as f:
-      old_flags = f.read()
-  same_flags = old_flags == shlex.join(flags)
 
-  def compile_one(source: str) -> str:
-    obj = os.path.join(objdir, re.sub(r"[/.]", "_", source) + ".o")
-    extra = tf_cc_flags if source == _TF_CC_SOURCE else []
-    if not (same_flags and not extra and _up_to_date(obj)):
-      _run(_cxx() + flags + extra + ["-MMD", "-MF", obj[:-2] + ".d", "-c",
-                                     os.path.join(ROOT, source), "-o", obj])
+  def write_if_changed(path: str, text: str) -> bool:
+    old = None
+    if os.path.exists(path):
+      with open(path) as f:
+        old = f.read()
+    if old != text:
+      with open(path, "w") as f:
+        f.write(text)
+    return old != text
+
+  def compile_one(chunk: list[str]) -> str:
+    name = f"unity_{chunks.index(chunk)}"
+    source = os.path.join(objdir, name + ".cc")
+    write_if_changed(source, "".join(f'#include "{s}"\n' for s in chunk))
+    obj = source[:-3] + ".o"
+    command = flags + (tf_cc_flags if _TF_CC_SOURCE in chunk else [])
+    # The flags it was compiled with, written only after a success.
+    flags_file = source[:-3] + ".flags"
+    same_flags = (os.path.exists(flags_file) and
+                  open(flags_file).read() == shlex.join(command))
+    if not (same_flags and _up_to_date(obj)):
+      _run(_cxx() + command + ["-MMD", "-MF", obj[:-2] + ".d", "-c", source,
+                               "-o", obj])
+      write_if_changed(flags_file, shlex.join(command))
     return obj
 
+  # Unity builds: TF's headers, most of the compile time, are parsed once per
+  # chunk instead of once per source file; `jobs` chunks compile at once.
+  chunks = unity_chunks(KERNEL_SOURCES, max(1, jobs))
   with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
-    # The files that call libtensorflow_cc's functions first: they fail first.
-    objects = list(pool.map(compile_one, sorted(
-        KERNEL_SOURCES, key=lambda s: s not in _FIRST)))
-  with open(flags_file, "w") as f:
-    f.write(shlex.join(flags))
+    objects = list(pool.map(compile_one, chunks))
   os.makedirs(out_dir, exist_ok=True)
   library = os.path.join(out_dir, LIBRARY)
   with tempfile.NamedTemporaryFile(dir=out_dir, suffix=".so",
@@ -266,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="folder for object files (default: "
                       "build/kernels/tf<major>_<minor>)")
   parser.add_argument("--jobs", type=int, default=2,
-                      help="translation units compiled at once (default 2)")
+                      help="unity translation units, compiled at once "
+                      "(default 2)")
   args = parser.parse_args(argv)
   tf = tf_info_of(args.python)
   major, minor = tf.major_minor

@@ -5,7 +5,7 @@ PATH that holds no compiler, `uv pip install --only-binary :all:` of the
 wheel and that minor's tensorflow-cpu, then the tests (the smoke subset, or
 with `--write-docs` also the conformance suite and the kernel tests) run
 against the installed package. Prints one row per pair; `--write-docs`
-writes the table into docs/compatibility.md and the README.
+writes the table into docs/compatibility.md and a summary into the README.
 
     python tools/matrix.py --wheel dist/intune_tf-*.whl --minors 16 21 \\
         --pythons 3.11=/usr/bin/python3 [--smoke | --write-docs]
@@ -158,6 +158,35 @@ def table(rows: list[Row]) -> str:
   return "\n".join(lines)
 
 
+def readme_table(rows: list[Row], minors: list[str]) -> str:
+  """One row per Python, one column per TensorFlow minor."""
+  columns = [f"2.{m}" for m in minors]
+  lines = ["| Python | " + " | ".join(columns) + " |",
+           "|---" * (len(columns) + 1) + "|"]
+  for python in dict.fromkeys(r.python for r in rows):
+    cells = {r.minor: "passed" if r.ok else "FAILED"
+             for r in rows if r.python == python}
+    lines.append(f"| {python} | " + " | ".join(
+        cells.get(c, "not run") for c in columns) + " |")
+  return "\n".join(lines)
+
+
+def _replace_readme_table(text: str) -> None:
+  """Replaces the README's table that starts with `| Python |`."""
+  with open(_README) as f:
+    lines = f.read().split("\n")
+  start = next((i for i, l in enumerate(lines)
+                if l.startswith("| Python | 2.")), None)
+  if start is None:
+    raise SystemExit(f"{_README} has no table starting with '| Python | 2.'")
+  end = start
+  while end < len(lines) and lines[end].startswith("|"):
+    end += 1
+  lines[start:end] = text.split("\n")
+  with open(_README, "w") as f:
+    f.write("\n".join(lines))
+
+
 def _replace_between(path: str, text: str) -> None:
   with open(path) as f:
     content = f.read()
@@ -169,14 +198,15 @@ def _replace_between(path: str, text: str) -> None:
     f.write(f"{head}{_BEGIN}\n{text}\n{_END}{tail}")
 
 
-def write_docs(rows: list[Row], wheel: str, tests: list[str]) -> None:
+def write_docs(rows: list[Row], wheel: str, tests: list[str],
+               minors: list[str]) -> None:
   day = datetime.date.today().isoformat()
   text = (f"{table(rows)}\n\n`make matrix` on {day}: "
           f"`{os.path.basename(wheel)}` installed with "
           "`--only-binary :all:` into a fresh venv per row, no compiler on "
           f"PATH, then `pytest {' '.join(tests)}`.")
   _replace_between(_DOCS, text)
-  _replace_between(_README, table(rows))
+  _replace_readme_table(readme_table(rows, minors))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row.install_s:.0f} s, tests {row.tests_s:.0f} s", flush=True)
   print(table(rows))
   if args.write_docs:
-    write_docs(rows, wheel, tests)
+    write_docs(rows, wheel, tests, args.minors)
   return 0 if rows and all(r.ok for r in rows) else 1
 
 
