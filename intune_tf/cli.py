@@ -54,11 +54,15 @@ def parser() -> argparse_flags.ArgumentParser:
   return parser
 
 
+def _needs_extra(name: str, missing: str) -> str:
+  return (f"intune {name} needs {missing}, from the [bench] extra: "
+          "pip install 'intune_tf[bench]'")
+
+
 def _add_missing_extra(groups, name: str, missing: str) -> None:
   """A command whose module needs the [bench] extra: it says so when run."""
   def fail(_):
-    sys.exit(f"intune {name} needs {missing}, from the [bench] extra: "
-             "pip install 'intune_tf[bench]'")
+    sys.exit(_needs_extra(name, missing))
   sub = groups.add_parser(name, help=f"(needs the [bench] extra: {missing})")
   sub.set_defaults(func=fail, needs_extra=missing)
 
@@ -77,7 +81,17 @@ def parse_args(argv: Sequence[str]):
 
 
 def _main(args) -> None:
-  sys.exit(args.func(args) or 0)
+  try:
+    code = args.func(args)
+  except ModuleNotFoundError as e:
+    # A command that imports the [bench] extra only where it needs it.
+    missing = (e.name or "").partition(".")[0]
+    if missing not in _EXTRA:
+      raise
+    name = " ".join(v for v in (args.group, getattr(args, "command", None))
+                    if v)
+    sys.exit(_needs_extra(name, missing))
+  sys.exit(code or 0)
 
 
 def run(argv: Sequence[str] | None = None) -> None:
