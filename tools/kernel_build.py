@@ -24,6 +24,7 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -184,14 +185,25 @@ def _up_to_date(obj: str) -> bool:
     return False
 
 
+def _leaks_names(source: str) -> bool:
+  """Whether `source` has a namespace-scope using-declaration (`using
+  model::Node;`), which would change what names mean in the files after it
+  in a unity unit."""
+  with open(os.path.join(ROOT, source)) as f:
+    return re.search(r"^using [\w:]+::\w+;", f.read(), re.M) is not None
+
+
 def unity_chunks(sources: list[str], count: int) -> list[list[str]]:
   """`sources` in `count` chunks of about equal size (largest first into the
-  smallest chunk), each in the list's order."""
-  sizes = {s: os.path.getsize(os.path.join(ROOT, s)) for s in sources}
-  chunks: list[list[str]] = [[] for _ in range(min(count, len(sources)))]
-  for source in sorted(sources, key=lambda s: -sizes[s]):
+  smallest chunk), each in the list's order; a file whose using-declarations
+  would leak into the others gets a unit of its own."""
+  alone = [[s] for s in sources if _leaks_names(s)]
+  rest = [s for s in sources if not _leaks_names(s)]
+  sizes = {s: os.path.getsize(os.path.join(ROOT, s)) for s in rest}
+  chunks: list[list[str]] = [[] for _ in range(min(count, len(rest)))]
+  for source in sorted(rest, key=lambda s: -sizes[s]):
     min(chunks, key=lambda c: sum(sizes[s] for s in c)).append(source)
-  return [sorted(c, key=sources.index) for c in chunks]
+  return [sorted(c, key=sources.index) for c in chunks] + alone
 
 
 def compile_flags(tf: TfInfo) -> list[str]:
@@ -255,7 +267,11 @@ def build(tf: TfInfo, out_dir: str, objdir: str, jobs: int = 2) -> str:
   # chunk instead of once per source file; `jobs` chunks compile at once.
   chunks = unity_chunks(KERNEL_SOURCES, max(1, jobs))
   with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
-    objects = list(pool.map(compile_one, chunks))
+    futures = [pool.submit(compile_one, c) for c in chunks]
+  failures = [str(f.exception()) for f in futures if f.exception()]
+  if failures:
+    raise BuildError("\n\n".join(failures))
+  objects = [f.result() for f in futures]
   os.makedirs(out_dir, exist_ok=True)
   library = os.path.join(out_dir, LIBRARY)
   with tempfile.NamedTemporaryFile(dir=out_dir, suffix=".so",
