@@ -221,11 +221,14 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"run only {' '.join(SMOKE_TESTS)}")
   mode.add_argument("--write-docs", action="store_true",
                     help="write the table into docs and README")
+  parser.add_argument("--tests", nargs="+", default=None,
+                      help="test files to run instead (default: the smoke "
+                      "subset with --smoke, else the full list)")
   args = parser.parse_args(argv)
   uv = _uv()
   os.makedirs(WORK, exist_ok=True)
   path = no_compiler_path()
-  tests = SMOKE_TESTS if args.smoke else FULL_TESTS
+  tests = args.tests or (SMOKE_TESTS if args.smoke else FULL_TESTS)
   wheel = os.path.abspath(args.wheel)
   rows = []
   for spec in args.pythons:
