@@ -108,7 +108,7 @@ $(WHEEL_TOOLS)/.deps: | uv
 wheel: $(LIBS) $(WHEEL_TOOLS)/.deps
 	rm -rf build/lib build/bdist.* build/raw-wheel dist/intune_tf-*.whl
 	INTUNE_PREBUILT=1 $(WHEEL_TOOLS)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w build/raw-wheel .
-	$(WHEEL_TOOLS)/bin/auditwheel repair -w dist --exclude libtensorflow_framework.so.2 --exclude libtensorflow_cc.so.2 build/raw-wheel/intune_tf-*.whl
+	PATH=$(abspath $(WHEEL_TOOLS))/bin:$$PATH $(WHEEL_TOOLS)/bin/auditwheel repair -w dist --exclude libtensorflow_framework.so.2 --exclude libtensorflow_cc.so.2 build/raw-wheel/intune_tf-*.whl
 	@ls dist/intune_tf-*.whl
 
 # Installs the wheel into a fresh venv per TensorFlow minor and Python, with

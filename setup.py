@@ -88,12 +88,16 @@ class BuildTfKernels(_build_ext.build_ext):
     return []
 
 
+class BinaryDistribution(setuptools.Distribution):
+  """Platform-specific, prebuilt libraries (INTUNE_PREBUILT) included: they
+  install to platlib, where auditwheel looks for them."""
+
+  def has_ext_modules(self):
+    return True
+
+
 class BdistWheel(_bdist_wheel):
   """py3-none: the kernel library uses no Python C-API symbol."""
-
-  def finalize_options(self):
-    super().finalize_options()
-    self.root_is_pure = False  # a platform wheel, prebuilt or compiled here
 
   def get_tag(self):
     _, _, platform = super().get_tag()
@@ -132,6 +136,7 @@ setuptools.setup(
     },
     ext_modules=_EXTENSIONS,
     cmdclass={"build_ext": BuildTfKernels, "bdist_wheel": BdistWheel},
+    distclass=BinaryDistribution,
     install_requires=[
         "numpy>=1.23,<3",
         "psutil>=5.9,<8",
