@@ -201,7 +201,10 @@ def _replace_between(path: str, text: str) -> None:
 def write_docs(rows: list[Row], wheel: str, tests: list[str],
                minors: list[str]) -> None:
   day = datetime.date.today().isoformat()
-  text = (f"{table(rows)}\n\n`make matrix` on {day}: "
+  command = " ".join(["python3 tools/matrix.py"] + [
+      os.path.relpath(a, ROOT) if a.startswith(ROOT) else a
+      for a in sys.argv[1:]])
+  text = (f"{table(rows)}\n\n`{command}` on {day}: "
           f"`{os.path.basename(wheel)}` installed with "
           "`--only-binary :all:` into a fresh venv per row, no compiler on "
           f"PATH, then `pytest {' '.join(tests)}`.")
