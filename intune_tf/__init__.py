@@ -9,6 +9,8 @@ Importing the package adds the option. The kernel library is loaded on first
 use.
 """
 
+# First: without TensorFlow, says what to install.
+from intune_tf import _require_tf  # noqa: F401  the check itself
 from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune-dqn"
 from intune_tf.agent import ranked as _agent_ranked  # noqa: F401  registers policy="intune"
 from intune_tf.ops import hooks as _tf_hooks

@@ -54,22 +54,49 @@ def parser() -> argparse_flags.ArgumentParser:
   return parser
 
 
+def _needs_extra(name: str, missing: str) -> str:
+  return (f"intune {name} needs {missing}, from the [bench] extra: "
+          "pip install 'intune_tf[bench]'")
+
+
 def _add_missing_extra(groups, name: str, missing: str) -> None:
   """A command whose module needs the [bench] extra: it says so when run."""
   def fail(_):
-    sys.exit(f"intune {name} needs {missing}, from the [bench] extra: "
-             "pip install 'intune_tf[bench]'")
+    sys.exit(_needs_extra(name, missing))
   sub = groups.add_parser(name, help=f"(needs the [bench] extra: {missing})")
-  sub.set_defaults(func=fail)
+  sub.set_defaults(func=fail, needs_extra=missing)
+
+
+def parse_args(argv: Sequence[str]):
+  """Parses `argv` (without the program name).
+
+  A command that needs a missing extra says so whatever its arguments: its
+  stand-in parser knows none of the real command's flags.
+  """
+  the_parser = parser()
+  args, unknown = the_parser.parse_known_args(list(argv))
+  if unknown and getattr(args, "needs_extra", None) is None:
+    the_parser.error("unrecognized arguments: " + " ".join(unknown))
+  return args
 
 
 def _main(args) -> None:
-  sys.exit(args.func(args) or 0)
+  try:
+    code = args.func(args)
+  except ModuleNotFoundError as e:
+    # A command that imports the [bench] extra only where it needs it.
+    missing = (e.name or "").partition(".")[0]
+    if missing not in _EXTRA:
+      raise
+    name = " ".join(v for v in (args.group, getattr(args, "command", None))
+                    if v)
+    sys.exit(_needs_extra(name, missing))
+  sys.exit(code or 0)
 
 
 def run(argv: Sequence[str] | None = None) -> None:
   """Entry point of the `intune` console script."""
   logging.set_verbosity(logging.INFO)
   app.run(_main, argv=[sys.argv[0]] + list(argv) if argv is not None else None,
-          flags_parser=lambda a: parser().parse_args(a[1:]))
+          flags_parser=lambda a: parse_args(a[1:]))
 

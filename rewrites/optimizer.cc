@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "intune_tf/cc/kernels/tf_cc_symbols.h"
 #include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer.h"
@@ -73,7 +74,9 @@ Status RunTfOptimizations(const Options& options,
                                      options.tf_optimizations.end());
   absl::flat_hash_set<tstring> configs(options.tf_optimization_configs.begin(),
                                        options.tf_optimization_configs.end());
-  const RewriterConfig config = data::CreateRewriterConfig(names, configs);
+  TF_ASSIGN_OR_RETURN(const CreateRewriterConfigFn create_rewriter_config,
+                      FindCreateRewriterConfig());
+  const RewriterConfig config = create_rewriter_config(names, configs);
   if (config.custom_optimizers_size() != 1) {
     return errors::Internal("unexpected RewriterConfig for TF's optimizers");
   }

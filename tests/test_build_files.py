@@ -1,18 +1,21 @@
-"""setup.py and BUILD describe the same kernel sources."""
+"""tools/kernel_build.py (used by setup.py) and BUILD describe the same
+kernel sources."""
 
 import ast
 import pathlib
 import re
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _setup_list(name: str) -> list[str]:
-  tree = ast.parse((ROOT / "setup.py").read_text())
+  tree = ast.parse((ROOT / "tools" / "kernel_build.py").read_text())
   for node in tree.body:
     if isinstance(node, ast.Assign) and node.targets[0].id == name:
       return ast.literal_eval(node.value)
-  raise AssertionError(f"{name} not found in setup.py")
+  raise AssertionError(f"{name} not found in tools/kernel_build.py")
 
 
 def test_build_and_setup_list_the_same_sources():
@@ -30,3 +33,21 @@ def test_every_cc_file_is_listed():
                    if p.suffix in (".cc", ".h"))
   assert on_disk == sorted(_setup_list("KERNEL_SOURCES") +
                            _setup_list("KERNEL_HEADERS"))
+
+
+def test_a_source_build_without_tensorflow_stops_at_once_saying_why():
+  # As under pip's build isolation: TensorFlow cannot be imported.
+  code = ("import runpy, sys; sys.modules['tensorflow'] = None; "
+          "sys.argv = ['setup.py', 'bdist_wheel']; "
+          "runpy.run_path('setup.py', run_name='__main__')")
+  result = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          check=False)
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert lines[0] == ("error: building intune_tf from source needs "
+                      "TensorFlow, and `import tensorflow`")
+  assert len(lines) == 9, result.stderr
+  assert "      pip install --no-build-isolation .            (in an " \
+         "intune_tf checkout)" in lines
+  assert result.stdout == ""  # nothing built or copied first

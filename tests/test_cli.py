@@ -20,11 +20,28 @@ def _intune(tmp_path, *args):
 
 
 @pytest.mark.slow
-def test_commands_without_the_extra_say_what_to_install(tmp_path):
-  result = _intune(tmp_path, "bench")
+@pytest.mark.parametrize("command,args", [
+    ("bench", ()),
+    ("bench", ("--policies", "autotune")),
+    ("bench", ("--no-such-flag", "x")),
+    # Imports tqdm only when it runs.
+    ("criteo generate", ("--rows", "10", "--out", "{tmp}", "--quiet")),
+])
+def test_commands_without_the_extra_say_what_to_install(tmp_path, command,
+                                                        args):
+  result = _intune(tmp_path, *command.split(),
+                   *(a.format(tmp=tmp_path) for a in args))
   assert result.returncode == 1
-  assert ("intune bench needs tqdm, from the [bench] extra: "
-          "pip install 'intune_tf[bench]'") in result.stderr
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"intune {command} needs tqdm, from the [bench] extra: "
+      "pip install 'intune_tf[bench]'")
+
+
+@pytest.mark.slow
+def test_unknown_flags_of_a_working_command_are_still_refused(tmp_path):
+  result = _intune(tmp_path, "inspect", "--no-such-flag")
+  assert result.returncode == 2
+  assert "unrecognized arguments: --no-such-flag" in result.stderr
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/kernels/settings.h"
+#include "intune_tf/cc/kernels/tf_cc_symbols.h"
 #include "intune_tf/cc/kernels/tf_compat.h"
 #include "rewrites/rewrite.h"
 #include "tensorflow/core/data/rewrite_utils.h"
@@ -323,8 +324,10 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
 Status Rewrite(OpKernelContext* ctx, data::DatasetBase* input,
                const rewrites::Options& options, rewrites::Report* report,
                core::RefCountPtr<data::DatasetBase>* output) {
+  TF_ASSIGN_OR_RETURN(const RewriteDatasetFn rewrite_dataset,
+                      FindRewriteDataset());
   rewrites::ScopedReport scoped(report);
-  return data::RewriteDataset(
+  return rewrite_dataset(
       ctx, input, [&options]() { return rewrites::MakeRewriterConfig(options); },
       /*record_fingerprint=*/false, output);
 }
