@@ -7,6 +7,7 @@ through an `add_commands(subparsers)` function; a command's parser sets
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from typing import Sequence
@@ -30,6 +31,22 @@ _GROUPS = (
     ("service", "intune_tf.service",
      "tf.data service dispatcher and workers tuned by InTune."),
 )
+
+
+def positive_int(text: str) -> int:
+  """An argparse type of every command: an integer of at least 1.
+
+  positive_int("3") = 3; positive_int("0") and positive_int("x") raise
+  argparse.ArgumentTypeError("'0' is not a positive integer; pass 1 or more.").
+  """
+  try:
+    value = int(text)
+  except ValueError:
+    value = 0
+  if value < 1:
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a positive integer; pass 1 or more.")
+  return value
 
 
 def parser() -> argparse_flags.ArgumentParser:

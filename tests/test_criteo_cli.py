@@ -104,8 +104,8 @@ def test_row_counts_must_be_positive(command, flag, value, tmp_path, capsys):
   args = (["generate", "--rows", "10"] if command == "generate"
           else ["convert", str(tmp_path / "in.tsv")])
   err = _usage_error([*args, "--out", str(out), flag, value], capsys)
-  assert (f"argument {flag}: expected a positive integer, got "
-          f"{value!r}") in err
+  assert (f"argument {flag}: {value!r} is not a positive integer; pass 1 or "
+          "more.") in err
   assert not out.exists()
 
 

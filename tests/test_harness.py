@@ -212,8 +212,9 @@ def test_pass_order():
 
 
 @pytest.mark.parametrize("flag,value,match", [
-    ("--oracle-repeats", "0", "must be an int >= 1, got '0'"),
-    ("--oracle-repeats", "two", "must be an int >= 1, got 'two'"),
+    ("--oracle-repeats", "0", "'0' is not a positive integer; pass 1 or more."),
+    ("--oracle-repeats", "two",
+     "'two' is not a positive integer; pass 1 or more."),
     ("--oracle-cpus", "1,x", "must be comma-separated CPU counts such as "
      "1,2, got '1,x'"),
     ("--oracle-cpus", "0", "must be comma-separated CPU counts"),

@@ -31,6 +31,7 @@ from tensorflow.core.framework import model_pb2
 from tqdm import tqdm
 
 import intune_tf
+from intune_tf import cli as cli_lib
 from intune_tf import files
 from intune_tf import records
 from intune_tf.bench import meter as meter_lib
@@ -788,21 +789,10 @@ def _restart(ds: tf.data.Dataset, iterator):
   return fresh
 
 
-def _positive_int(text: str) -> int:
-  """An argparse type: an int of at least 1."""
-  try:
-    value = int(text)
-  except ValueError:
-    value = 0
-  if value < 1:
-    raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text!r}")
-  return value
-
-
 def _cpu_counts(text: str) -> tuple[int, ...]:
   """An argparse type: comma-separated CPU counts, each at least 1."""
   try:
-    return tuple(sorted({_positive_int(t) for t in text.split(",")}))
+    return tuple(sorted({cli_lib.positive_int(t) for t in text.split(",")}))
   except argparse.ArgumentTypeError as e:
     raise argparse.ArgumentTypeError(
         f"must be comma-separated CPU counts such as 1,2, got {text!r}"
@@ -883,7 +873,7 @@ def add_parser(subparsers) -> None:
   p.add_argument("--oracle-seconds", type=float, default=1.5,
                  help="Seconds the oracle search measures each configuration "
                  "(longer: less noise, e.g. for calibration traces).")
-  p.add_argument("--oracle-repeats", type=_positive_int, default=1,
+  p.add_argument("--oracle-repeats", type=cli_lib.positive_int, default=1,
                  help="Measurements of each configuration in the oracle "
                  "search, in passes over all of them, each pass in its own "
                  "order; it keeps the best median (default 1).")

@@ -20,6 +20,7 @@ from typing import Callable
 from absl import logging
 import numpy as np
 
+from intune_tf import cli as cli_lib
 from intune_tf import files
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
@@ -358,6 +359,18 @@ class _Optima:
     return self._cache[key]
 
 
+def _policy_step(sim: sim_lib.Simulator, policy: policies.Policy) -> bool:
+  """One step of `policy` on `sim`: observe, apply what it sets, advance.
+  Returns whether the configuration changed."""
+  values = policy.step(sim.observe())
+  before = (list(sim.parallelism), list(sim.buffers))
+  if values:
+    sim.set(values)
+  changed = (list(sim.parallelism), list(sim.buffers)) != before
+  sim.advance()
+  return changed
+
+
 def run_episode(policy: policies.Policy, sim: sim_lib.Simulator,
                 steps: int = EPISODE_STEPS, tail: int = 20,
                 optima: Callable[[sim_lib.Simulator], float] | None = None
@@ -376,13 +389,7 @@ def run_episode(policy: policies.Policy, sim: sim_lib.Simulator,
   rates, changed = [], []
   reached, optimum = None, None
   for t in range(steps):
-    obs = sim.observe()
-    values = policy.step(obs)
-    before = (list(sim.parallelism), list(sim.buffers))
-    if values:
-      sim.set(values)
-    changed.append((list(sim.parallelism), list(sim.buffers)) != before)
-    sim.advance()
+    changed.append(_policy_step(sim, policy))
     rates.append(sim.true_rate())
     if reached is None:
       if optimum is None or (sim.pipeline.drift and t % OPTIMUM_EVERY == 0):
@@ -501,13 +508,7 @@ def run_dynamic_episode(policy: policies.Policy, sim: sim_lib.Simulator,
   optima = optima or (lambda s: s.optimum()[0])
   rates, best, changed = [], [], []
   for _ in range(steps):
-    obs = sim.observe()
-    values = policy.step(obs)
-    before = (list(sim.parallelism), list(sim.buffers))
-    if values:
-      sim.set(values)
-    changed.append((list(sim.parallelism), list(sim.buffers)) != before)
-    sim.advance()
+    changed.append(_policy_step(sim, policy))
     rates.append(sim.true_rate())
     best.append(optima(sim))
   rates_a, best_a = np.asarray(rates), np.asarray(best)
@@ -777,7 +778,6 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
   return result
 
 
-
 def main_pretrain(args) -> int:
   if args.ranker:
     jumps = search.JUMP_FRACTIONS if args.jumps else ()
@@ -898,19 +898,6 @@ def main_simulate(args) -> int:
   return 0
 
 
-
-def _positive_int(text: str) -> int:
-  """An argparse type: an integer of at least 1."""
-  try:
-    value = int(text)
-  except ValueError:
-    value = 0
-  if value < 1:
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not a positive integer; pass 1 or more.")
-  return value
-
-
 def _weights_file(path: str) -> str:
   """An argparse type: the path of a readable agent weights file.
 
@@ -934,7 +921,7 @@ def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
       "pretrain", help="Pretrain the agent in the simulator.")
   p.add_argument("--seed", type=int, default=0, help="Random seed.")
-  p.add_argument("--steps", type=_positive_int, default=60_000,
+  p.add_argument("--steps", type=cli_lib.positive_int, default=60_000,
                  help="Simulator steps (at least 1).")
   p.add_argument("--out", type=files.output_file_arg, required=True,
                  help="Weights file to write (.npz).")
@@ -957,10 +944,10 @@ def add_parser(subparsers) -> None:
                  help="The intune-search ranker's weights (.npz).")
   p.add_argument("--jump-weights", type=_weights_file, default=None,
                  help="The ranker of intune and intune-ablated (.npz).")
-  p.add_argument("--pipelines", type=_positive_int, default=200,
+  p.add_argument("--pipelines", type=cli_lib.positive_int, default=200,
                  help="Random pipelines to score on (at least 1).")
   p.add_argument("--seed", type=int, default=1234)
-  p.add_argument("--steps", type=_positive_int, default=None,
+  p.add_argument("--steps", type=cli_lib.positive_int, default=None,
                  help=f"Tuning steps per pipeline (default {EPISODE_STEPS}; "
                  f"{DYNAMIC_STEPS} with --dynamic).")
   p.add_argument("--dynamic", action="store_true",
