@@ -23,6 +23,8 @@ namespace rewrites {
 
 inline constexpr int64_t kAutotune = -1;
 inline constexpr char kPrefetchOp[] = "PrefetchDataset";
+// The attribute of a dataset op naming its function.
+inline constexpr char kFunctionAttr[] = "f";
 inline constexpr char kUntrackedOp[] = "IntuneUntrackedDataset";
 inline constexpr char kBufferReleaseOp[] = "IntuneBufferReleaseDataset";
 // Its node in the model, left out of stage names.

@@ -24,7 +24,6 @@ namespace rewrites {
 namespace {
 
 inline constexpr char kInterleaveOp[] = "ParallelInterleaveDatasetV4";
-inline constexpr char kFunctionAttr[] = "f";
 // Data inputs of ParallelInterleaveDatasetV4, counted from the end:
 // (input, captured..., cycle_length, block_length, buffer_output_elements,
 //  prefetch_input_elements, num_parallel_calls).

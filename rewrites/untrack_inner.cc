@@ -20,7 +20,6 @@ namespace {
 
 using Library = std::unordered_map<std::string, FunctionDef*>;
 
-inline constexpr char kFunctionAttr[] = "f";
 inline constexpr char kWrapperName[] = "intune_untracked";
 inline constexpr char kWrapperOutput[] = ":handle:0";
 

@@ -39,11 +39,12 @@ StatusOr<void*> Lookup(const char* name, const char* mangled) {
 }
 
 template <typename Fn>
-StatusOr<Fn> Find(const char* name, const char* mangled) {
+StatusOr<Fn> FindSymbol(const char* name, const char* mangled) {
   TF_ASSIGN_OR_RETURN(void* const symbol, Lookup(name, mangled));
   return reinterpret_cast<Fn>(symbol);
 }
-#define INTUNE_FIND(type, name, mangled) Find<type>("data::" #name, mangled)
+#define INTUNE_FIND(type, name, mangled) \
+  FindSymbol<type>("data::" #name, mangled)
 #else
 #define INTUNE_FIND(type, name, mangled) StatusOr<type>(&data::name)
 #endif
