@@ -76,9 +76,14 @@ class BuildTfKernels(_build_ext.build_ext):
         objdir=os.path.join(self.build_temp, "kernels", f"tf{major}_{minor}"),
         jobs=int(self.parallel or os.environ.get("INTUNE_BUILD_JOBS", 2)))
 
+  # The TensorFlow the library was built for; None when nothing was built
+  # (INTUNE_PREBUILT: the package has no extension to build).
+  _tf_version = None
+
   def copy_extensions_to_source(self):
     super().copy_extensions_to_source()
-    _write_stamp(os.path.join(ROOT, "intune_tf", "ops"), self._tf_version)
+    if self._tf_version is not None:
+      _write_stamp(os.path.join(ROOT, "intune_tf", "ops"), self._tf_version)
 
   def get_ext_filename(self, ext_name):
     # A TensorFlow op library, not a Python extension module: plain name.
