@@ -74,7 +74,9 @@ BoundedBuffers::BoundedBuffers(int64_t cap)
 
 void BoundedBuffers::SetAllowance(int64_t limit, double bytes) {
   limit = std::clamp<int64_t>(limit, 1, cap_);
-  const bool tracking = limit < cap_ || !std::isinf(bytes);
+  // Inputs are held only below the cap: at the cap the budget already holds
+  // every input's records (PlanBudget lowers the limit first).
+  const bool tracking = limit < cap_;
   mutex_lock l(mu_);
   if (limit_.load() == limit && allowance_ == bytes &&
       tracking_.load() == tracking) {
