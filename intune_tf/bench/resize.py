@@ -30,7 +30,44 @@ def machine_cpu_ids() -> list[int]:
   return sorted(os.sched_getaffinity(0))
 
 
-class Schedule:
+class _Timeline:
+  """Applies `events`, `[(seconds after start, value), ...]` sorted, on a
+  thread of its own from `start()`; subclasses say what a value does
+  (`_apply`, returning what `applied` records) and what `stop()` undoes
+  (`_finish`)."""
+
+  events: list[tuple[float, int]]
+  applied: list[tuple[float, int]]
+
+  def start(self) -> None:
+    self._stop = threading.Event()
+    self._start = time.monotonic()
+    self._thread = threading.Thread(target=self._run, daemon=True,
+                                    name=f"intune_{type(self).__name__}")
+    self._thread.start()
+
+  def _run(self) -> None:
+    for at, value in self.events:
+      if self._stop.wait(max(0.0, self._start + at - time.monotonic())):
+        return
+      self.applied.append((time.monotonic() - self._start,
+                           self._apply(value)))
+
+  def _apply(self, value: int) -> int:
+    raise NotImplementedError
+
+  def _finish(self) -> None:
+    raise NotImplementedError
+
+  def stop(self) -> None:
+    """Stops the timeline and undoes it (`_finish`)."""
+    if getattr(self, "_thread", None) is not None:
+      self._stop.set()
+      self._thread.join()
+    self._finish()
+
+
+class Schedule(_Timeline):
   """Applies `[(seconds after start, number of CPUs), ...]` on a thread."""
 
   def __init__(self, events: Sequence[tuple[float, int]],
@@ -41,28 +78,14 @@ class Schedule:
                          "and CPU counts >= 1.")
     self.events = sorted(events)
     self.cpu_ids = list(cpu_ids or machine_cpu_ids())
-    self._stop = threading.Event()
-    self._thread: threading.Thread | None = None
     self.applied: list[tuple[float, int]] = []
 
-  def start(self) -> None:
-    self._start = time.monotonic()
-    self._thread = threading.Thread(target=self._run, daemon=True,
-                                    name="intune_resize")
-    self._thread.start()
+  def _apply(self, n: int) -> int:
+    set_process_cpus(self.cpu_ids[:min(n, len(self.cpu_ids))])
+    return n
 
-  def _run(self) -> None:
-    for at, n in self.events:
-      if self._stop.wait(max(0.0, self._start + at - time.monotonic())):
-        return
-      set_process_cpus(self.cpu_ids[:min(n, len(self.cpu_ids))])
-      self.applied.append((time.monotonic() - self._start, n))
-
-  def stop(self) -> None:
-    """Stops the schedule and gives the process all its CPUs back."""
-    self._stop.set()
-    if self._thread is not None:
-      self._thread.join()
+  def _finish(self) -> None:
+    """Gives the process all its CPUs back."""
     set_process_cpus(self.cpu_ids)
 
 
@@ -70,7 +93,7 @@ class Schedule:
 _BURN = "while True:\n  pass"
 
 
-class CoTenant:
+class CoTenant(_Timeline):
   """Starts and stops CPU-burning processes of its own on a schedule:
   `[(seconds after start, seconds after start, processes), ...]`, each a
   window during which that many processes (one busy thread each, on every
@@ -93,34 +116,19 @@ class CoTenant:
     self.events = sorted(events)
     self.processes: list[subprocess.Popen] = []
     self.applied: list[tuple[float, int]] = []
-    self._stop = threading.Event()
-    self._thread: threading.Thread | None = None
 
-  def start(self) -> None:
-    self._start = time.monotonic()
-    self._thread = threading.Thread(target=self._run, daemon=True,
-                                    name="intune_cotenant")
-    self._thread.start()
+  def _apply(self, change: int) -> int:
+    if change > 0:
+      self.processes += [subprocess.Popen([sys.executable, "-c", _BURN])
+                         for _ in range(change)]
+    else:
+      for process in self.processes[:-change]:
+        _end(process)
+      self.processes = self.processes[-change:]
+    return len(self.processes)
 
-  def _run(self) -> None:
-    for at, change in self.events:
-      if self._stop.wait(max(0.0, self._start + at - time.monotonic())):
-        return
-      if change > 0:
-        self.processes += [subprocess.Popen([sys.executable, "-c", _BURN])
-                           for _ in range(change)]
-      else:
-        for process in self.processes[:-change]:
-          _end(process)
-        self.processes = self.processes[-change:]
-      self.applied.append((time.monotonic() - self._start,
-                           len(self.processes)))
-
-  def stop(self) -> None:
-    """Stops the schedule and ends the processes it started."""
-    self._stop.set()
-    if self._thread is not None:
-      self._thread.join()
+  def _finish(self) -> None:
+    """Ends the processes it started."""
     for process in self.processes:
       _end(process)
     self.processes = []
