@@ -7,7 +7,7 @@ PYTHON_COMPAT ?= $(shell pyenv root 2>/dev/null)/versions/3.10.13/bin/python3
 UV ?= $(shell command -v uv 2>/dev/null || echo "$(PYTHON_MAIN) -m uv")
 MAIN := .venv
 COMPAT := .venv-compat
-PYTEST_FLAGS ?= -q -p no:cacheprovider
+PYTEST_FLAGS ?= -q -p no:cacheprovider --durations=25
 
 # The TensorFlow minors the wheel carries a kernel library for
 # (intune_tf/tf_versions.py), and the two stacks' own (requirements/).

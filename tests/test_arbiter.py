@@ -367,10 +367,16 @@ class _Child:
   def __init__(self, host_dir, share: bool, seconds: float = 240.0):
     env = dict(os.environ, INTUNE_HOST_DIR=str(host_dir), INTUNE_STATUS="off",
                TF_CPP_MIN_LOG_LEVEL="2")
+    # Run outside the checkout, so that the child imports the installed
+    # package (the compat stack's is not editable), and keep its stderr.
+    host_dir = pathlib.Path(host_dir)
+    work = host_dir.with_name(f"{host_dir.name}-child-{id(self)}")
+    work.mkdir()
+    self._stderr = open(work / "stderr", "w+")  # closed in kill()
     self.proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, "on" if share else "off",
-         str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True, env=env)
+         str(seconds)], stdout=subprocess.PIPE, stderr=self._stderr,
+        text=True, env=env, cwd=work)
     self.lines = []
     self._reader = threading.Thread(target=self._read, daemon=True)
     self._reader.start()
@@ -390,15 +396,21 @@ class _Child:
     while time.monotonic() < end:
       if self.lines and predicate(self.last()):
         return self.last()
-      assert self.proc.poll() is None, f"child exited ({what})"
+      assert self.proc.poll() is None, (
+          f"child exited ({what}); its stderr ends:\n{self.stderr_tail()}")
       time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
                          f"last line {self.last()}")
+
+  def stderr_tail(self, lines: int = 15) -> str:
+    self._stderr.seek(0)
+    return "".join(self._stderr.readlines()[-lines:])
 
   def kill(self):
     if self.proc.poll() is None:
       self.proc.kill()
     self.proc.wait()
+    self._stderr.close()
 
 
 @pytest.fixture
