@@ -27,23 +27,33 @@ MATRIX_PYTHONS ?= 3.11=$(PYTHON_MAIN) 3.10=$(PYTHON_COMPAT) 3.12=$(PYENV_ROOT_DI
 # The CI smoke run: the minors that the two stacks' full suites do not cover.
 SMOKE_MINORS ?= $(filter-out $(MAIN_TF_MINOR) $(COMPAT_TF_MINOR),$(TF_MINORS))
 
-.PHONY: demo test lint test-main test-compat setup setup-main setup-compat build bench clean tfx-example wheel matrix smoke libs
+.PHONY: demo test lint test-main test-compat pytest-main pytest-compat setup setup-main setup-compat build bench clean tfx-example wheel matrix smoke libs
 
 demo: setup-main
 	$(MAIN)/bin/intune demo
 
-test: lint test-main test-compat
+# The two stacks' suites run at the same time, each beside the other on the
+# same cores (the suite must hold on a busy machine); -O prints each suite's
+# output whole when it ends.
+test: lint setup
+	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat
 
 # ruff, configured in pyproject.toml (Google style).
 lint: setup-main
 	$(MAIN)/bin/ruff check --no-cache .
 
 test-main: setup-main
+	$(MAKE) --no-print-directory pytest-main
+
+test-compat: setup-compat
+	$(MAKE) --no-print-directory pytest-compat
+
+pytest-main:
 	$(MAIN)/bin/pytest $(PYTEST_FLAGS) tests
 
 # The compat stack installs the package (not editable): the source tree holds
 # the main stack's kernel library, built for another TensorFlow.
-test-compat: setup-compat
+pytest-compat:
 	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) tests
 
 uv:
