@@ -19,6 +19,7 @@ import intune_tf
 from intune_tf import option_fields
 from intune_tf import rewrites
 from intune_tf.ops import loader as _kernels
+from intune_tf.tuning import host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS_HEADER = os.path.join(ROOT, "intune_tf", "cc", "settings_fields.h")
@@ -175,3 +176,21 @@ def test_the_graph_carries_each_option_in_its_attribute(kwargs):
       assert carried[field.attr] > 0
       continue
     assert carried[field.attr] == field.attr_value(value), field.name
+
+
+def test_max_cpus_reaches_the_kernel_under_its_own_name():
+  # One more than the machine's CPUs: not the size of TF's runner, and
+  # within max_cpus' limit (4 x the machine's CPUs).
+  cpus = host.machine_cpus() + 1
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      max_cpus=cpus, policy="manual", warm_start=False)
+  ds = tf.data.Dataset.range(100).map(
+      lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).with_options(
+          options)
+  it = iter(ds)
+  next(it)
+  (knob,) = [k for k in intune_tf.session_of(it).knobs()
+             if k.kind == "parallelism"]
+  assert knob.max == cpus
+  del it
