@@ -8,33 +8,25 @@ import math
 import numbers
 from typing import Any, Mapping
 
+from intune_tf import option_fields as fields
 from intune_tf.tuning import host
 from intune_tf.tuning import policies
 
 # Share of the memory available when the iterator starts that the pipeline's
 # buffers may hold when `ram_budget` is None (TF's own autotuner uses 0.5).
 DEFAULT_RAM_SHARE = 0.5
-# Default period of the background tuner, in seconds.
-DEFAULT_PERIOD_S = 0.5
-# Default results each input of a parallel interleave of records buffers.
-DEFAULT_INTERLEAVE_BUFFER = 16
-# Records per interleave input that `interleave_buffer` may ask for.
-MAX_INTERLEAVE_BUFFER = 256
-# The most CPUs `max_cpus` may name: the private runner pool starts one thread
-# per CPU, and Linux supports at most 8192 CPUs (NR_CPUS with MAXSMP).
-MAX_CPUS = 8192
+# The options' limits and defaults, declared with their fields.
+DEFAULT_PERIOD_S = fields.DEFAULT_PERIOD_S
+DEFAULT_INTERLEAVE_BUFFER = fields.DEFAULT_INTERLEAVE_BUFFER
+MAX_INTERLEAVE_BUFFER = fields.MAX_INTERLEAVE_BUFFER
+MAX_CPUS = fields.MAX_CPUS
+MIN_PERIOD_S = fields.MIN_PERIOD_S
+MAX_HOST_WEIGHT = fields.MAX_HOST_WEIGHT
 # `max_cpus` may name at most this many times the machine's logical CPUs: a
 # job is never given more CPUs than its machine has, and a VM may gain a few
 # (hot-plugged CPUs), but each CPU named costs a pool thread and its stack
 # (8192 on 2 CPUs: 8,207 threads, +711 MB, 48 s to release the iterator).
 MAX_CPUS_PER_MACHINE_CPU = 4
-# Shortest `period_s`: the tuner thread never waits less between steps
-# (`tuning.tuner`), and a step's op calls take about as long.
-MIN_PERIOD_S = 0.005
-# The largest `host_weight` (`intune_tf.tuning.arbiter.MAX_WEIGHT`).
-MAX_HOST_WEIGHT = 1e6
-# The largest `cpu_budget` and `ram_budget`: they travel as int64.
-_INT64_MAX = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,44 +110,41 @@ class IntuneOptions:
       MAX_HOST_WEIGHT (1e6)]. Default 1.0.
   """
 
-  cpu_budget: int | None = None
-  ram_budget: int | None = None
-  policy: str = "intune"
-  config: Mapping[str, float] | None = None
-  period_s: float = DEFAULT_PERIOD_S
-  max_cpus: int | None = None
-  include_fixed: bool = False
-  insert_prefetch: bool = False
-  inner_stats: bool = False
-  interleave_buffer: int | None = DEFAULT_INTERLEAVE_BUFFER
-  name: str = ""
-  warm_start: bool = True
-  host_share: bool = True
-  host_weight: float = 1.0
+  # The defaults come from the field table (`intune_tf.option_fields`);
+  # tests/test_option_fields.py checks that these fields are its rows.
+  cpu_budget: int | None = fields.default("cpu_budget")
+  ram_budget: int | None = fields.default("ram_budget")
+  policy: str = fields.default("policy")
+  config: Mapping[str, float] | None = fields.default("config")
+  period_s: float = fields.default("period_s")
+  max_cpus: int | None = fields.default("max_cpus")
+  include_fixed: bool = fields.default("include_fixed")
+  insert_prefetch: bool = fields.default("insert_prefetch")
+  inner_stats: bool = fields.default("inner_stats")
+  interleave_buffer: int | None = fields.default("interleave_buffer")
+  name: str = fields.default("name")
+  warm_start: bool = fields.default("warm_start")
+  host_share: bool = fields.default("host_share")
+  host_weight: float = fields.default("host_weight")
 
   def __post_init__(self):
-    for field in ("cpu_budget", "ram_budget", "max_cpus",
-                  "interleave_buffer"):
-      value = getattr(self, field)
+    for field in fields.FIELDS:
+      if field.kind is not int:
+        continue
+      value = getattr(self, field.name)
       if value is None:
         continue
       if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"IntuneOptions.{field} must be an int or None, got "
-                        f"{value!r} ({type(value).__name__}).")
-      if value <= 0:
-        hint = ("None keeps TF's default" if field == "interleave_buffer"
-                else "Use None to measure it from the machine")
-        raise ValueError(f"IntuneOptions.{field} must be positive, got "
-                         f"{value}. {hint}.")
-    for field, limit, none in (
-        ("cpu_budget", _INT64_MAX, "None for the CPUs the process may use"),
-        ("ram_budget", _INT64_MAX, "None for half of the available memory"),
-        ("max_cpus", MAX_CPUS, "None for TF's own runner")):
-      value = getattr(self, field)
-      if value is not None and value > limit:
+        raise TypeError(f"IntuneOptions.{field.name} must be an int or None, "
+                        f"got {value!r} ({type(value).__name__}).")
+      if value < field.low:
+        raise ValueError(f"IntuneOptions.{field.name} must be positive, got "
+                         f"{value}. Pass None for {field.none_doc}.")
+      if value > field.high:
         raise ValueError(
-            f"IntuneOptions.{field} is {value}, out of its range 1..{limit}. "
-            f"Pass at most {limit}, or {none}.")
+            f"IntuneOptions.{field.name} is {value}, out of its range "
+            f"{field.low}..{field.high}. Pass at most {field.high}, or None "
+            f"for {field.none_doc}.")
     machine = host.machine_cpus()
     cpus_limit = max_cpus_limit(machine)
     if self.max_cpus is not None and self.max_cpus > cpus_limit:
@@ -165,15 +154,7 @@ class IntuneOptions:
           f"this machine: its range here is 1..{cpus_limit}. Each CPU named "
           "starts a runner thread. Pass the most CPUs the job may really "
           "get, at most this, or None for TF's own runner.")
-    if (self.interleave_buffer is not None and
-        self.interleave_buffer > MAX_INTERLEAVE_BUFFER):
-      raise ValueError(
-          f"IntuneOptions.interleave_buffer is {self.interleave_buffer}, more "
-          f"than {MAX_INTERLEAVE_BUFFER} records per interleave input. Use "
-          "at most "
-          f"{MAX_INTERLEAVE_BUFFER} (default {DEFAULT_INTERLEAVE_BUFFER}).")
-    for field in ("include_fixed", "insert_prefetch", "inner_stats",
-                  "warm_start", "host_share"):
+    for field in fields.names(bool):
       if not isinstance(getattr(self, field), bool):
         raise TypeError(f"IntuneOptions.{field} must be True or False, got "
                         f"{getattr(self, field)!r}.")

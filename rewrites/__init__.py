@@ -55,21 +55,23 @@ def _run(graph_def: graph_pb2.GraphDef, include_fixed: bool,
 
 
 def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
-               insert_prefetch: bool = True, untrack_inner: bool = True,
-               interleave_buffer: int | None = None) -> Result:
+               insert_prefetch: bool = False, untrack_inner: bool = True,
+               interleave_buffer: int | None = 16) -> Result:
   """Runs every pass on `graph_def`, as the root does (`RunPasses`).
 
   In order: strip_roots, make_tunable, insert_prefetch, untrack_inner,
   raise_interleave_buffers, disable_tf_autotune (see `rewrites/passes.h`).
+  The defaults are those of `IntuneOptions()` (the field table
+  `intune_tf.option_fields`, as the graph carries them).
 
   Args:
     graph_def: a dataset graph; not modified.
     include_fixed: also make fixed stages tunable. Default False.
-    insert_prefetch: add prefetches after parallel stages. Default True.
-    untrack_inner: run interleaves' per-element datasets without the model.
-      Default True.
+    insert_prefetch: add prefetches after parallel stages. Default False.
+    untrack_inner: run interleaves' per-element datasets without the model
+      (the negation of `IntuneOptions.inner_stats`). Default True.
     interleave_buffer: results each input of a parallel interleave of
-      records buffers. Default None: TF's.
+      records buffers; None or 0 keeps TF's. Default 16.
 
   Returns:
     The rewritten graph and what the passes did.
@@ -90,9 +92,9 @@ def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
 
 
 def rewrite_graph(graph_def: graph_pb2.GraphDef, *,
-                  include_fixed: bool = False, insert_prefetch: bool = True,
+                  include_fixed: bool = False, insert_prefetch: bool = False,
                   untrack_inner: bool = True,
-                  interleave_buffer: int | None = None
+                  interleave_buffer: int | None = 16
                   ) -> tuple[graph_pb2.GraphDef, dict[str, int]]:
   """Runs every pass on `graph_def` (`run_passes`, same arguments).
 
@@ -114,8 +116,8 @@ def fingerprint(graph_def: graph_pb2.GraphDef) -> str:
 
 
 def rewriter_config(*, include_fixed: bool = False,
-                    insert_prefetch: bool = True, untrack_inner: bool = True,
-                    interleave_buffer: int | None = None
+                    insert_prefetch: bool = False, untrack_inner: bool = True,
+                    interleave_buffer: int | None = 16
                     ) -> rewriter_config_pb2.RewriterConfig:
   """The `RewriterConfig` the root gives `data::RewriteDataset` for these
   options (`MakeRewriterConfig`; arguments as for `run_passes`)."""

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "intune_tf/cc/settings_fields.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/platform/status.h"
@@ -37,10 +38,11 @@ struct Options {
   // pipeline is the user's exactly (a declaration left on top would hide
   // the user's last prefetch from TF's inject_prefetch).
   bool tune = true;
-  bool include_fixed = false;
-  bool insert_prefetch = true;
-  bool untrack_inner = true;
-  int64_t interleave_buffer = 0;  // 0: keep TF's
+  // The option's defaults, from the settings list (settings_fields.h).
+  bool include_fixed = SettingValues().include_fixed;
+  bool insert_prefetch = SettingValues().insert_prefetch;
+  bool untrack_inner = SettingValues().untrack_inner;
+  int64_t interleave_buffer = SettingValues().interleave_buffer;  // 0: TF's
   // TF's own static optimizations that apply only with autotune on, and
   // their configs ("<optimizer>:autotune:true"), as TFOptimizationsFor
   // selects them; run by TF's tf_data_meta_optimizer right after

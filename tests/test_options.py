@@ -23,9 +23,11 @@ from intune_tf.tuning import host
     ({"config": [1, 2]}, TypeError, "must be a mapping"),
     ({"inner_stats": 1}, TypeError, "inner_stats must be True or False"),
     ({"warm_start": "no"}, TypeError, "warm_start must be True or False"),
-    ({"interleave_buffer": 0}, ValueError, "None keeps TF's default"),
+    ({"interleave_buffer": 0}, ValueError, "None for TF's default"),
     ({"interleave_buffer": 2.5}, TypeError, "interleave_buffer must be an int"),
-    ({"interleave_buffer": 10**6}, ValueError, "records per interleave input"),
+    ({"interleave_buffer": 10**6}, ValueError,
+     r"interleave_buffer is 1000000, out of its range 1\.\.256\. Pass at "
+     "most 256, or None for TF's default"),
     # Used to abort the process (an int32 thread count gone negative).
     ({"max_cpus": 2**31}, ValueError, r"max_cpus is 2147483648, out of its "
      r"range 1\.\.8192\. Pass at most 8192, or None for TF's own runner"),

@@ -67,6 +67,7 @@ KERNEL_HEADERS = [
     "intune_tf/cc/kernels/tf_cc_symbols.h",
     "intune_tf/cc/kernels/tf_compat.h",
     "intune_tf/cc/layout.h",
+    "intune_tf/cc/settings_fields.h",
     "rewrites/graph_utils.h",
     "rewrites/optimizer.h",
     "rewrites/passes.h",

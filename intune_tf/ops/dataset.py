@@ -16,6 +16,7 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import ops as tf_ops
 
+from intune_tf import option_fields
 from intune_tf import options as options_lib
 from intune_tf.ops import loader as _kernels
 from intune_tf.tuning import tuner as tuner_lib
@@ -26,16 +27,12 @@ def _settings(value: Any) -> dict[str, Any]:
   options = options_lib.coerce(value)
   if options is None:
     return {"enabled": False}
-  return {
-      "tag": options.to_json(),
-      "enabled": True,
-      "ram_budget": options.resolved_ram_budget(),
-      "max_parallelism": options.resolved_max_cpus(),
-      "include_fixed": options.include_fixed,
-      "insert_prefetch": options.insert_prefetch,
-      "untrack_inner": not options.inner_stats,
-      "interleave_buffer": options.interleave_buffer or 0,
-  }
+  values = {field.name: getattr(options, field.name)
+            for field in option_fields.FIELDS}
+  # The graph carries the budget in bytes (0 would be no guard).
+  values["ram_budget"] = options.resolved_ram_budget()
+  return {"tag": options.to_json(), "enabled": True,
+          **option_fields.graph_attrs(values)}
 
 
 class IntuneOptionsDataset(dataset_ops.UnaryUnchangedStructureDataset):

@@ -202,10 +202,10 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
       if (ctx->model() == nullptr ||
           !OwnedModels::Global()->Contains(ctx->model().get())) {
         model_ = std::make_shared<model::Model>();
-        if (s.max_parallelism > 0) {
+        if (s.max_cpus > 0) {
           thread_pool_ = std::make_unique<thread::ThreadPool>(
               Env::Default(), ThreadOptions(), "intune_runner",
-              static_cast<int>(s.max_parallelism),
+              static_cast<int>(s.max_cpus),
               /*low_latency_hint=*/false);
         }
         OwnedModels::Global()->Add(model_.get());

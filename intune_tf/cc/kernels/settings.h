@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "intune_tf/cc/settings_fields.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -16,27 +17,15 @@
 namespace tensorflow {
 namespace intune {
 
-inline constexpr char kTag[] = "tag";
-inline constexpr char kEnabled[] = "enabled";
-inline constexpr char kRamBudget[] = "ram_budget";
-inline constexpr char kMaxParallelism[] = "max_parallelism";
-inline constexpr char kGuardPeriodUs[] = "guard_period_us";
-inline constexpr char kIncludeFixed[] = "include_fixed";
-inline constexpr char kInsertPrefetch[] = "insert_prefetch";
-inline constexpr char kUntrackInner[] = "untrack_inner";
-inline constexpr char kInterleaveBuffer[] = "interleave_buffer";
+// The attribute names (settings_fields.h): kTag, kEnabled, kRamBudget, ...
+#define INTUNE_SETTING_NAME(constant, name, cc_type, attr_type, value) \
+  inline constexpr char k##constant[] = #name;
+INTUNE_SETTINGS_FIELDS(INTUNE_SETTING_NAME)
+#undef INTUNE_SETTING_NAME
 
-struct Settings {
-  std::string tag;  // the IntuneOptions JSON, shown by session listings
-  bool enabled = true;
-  int64_t ram_budget = 0;       // bytes; 0 = no guard
-  int64_t max_parallelism = 0;  // private runner pool size; 0 = TF's runner
-  int64_t guard_period_us = 5000;
-  bool include_fixed = false;
-  bool insert_prefetch = false;
-  bool untrack_inner = true;
-  int64_t interleave_buffer = 0;  // 0 = TF's
-
+// The attributes' values (SettingValues, settings_fields.h: ram_budget 0 is
+// no guard, max_cpus 0 keeps TF's runner, interleave_buffer 0 keeps TF's).
+struct Settings : SettingValues {
   // Reads and checks the attributes above.
   static Status FromAttrs(OpKernelConstruction* ctx, Settings* settings);
   // The attributes above, for AsGraphDefInternal.

@@ -1,5 +1,6 @@
 // Op registrations of the InTune kernel library (kernels live in kernels/).
 #include "intune_tf/cc/layout.h"
+#include "intune_tf/cc/settings_fields.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -25,22 +26,11 @@ Status SessionInVectorsOut(InferenceContext* c, int vectors) {
   return OkStatus();
 }
 
-// The attributes of both dataset ops below (settings.h reads them).
-#define INTUNE_SETTINGS_ATTRS                     \
-  Attr("tag: string = ''")                        \
-      .Attr("enabled: bool = true")               \
-      .Attr("ram_budget: int = 0")                \
-      .Attr("max_parallelism: int = 0")           \
-      .Attr("guard_period_us: int = 5000")        \
-      .Attr("include_fixed: bool = false")        \
-      .Attr("insert_prefetch: bool = false")      \
-      .Attr("untrack_inner: bool = true")         \
-      .Attr("interleave_buffer: int = 0")
-
 REGISTER_OP("IntuneOptionsDataset")
     .Input("input_dataset: variant")
     .Output("handle: variant")
-    .INTUNE_SETTINGS_ATTRS
+    // The settings attributes, from their one list (settings_fields.h).
+    INTUNE_SETTINGS_FIELDS(INTUNE_SETTING_ATTR_SPEC)
     .Attr("output_types: list(type) >= 1")
     .Attr("output_shapes: list(shape) >= 1")
     .Attr("metadata: string = ''")
@@ -55,7 +45,7 @@ removes it.
 tag: the IntuneOptions JSON (shown by session listings).
 enabled: False when the option was set to False.
 ram_budget: bytes the pipeline's buffers may hold; 0 disables the guard.
-max_parallelism: size of a private runner thread pool (the maximum of every
+max_cpus: size of a private runner thread pool (the maximum of every
   parallelism knob); 0 keeps the runner of the iterator context.
 guard_period_us: how often the budget guard checks buffered bytes.
 include_fixed: graph rewrite option (rewrites/rewrite.h).
@@ -67,7 +57,8 @@ interleave_buffer: graph rewrite option (rewrites/rewrite.h); 0 keeps TF's.
 REGISTER_OP("IntuneDataset")
     .Input("input_dataset: variant")
     .Output("handle: variant")
-    .INTUNE_SETTINGS_ATTRS
+    // The settings attributes, from their one list (settings_fields.h).
+    INTUNE_SETTINGS_FIELDS(INTUNE_SETTING_ATTR_SPEC)
     .Attr("find_settings: bool = false")
     .Attr("output_types: list(type) >= 1")
     .Attr("output_shapes: list(shape) >= 1")

@@ -17,9 +17,9 @@ REGISTER_OP("IntuneRewriteGraph")
     .Output("fingerprint: string")
     .Output("rewriter_config: string")
     .Attr("include_fixed: bool = false")
-    .Attr("insert_prefetch: bool = true")
+    .Attr("insert_prefetch: bool = false")
     .Attr("untrack_inner: bool = true")
-    .Attr("interleave_buffer: int = 0")
+    .Attr("interleave_buffer: int = 16")
     .SetShapeFn([](InferenceContext* c) {
       shape_inference::ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
