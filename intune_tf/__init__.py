@@ -5,48 +5,113 @@
     options.experimental_intune = True   # or intune_tf.IntuneOptions(...)
     ds = ds.with_options(options)
 
-Importing the package adds the option. The kernel library is loaded on first
-use.
+Importing the package adds the option, once TensorFlow is imported (before
+or after the package). The package itself imports nothing heavy: its public
+names load their modules on first use, and the numpy-only parts (records,
+the simulator, the searches) import without TensorFlow. The kernel library
+is loaded on first use.
 """
 
-# First: without TensorFlow, says what to install.
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from typing import Any
+
+# First: without TensorFlow, says what to install (without importing it).
 from intune_tf import _require_tf  # noqa: F401  the check itself
-from intune_tf.agent import policy as _agent_policy  # noqa: F401  registers policy="intune-dqn"
-from intune_tf.agent import ranked as _agent_ranked  # noqa: F401  registers policy="intune"
-from intune_tf.ops import hooks as _tf_hooks
-from intune_tf.ops.hooks import tune
-from intune_tf.ops.loader import KernelLibraryError
-from intune_tf.ops.session import Session
-from intune_tf.ops.session import SessionGoneError
-from intune_tf.ops.session import session_of
-from intune_tf.ops.session import sessions
-from intune_tf.options import IntuneOptions
-from intune_tf.records import Knob
-from intune_tf.records import Observation
-from intune_tf.records import StageStats
-from intune_tf.tuning import search as _search  # noqa: F401  registers "climb", "coordinate", "plumber"
-from intune_tf.tuning.observer import report_step_time
-from intune_tf.tuning.policies import Policy
-from intune_tf.tuning.policies import register as register_policy
-from intune_tf.tuning.tuner import global_tuner
 
 __version__ = "0.1.0"
 
-_tf_hooks.install()
+# Public name -> (module, attribute): loaded on first use (PEP 562).
+_PUBLIC = {
+    "IntuneOptions": ("intune_tf.options", "IntuneOptions"),
+    "Knob": ("intune_tf.records", "Knob"),
+    "Observation": ("intune_tf.records", "Observation"),
+    "KernelLibraryError": ("intune_tf.ops.loader", "KernelLibraryError"),
+    "Policy": ("intune_tf.tuning.policies", "Policy"),
+    "Session": ("intune_tf.ops.session", "Session"),
+    "SessionGoneError": ("intune_tf.ops.session", "SessionGoneError"),
+    "StageStats": ("intune_tf.records", "StageStats"),
+    "global_tuner": ("intune_tf.tuning.tuner", "global_tuner"),
+    "register_policy": ("intune_tf.tuning.policies", "register"),
+    "report_step_time": ("intune_tf.tuning.observer", "report_step_time"),
+    "session_of": ("intune_tf.ops.session", "session_of"),
+    "sessions": ("intune_tf.ops.session", "sessions"),
+    "tune": ("intune_tf.ops.hooks", "tune"),
+}
 
-__all__ = [
-    "IntuneOptions",
-    "Knob",
-    "Observation",
-    "KernelLibraryError",
-    "Policy",
-    "Session",
-    "SessionGoneError",
-    "StageStats",
-    "global_tuner",
-    "register_policy",
-    "report_step_time",
-    "session_of",
-    "sessions",
-    "tune",
-]
+__all__ = list(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+  try:
+    module, attribute = _PUBLIC[name]
+  except KeyError:
+    raise AttributeError(
+        f"module 'intune_tf' has no attribute {name!r}") from None
+  value = getattr(importlib.import_module(module), attribute)
+  globals()[name] = value
+  return value
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(_PUBLIC))
+
+
+def _install_hooks() -> None:
+  """Adds the option to tf.data (`intune_tf.ops.hooks.install`)."""
+  # Deferred: the hooks import TensorFlow, which the package loads only when
+  # the program imports it.
+  from intune_tf.ops import hooks  # noqa: PLC0415
+  hooks.install()
+
+
+class _AfterTensorFlow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Installs the hooks right after `import tensorflow` completes.
+
+  Finds TensorFlow's spec through the other finders and wraps its loader;
+  removes itself from `sys.meta_path` when TensorFlow's import starts.
+  """
+
+  def __init__(self, loader: importlib.abc.Loader | None = None):
+    self._loader = loader
+
+  def find_spec(self, fullname, path, target=None):
+    if fullname != "tensorflow" or self._loader is not None:
+      return None
+    if self in sys.meta_path:
+      sys.meta_path.remove(self)
+    for finder in sys.meta_path:
+      find = getattr(finder, "find_spec", None)
+      spec = find(fullname, path, target) if find else None
+      if spec is not None:
+        break
+    else:
+      return None
+    if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+      return spec
+    spec.loader = _AfterTensorFlow(spec.loader)
+    return spec
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module: types.ModuleType) -> None:
+    module.__spec__.loader = module.__loader__ = self._loader
+    self._loader.exec_module(module)
+    _install_hooks()
+
+  def __getattr__(self, name: str) -> Any:
+    # The rest of the real loader's interface (resources, source).
+    loader = self.__dict__.get("_loader")
+    if loader is None:
+      raise AttributeError(name)
+    return getattr(loader, name)
+
+
+if "tensorflow" in sys.modules:
+  _install_hooks()
+elif not any(isinstance(f, _AfterTensorFlow) for f in sys.meta_path):
+  sys.meta_path.insert(0, _AfterTensorFlow())

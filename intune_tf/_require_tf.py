@@ -1,11 +1,12 @@
-"""Imported first by the package: without TensorFlow, one clear message."""
+"""Imported first by the package: without TensorFlow, one clear message.
+
+Looks TensorFlow up without importing it: the package loads it only when a
+part that needs it is used.
+"""
+
+import importlib.util
 
 from intune_tf import tf_versions
 
-try:
-  import tensorflow  # noqa: F401  the check itself
-except ModuleNotFoundError as e:
-  if e.name != "tensorflow":
-    raise
-  raise ImportError(tf_versions.no_tensorflow_message(),
-                    name="tensorflow") from None
+if importlib.util.find_spec("tensorflow") is None:
+  raise ImportError(tf_versions.no_tensorflow_message(), name="tensorflow")

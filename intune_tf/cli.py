@@ -16,12 +16,24 @@ from absl import app
 from absl import logging
 from absl.flags import argparse_flags
 
-# Top-level commands: (name, module providing `add_parser(subparsers)`).
-_COMMANDS = (("demo", "intune_tf.bench.demo"),
-             ("bench", "intune_tf.bench.harness"),
-             ("inspect", "intune_tf.observe.inspect"),
-             ("pretrain", "intune_tf.sim.pretrain"),
-             ("calibrate", "intune_tf.sim.calibration"))
+# Top-level commands: (name, module providing `add_parser(subparsers)`, the
+# help its parser gives, shown while the module is not loaded).
+_COMMANDS = (
+    ("demo", "intune_tf.bench.demo",
+     "Train a tiny DLRM under AUTOTUNE and InTune, side by side."),
+    ("bench", "intune_tf.bench.harness",
+     "Run policies side by side on benchmark scenarios."),
+    ("inspect", "intune_tf.observe.inspect",
+     "Show the per-stage table of running InTune jobs."),
+    ("pretrain", "intune_tf.sim.pretrain",
+     "Pretrain the agent in the simulator."),
+    ("simulate", "intune_tf.sim.pretrain",
+     "Score the agent and the non-learning baselines against the "
+     "simulator's optimum and the best baseline on random pipelines."),
+    ("calibrate", "intune_tf.sim.calibration",
+     "Fit the simulator to an `intune bench --trace` trace and report "
+     "predicted vs measured throughput."),
+)
 # What the [bench] extra installs.
 _EXTRA = ("matplotlib", "tqdm")
 # (group name, module providing `add_commands`, help).
@@ -49,22 +61,42 @@ def positive_int(text: str) -> int:
   return value
 
 
-def parser() -> argparse_flags.ArgumentParser:
-  """The `intune` command's parser, every subcommand included."""
+def parser(argv: Sequence[str] | None = None
+           ) -> argparse_flags.ArgumentParser:
+  """The `intune` command's parser, every subcommand included.
+
+  Args:
+    argv: the arguments it will parse. Default None: every command's module
+      is loaded. Given, only the modules of the commands named in `argv` are:
+      the others (some load TensorFlow) get a stand-in showing their help, so
+      that `intune --help` and `intune inspect` stay light.
+  """
   parser = argparse_flags.ArgumentParser(
       prog="intune",
       description="InTune: reinforcement-learning tuning of tf.data pipelines.")
   groups = parser.add_subparsers(dest="group", metavar="COMMAND")
   groups.required = True
-  for name, module in _COMMANDS:
+  named = set(argv) if argv is not None else {n for n, _, _ in _COMMANDS}
+  load = {module for name, module, _ in _COMMANDS if name in named}
+  loaded = set()
+  for name, module, help_text in _COMMANDS:
+    if module in loaded:
+      continue  # its add_parser added this command too
+    if module not in load:
+      groups.add_parser(name, help=help_text)
+      continue
+    loaded.add(module)
     try:
       importlib.import_module(module).add_parser(groups)
     except ModuleNotFoundError as e:
       if e.name not in _EXTRA:
         raise
-      _add_missing_extra(groups, name, e.name)
+      for other, _, _ in (c for c in _COMMANDS if c[1] == module):
+        _add_missing_extra(groups, other, e.name)
   for name, module, help_text in _GROUPS:
     sub = groups.add_parser(name, help=help_text)
+    if argv is not None and name not in named:
+      continue  # a stand-in: `intune_tf.criteo` loads TensorFlow
     commands = sub.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     importlib.import_module(module).add_commands(commands)
@@ -90,7 +122,7 @@ def parse_args(argv: Sequence[str]):
   A command that needs a missing extra says so whatever its arguments: its
   stand-in parser knows none of the real command's flags.
   """
-  the_parser = parser()
+  the_parser = parser(argv)
   args, unknown = the_parser.parse_known_args(list(argv))
   if unknown and getattr(args, "needs_extra", None) is None:
     the_parser.error("unrecognized arguments: " + " ".join(unknown))

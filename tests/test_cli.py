@@ -83,3 +83,38 @@ def test_every_flag_of_every_command_is_kebab_case():
            for flag in action.option_strings if flag.startswith("--")}
   assert len(flags) > 40
   assert sorted(f for f in flags if "_" in f[1]) == []
+
+
+# Runs the CLI, then prints whether TensorFlow was loaded.
+_LIGHT = ("import sys; from intune_tf import cli\n"
+          "try:\n  cli.run(sys.argv[1:])\n"
+          "except SystemExit as e:\n  code = e.code\n"
+          "print('tensorflow' in sys.modules, code)")
+
+
+@pytest.mark.parametrize("args,code", [
+    (("--help",), 0),
+    (("inspect", "--help"), 0),
+    (("inspect", "--status-dir", "{tmp}"), 1),  # nothing running
+])
+def test_help_and_inspect_load_no_tensorflow(tmp_path, args, code):
+  result = subprocess.run(
+      [sys.executable, "-c", _LIGHT, *(a.format(tmp=tmp_path) for a in args)],
+      capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+  assert result.stdout.splitlines()[-1] == f"False {code}", (
+      result.stderr[-2000:])
+  if args == ("--help",):
+    assert "calibrate" in result.stdout and "bench" in result.stdout
+
+
+def test_commands_not_loaded_show_their_own_help():
+  """The help `intune --help` shows for a command it does not load is the
+  help the command's module gives it."""
+  from intune_tf import cli  # noqa: PLC0415  loads TF: only here
+  def helps(parser):
+    action = next(a for a in parser._actions  # noqa: SLF001
+                  if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    return {c.dest: c.help for c in action._choices_actions}  # noqa: SLF001
+  light, full = helps(cli.parser([])), helps(cli.parser())
+  assert {n for n, _, _ in cli._COMMANDS} <= set(full)  # noqa: SLF001
+  assert light == full

@@ -1,17 +1,21 @@
 """The package's shape: its import graph has no cycle, the simulation part
-imports no TensorFlow, and every deferred import says why.
+imports no TensorFlow, and every deferred import says why; and, in fresh
+processes, what importing the package and its numpy-only parts loads, and
+that the option works whether TensorFlow is imported before or after it.
 
-The graph is read from the source (`ast`), not by importing: importing any
-submodule runs `intune_tf/__init__.py`, which loads TensorFlow to add the
-option, so only the modules' own imports can be checked.
+The graph is read from the source (`ast`): the test process has TensorFlow
+loaded already, so what an import loads is checked in a fresh process.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -189,3 +193,88 @@ def test_every_deferred_import_says_why(graph):
   silent = [f"{m}:{i.line} ({i.target})" for m, imports in graph.items()
             for i in imports if i.deferred and not i.comment]
   assert not silent, "deferred imports without a reason: " + ", ".join(silent)
+
+
+def _fresh(tmp_path, code: str) -> subprocess.CompletedProcess:
+  # Outside the checkout (`-c` puts the working directory first on the
+  # path): the installed package is the one imported.
+  return subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=600, check=False, cwd=tmp_path)
+
+
+# Prints, as JSON, the TensorFlow and Keras modules loaded.
+_PRINT_HEAVY = ("import json, sys; print(json.dumps(sorted(m for m in "
+                "sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))")
+
+# Documented as numpy-only: importing them loads no TensorFlow.
+_NUMPY_ONLY = ("intune_tf", "intune_tf.records", "intune_tf.options",
+               "intune_tf.sim", "intune_tf.sim.simulator",
+               "intune_tf.sim.calibration", "intune_tf.sim.pretrain",
+               "intune_tf.agent.dqn", "intune_tf.agent.ranked",
+               "intune_tf.tuning.policies", "intune_tf.tuning.search",
+               "intune_tf.tuning.change", "intune_tf.observe.inspect")
+
+
+@pytest.mark.parametrize("module", _NUMPY_ONLY)
+def test_numpy_only_module_loads_no_tensorflow(tmp_path, module):
+  result = _fresh(tmp_path, f"import {module}; {_PRINT_HEAVY}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+def test_policy_names_check_without_loading_the_policies(tmp_path):
+  """A built-in policy's name validates after `import intune_tf` alone,
+  and its module is loaded only when such a policy is made."""
+  result = _fresh(tmp_path, (
+      "import sys, intune_tf; "
+      "o = intune_tf.IntuneOptions(policy='climb'); "
+      "print('intune_tf.tuning.search' in sys.modules); "
+      "from intune_tf.tuning import policies; "
+      "print(type(policies.create(o)).__name__); "
+      f"{_PRINT_HEAVY}"))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines()[-3:] == ["False", "ClimbPolicy", "[]"]
+
+
+@pytest.mark.slow
+def test_every_lazy_policy_is_registered_by_its_module(tmp_path):
+  result = _fresh(tmp_path, (
+      "import json; from intune_tf.tuning import policies; "
+      "from intune_tf.options import IntuneOptions; "
+      "table = dict(policies._LAZY); "
+      "made = {n: type(policies.create(IntuneOptions(policy=n))).__module__ "
+      "for n in table}; print(json.dumps([table, made]))"))
+  assert result.returncode == 0, result.stderr[-3000:]
+  table, made = json.loads(result.stdout.splitlines()[-1])
+  assert {"intune", "intune-dqn", "climb", "plumber"} <= set(table)
+  assert made == table
+
+
+# The option on a dataset; prints whether its iterator got an InTune session.
+_USE_OPTION = ("o = tf.data.Options(); o.experimental_intune = True; "
+               "it = iter(tf.data.Dataset.range(3).with_options(o)); "
+               "print([int(x) for x in it], "
+               "intune_tf.session_of(it) is not None)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("imports", [
+    "import intune_tf; import tensorflow as tf",
+    "import tensorflow as tf; import intune_tf",
+    # TensorFlow first loaded by one of the package's own modules.
+    "import intune_tf; from intune_tf import session_of; "
+    "import tensorflow as tf",
+])
+def test_the_option_works_in_any_import_order(tmp_path, imports):
+  result = _fresh(tmp_path, f"{imports}; {_USE_OPTION}")
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines()[-1] == "[0, 1, 2] True"
+
+
+def test_public_names_resolve_on_use():
+  import intune_tf  # noqa: PLC0415  the package under test
+  from intune_tf.ops import session  # noqa: PLC0415  the package under test
+  assert set(intune_tf.__all__) <= set(dir(intune_tf))
+  assert intune_tf.session_of is session.session_of
+  with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+    intune_tf.no_such_name  # noqa: B018

@@ -56,14 +56,16 @@ import stat
 import sys
 import threading
 import time
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from absl import logging
 import psutil
 
 from intune_tf import files
 from intune_tf import records
-from intune_tf.ops import session as session_lib
+
+if TYPE_CHECKING:
+  from intune_tf.ops import session as session_lib
 
 FORMAT = "intune_tf.status/1"
 ENV_DIR = "INTUNE_STATUS_DIR"
@@ -278,6 +280,9 @@ class StatusWriter:
     with self._lock:
       if not self._sessions:
         return
+    # Deferred: the sessions load TensorFlow, which readers of status files
+    # (`intune inspect`) do not.
+    from intune_tf.ops import session as session_lib  # noqa: PLC0415
     live = {s.id for s in session_lib.sessions()}
     with self._lock:
       for sid in [s for s in self._sessions if s not in live]:
