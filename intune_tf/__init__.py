@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+import warnings
 from typing import Any
 
 # First: without TensorFlow, says what to install (without importing it).
@@ -101,7 +102,13 @@ class _AfterTensorFlow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   def exec_module(self, module: types.ModuleType) -> None:
     module.__spec__.loader = module.__loader__ = self._loader
     self._loader.exec_module(module)
-    _install_hooks()
+    try:
+      _install_hooks()
+    except ImportError as e:
+      # A TensorFlow whose tf.data lacks a hook point (`hooks.HookError`):
+      # the user's `import tensorflow` still works, without the option.
+      warnings.warn(f"intune_tf: the option is not available: {e}",
+                    RuntimeWarning, stacklevel=2)
 
   def __getattr__(self, name: str) -> Any:
     # The rest of the real loader's interface (resources, source).
