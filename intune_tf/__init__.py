@@ -17,8 +17,8 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
-import warnings
 from typing import Any
+import warnings
 
 # First: without TensorFlow, says what to install (without importing it).
 from intune_tf import _require_tf  # noqa: F401  the check itself
