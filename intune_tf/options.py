@@ -46,10 +46,14 @@ class IntuneOptions:
       plus what they hold), re-read every second. The budget guard inside
       the pipeline enforces it whatever the policy does. With `host_share`,
       the default is this process's share of the host's pool instead.
-    policy: name of the tuning policy. Default "intune": the pretrained DQN
-      agent, fine-tuned online, with a no-regression guard (docs/agent.md).
-      Others: "even" (usable CPUs split evenly over the parallel stages),
-      "analytic" (CPUs in proportion to each stage's CPU cost), "climb",
+    policy: name of the tuning policy. Default "intune": a measured search
+      (proportional jumps first, each change kept only if faster) whose
+      moves a pretrained Q-network ranks; it settles when it stops finding
+      gains and re-opens when an observed quantity moves beyond its noise
+      (docs/agent.md). "intune-dqn": the DQN agent acting alone, fine-tuned
+      online, with a no-regression guard. Others: "even" (usable CPUs split
+      evenly over the parallel stages), "analytic" (CPUs in proportion to
+      each stage's CPU cost), "climb",
       "coordinate", "plumber" (searches that keep a change only when the
       measured throughput rose, `intune_tf.tuning.search`), "unoptimized",
       "fixed" (applies `config`), "manual" (changes nothing: set knobs
