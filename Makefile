@@ -34,9 +34,11 @@ demo: setup-main
 
 # The two stacks' suites run at the same time, each beside the other on the
 # same cores (the suite must hold on a busy machine); -O prints each suite's
-# output whole when it ends.
+# output whole when it ends. Then the tests marked `alone`, one stack at a
+# time.
 test: lint setup
-	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat
+	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat PYTEST_SELECT='-m "not alone"'
+	$(MAKE) --no-print-directory pytest-main pytest-compat PYTEST_SELECT='-m alone'
 
 # ruff, configured in pyproject.toml (Google style).
 lint: setup-main
@@ -49,12 +51,12 @@ test-compat: setup-compat
 	$(MAKE) --no-print-directory pytest-compat
 
 pytest-main:
-	$(MAIN)/bin/pytest $(PYTEST_FLAGS) tests
+	$(MAIN)/bin/pytest $(PYTEST_FLAGS) $(PYTEST_SELECT) tests
 
 # The compat stack installs the package (not editable): the source tree holds
 # the main stack's kernel library, built for another TensorFlow.
 pytest-compat:
-	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) tests
+	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) $(PYTEST_SELECT) tests
 
 uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON_MAIN) -m uv --version >/dev/null 2>&1 || \
