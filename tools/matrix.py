@@ -236,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
   rows = []
   for spec in args.pythons:
     python, _, interpreter = spec.partition("=")
+    # A bare name (`python3`, as `make smoke` passes PYTHON_MAIN) is looked
+    # up on PATH.
+    interpreter = shutil.which(interpreter) or interpreter
     if not os.access(interpreter, os.X_OK):
       print(f"Python {python}: no interpreter at {interpreter}, skipped",
             flush=True)
