@@ -45,6 +45,11 @@ _GROUPS = (
 )
 
 
+def command_help(name: str) -> str:
+  """The help of the top-level command `name`, as `_COMMANDS` gives it."""
+  return next(text for command, _, text in _COMMANDS if command == name)
+
+
 def positive_int(text: str) -> int:
   """An argparse type of every command: an integer of at least 1.
 

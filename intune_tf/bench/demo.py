@@ -31,6 +31,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 import intune_tf
+from intune_tf import cli
 from intune_tf import keras as intune_keras
 from intune_tf import records
 from intune_tf.bench import harness
@@ -546,8 +547,7 @@ def main(args) -> int:
 
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
-      "demo", help="Train a tiny DLRM under AUTOTUNE and InTune, side by "
-      "side.")
+      "demo", help=cli.command_help("demo"))
   p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES,
                  help="Total minutes of timed runs, both tuners (default "
                  f"{DEFAULT_MINUTES:g}; setup adds ~1 min). 0.3 is a quick "

@@ -847,7 +847,7 @@ def main(args) -> int:
 
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
-      "bench", help="Run policies side by side on benchmark scenarios.")
+      "bench", help=cli_lib.command_help("bench"))
   p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                  help="Comma-separated policies (default: the baselines and "
                  "intune)."

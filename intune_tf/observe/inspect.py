@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
+from intune_tf import cli
 from intune_tf.observe import status as status_lib
 from intune_tf.tuning import arbiter as arbiter_lib
 
@@ -227,7 +228,7 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
-      "inspect", help="Show the per-stage table of running InTune jobs.",
+      "inspect", help=cli.command_help("inspect"),
       description=__doc__.split("\n\n")[1])
   p.add_argument("--pid", type=int, default=None,
                  help="Only this process (default: every running job).")

@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from intune_tf import cli
 from intune_tf import files
 from intune_tf import records
 from intune_tf.sim import simulator as sim_lib
@@ -514,8 +515,7 @@ def main(args) -> int:
 
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
-      "calibrate", help="Fit the simulator to an `intune bench --trace` "
-      "trace and report predicted vs measured throughput.")
+      "calibrate", help=cli.command_help("calibrate"))
   p.add_argument("--trace", required=True, help="Trace (JSON lines).")
   p.add_argument("--json", type=files.output_file_arg, default=None,
                  help="Write the fit here.")

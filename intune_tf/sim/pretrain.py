@@ -919,7 +919,7 @@ def _weights_file(path: str) -> str:
 
 def add_parser(subparsers) -> None:
   p = subparsers.add_parser(
-      "pretrain", help="Pretrain the agent in the simulator.")
+      "pretrain", help=cli_lib.command_help("pretrain"))
   p.add_argument("--seed", type=int, default=0, help="Random seed.")
   p.add_argument("--steps", type=cli_lib.positive_int, default=60_000,
                  help="Simulator steps (at least 1).")
@@ -935,9 +935,7 @@ def add_parser(subparsers) -> None:
                  "(proportional jumps first).")
   p.set_defaults(func=main_pretrain)
   p = subparsers.add_parser(
-      "simulate", help="Score the agent and the non-learning baselines "
-      "against the simulator's optimum and the best baseline on random "
-      "pipelines.")
+      "simulate", help=cli_lib.command_help("simulate"))
   p.add_argument("--weights", type=_weights_file, default=None,
                  help="The intune-dqn agent's weights (.npz).")
   p.add_argument("--search-weights", type=_weights_file, default=None,
