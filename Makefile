@@ -34,11 +34,9 @@ demo: setup-main
 
 # The two stacks' suites run at the same time, each beside the other on the
 # same cores (the suite must hold on a busy machine); -O prints each suite's
-# output whole when it ends. Then the tests marked `alone`, one stack at a
-# time.
+# output whole when it ends.
 test: lint setup
-	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat PYTEST_SELECT='-m "not alone"'
-	$(MAKE) --no-print-directory pytest-main pytest-compat PYTEST_SELECT='-m alone'
+	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat
 
 # ruff, configured in pyproject.toml (Google style).
 lint: setup-main
@@ -51,12 +49,12 @@ test-compat: setup-compat
 	$(MAKE) --no-print-directory pytest-compat
 
 pytest-main:
-	$(MAIN)/bin/pytest $(PYTEST_FLAGS) $(PYTEST_SELECT) tests
+	$(MAIN)/bin/pytest $(PYTEST_FLAGS) tests
 
 # The compat stack installs the package (not editable): the source tree holds
 # the main stack's kernel library, built for another TensorFlow.
 pytest-compat:
-	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) $(PYTEST_SELECT) tests
+	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) tests
 
 uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON_MAIN) -m uv --version >/dev/null 2>&1 || \

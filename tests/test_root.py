@@ -450,10 +450,6 @@ def _busy_processes(n: int) -> list[subprocess.Popen]:
 # With two busy processes on the 2 cores, the guard's thread and the
 # interleave's workers compete for the CPU: the bound is held where a record
 # is admitted, not by the thread.
-# `alone`: with another whole suite beside it (no hogs of its own) the peak
-# has passed the budget by one record (25.4 MB against 24 MB, compat stack):
-# the admission bound is not yet exact under load the test does not control.
-@pytest.mark.alone
 @pytest.mark.parametrize("busy", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_interleave_buffers_stay_under_the_budget_and_grow_back(busy):
   budget = 24 << 20

@@ -5,9 +5,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace {
 
+using tensorflow::intune::Admission;
+using tensorflow::intune::Admits;
 using tensorflow::intune::GuardGroup;
 using tensorflow::intune::GuardKnob;
 using tensorflow::intune::GuardPlan;
@@ -106,9 +109,82 @@ void GroupAllowanceIsInBytesNotWholeRounds() {
   CHECK_NEAR(plan.committed, 24 * kMb);
 }
 
+// An input holding 2 of its limit 4 records, in a group holding 10 MB of
+// 1 MB records, allowance 14 MB, budget 24 MB, 8 MB buffered elsewhere.
+Admission Holding2() {
+  Admission a;
+  a.held_records = 2;
+  a.limit = 4;
+  a.held_bytes = 10 * kMb;
+  a.reserved = 1;
+  a.record_bytes = kMb;
+  a.allowance = 14 * kMb;
+  a.outside_bytes = 8 * kMb;
+  a.budget = 24 * kMb;
+  return a;
+}
+
+void AdmissionFitsTheAllowanceAndTheBudget() {
+  // 10 + 1 x 1 = 11 <= 14 MB, and 8 + 11 = 19 <= 24 MB.
+  CHECK_EQ(Admits(Holding2()), true);
+  // 3 other inputs reading or empty: 10 + 4 x 1 = 14 <= 14 MB, and
+  // 8 + 14 = 22 <= 24.
+  Admission a = Holding2();
+  a.reserved = 4;
+  CHECK_EQ(Admits(a), true);
+  // One more: 15 > 14 MB.
+  a.reserved = 5;
+  CHECK_EQ(Admits(a), false);
+}
+
+void ReadingInputsKeepTheirRoom() {
+  // Two inputs past admission, neither record landed: 10 + 3 x 1 = 13 MB
+  // fits 14; had the two been forgotten (reserved 1), a third and a fourth
+  // would each see 11 MB and pass, to land at 10 + 4 = 14, then 15 MB.
+  Admission a = Holding2();
+  a.held_bytes = 12 * kMb;
+  a.reserved = 3;  // this one and two reading
+  CHECK_EQ(Admits(a), false);  // 12 + 3 = 15 > 14
+  a.reserved = 1;
+  CHECK_EQ(Admits(a), true);  // 12 + 1 = 13
+}
+
+void WhatOtherStagesBufferNowCounts() {
+  // The allowance holds (11 <= 14 MB) but the other stages grew to 14 MB:
+  // 14 + 11 = 25 > 24 MB.
+  Admission a = Holding2();
+  a.outside_bytes = 14 * kMb;
+  CHECK_EQ(Admits(a), false);
+  a.outside_bytes = 13 * kMb;  // 13 + 11 = 24 <= 24
+  CHECK_EQ(Admits(a), true);
+  a.budget = 0;  // no budget: the allowance alone
+  a.outside_bytes = 100 * kMb;
+  CHECK_EQ(Admits(a), true);
+}
+
+void TheFirstRecordAndTheLimit() {
+  // An input holding none reads whatever the bytes say.
+  Admission a = Holding2();
+  a.held_records = 0;
+  a.outside_bytes = 100 * kMb;
+  CHECK_EQ(Admits(a), true);
+  // At its limit, never; with an infinite allowance, up to the limit.
+  a = Holding2();
+  a.held_records = 4;
+  a.allowance = std::numeric_limits<double>::infinity();
+  CHECK_EQ(Admits(a), false);
+  a.held_records = 3;
+  a.outside_bytes = 100 * kMb;
+  CHECK_EQ(Admits(a), true);
+}
+
 }  // namespace
 
 int main() {
+  AdmissionFitsTheAllowanceAndTheBudget();
+  ReadingInputsKeepTheirRoom();
+  WhatOtherStagesBufferNowCounts();
+  TheFirstRecordAndTheLimit();
   NoBudgetKeepsWhatIsWanted();
   WithinTheBudgetNothingMoves();
   GroupsAreLoweredBeforeKnobs();

@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "intune_tf/cc/kernels/budget_guard.h"
 #include "tensorflow/core/platform/env.h"
 
 namespace tensorflow {
@@ -72,22 +73,24 @@ class Registry {
 BoundedBuffers::BoundedBuffers(int64_t cap)
     : cap_(std::max<int64_t>(cap, 1)), limit_(1) {}
 
-void BoundedBuffers::SetAllowance(int64_t limit, double bytes) {
+void BoundedBuffers::SetAllowance(int64_t limit, double bytes,
+                                  int64_t budget) {
   limit = std::clamp<int64_t>(limit, 1, cap_);
   // Inputs are held only below the cap: at the cap the budget already holds
   // every input's records (PlanBudget lowers the limit first).
   const bool tracking = limit < cap_;
   mutex_lock l(mu_);
-  if (limit_.load() == limit && allowance_ == bytes &&
+  if (limit_.load() == limit && allowance_ == bytes && budget_ == budget &&
       tracking_.load() == tracking) {
     return;
   }
   limit_.store(limit);
   allowance_ = bytes;
+  budget_ = budget;
   // Records counted while tracking are forgotten when it stops: a later
   // start counts from empty (at most `cap` records per input uncounted).
   if (!tracking) {
-    for (auto& [unused, records] : inputs_) records.clear();
+    for (auto& [unused, slot] : inputs_) slot.records.clear();
     held_bytes_ = 0;
   }
   tracking_.store(tracking);
@@ -114,18 +117,29 @@ void BoundedBuffers::set_model(std::weak_ptr<data::model::Model> model) {
   model_ = std::move(model);
 }
 
-bool BoundedBuffers::Admits(int64_t input, const Records& held) const {
-  if (held.empty()) return true;
-  if (static_cast<int64_t>(held.size()) >= limit_.load()) return false;
-  if (std::isinf(allowance_)) return true;
-  // Room is kept for the first record of every other input holding none.
-  int64_t reserved = 1;
-  for (const auto& [other, records] : inputs_) {
-    if (other != input && records.empty()) ++reserved;
+bool BoundedBuffers::Admits(int64_t input, const Slot& slot,
+                            int64_t outside_bytes) const {
+  Admission a;
+  a.held_records = static_cast<int64_t>(slot.records.size());
+  a.limit = limit_.load();
+  a.held_bytes = held_bytes_;
+  for (const auto& [other, other_slot] : inputs_) {
+    if (other != input && (other_slot.reading || other_slot.records.empty())) {
+      ++a.reserved;
+    }
   }
-  return static_cast<double>(held_bytes_ +
-                             reserved * largest_record_.load()) <=
-         allowance_;
+  a.record_bytes = largest_record_.load();
+  a.allowance = allowance_;
+  a.outside_bytes = outside_bytes;
+  a.budget = budget_;
+  return intune::Admits(a);
+}
+
+bool BoundedBuffers::AnyReading() const {
+  for (const auto& [unused, slot] : inputs_) {
+    if (slot.reading) return true;
+  }
+  return false;
 }
 
 int64_t BoundedBuffers::OutsideBytes() const {
@@ -181,7 +195,9 @@ void BoundedBuffers::RemoveInput(int64_t input) {
   mutex_lock l(mu_);
   auto found = inputs_.find(input);
   if (found == inputs_.end()) return;
-  for (const Record& record : found->second) held_bytes_ -= record.bytes;
+  for (const Record& record : found->second.records) {
+    held_bytes_ -= record.bytes;
+  }
   inputs_.erase(found);
   room_.notify_all();
 }
@@ -189,22 +205,47 @@ void BoundedBuffers::RemoveInput(int64_t input) {
 void BoundedBuffers::WaitForRoom(int64_t input,
                                  const std::function<bool()>& cancelled) {
   if (!Tracking()) return;
-  mutex_lock l(mu_);
+  // What the other stages buffer is read only where it decides (a walk of
+  // the model), and without the lock (OutsideBytes takes it): a change in
+  // between is seen at the next poll.
+  bool read_outside = false;
   while (true) {
+    const int64_t outside = read_outside ? OutsideBytes() : 0;
+    mutex_lock l(mu_);
     auto found = inputs_.find(input);
-    if (found == inputs_.end() || !Tracking() || saving_.load() > 0 ||
-        Admits(input, found->second)) {
+    if (found == inputs_.end()) return;
+    Slot& slot = found->second;
+    if (!Tracking() || saving_.load() > 0 || Admits(input, slot, outside)) {
+      if (!read_outside && budget_ > 0 && !slot.records.empty() &&
+          !std::isinf(allowance_) && Tracking() && saving_.load() == 0) {
+        read_outside = true;
+        continue;
+      }
+      slot.reading = true;
       return;
     }
     if (cancelled()) return;
+    // The last resort: the consumer waits, no input reads or has produced
+    // for kStallUs (a slow read is no stall).
     const int64_t now = NowUs();
     const int64_t waiting_since = consumer_waiting_since_us_.load();
     if (waiting_since > 0 && now - waiting_since > kStallUs &&
-        now - last_produced_us_.load() > kStallUs) {
+        now - last_produced_us_.load() > kStallUs && !AnyReading()) {
+      slot.reading = true;
+      stall_escapes_.fetch_add(1);
       return;
     }
     room_.wait_for(l, std::chrono::microseconds(kPollUs));
   }
+}
+
+void BoundedBuffers::ReadNothing(int64_t input) {
+  if (!Tracking()) return;
+  mutex_lock l(mu_);
+  auto found = inputs_.find(input);
+  if (found == inputs_.end()) return;
+  found->second.reading = false;
+  room_.notify_all();
 }
 
 void BoundedBuffers::Produced(int64_t input,
@@ -226,7 +267,8 @@ void BoundedBuffers::Produced(int64_t input,
     mutex_lock l(mu_);
     auto found = inputs_.find(input);
     if (found == inputs_.end()) return;
-    found->second.push_back({Key(record), bytes});
+    found->second.records.push_back({Key(record), bytes});
+    found->second.reading = false;
     held_bytes_ += bytes;
     counted = outside + held_bytes_;
   }
@@ -240,7 +282,8 @@ void BoundedBuffers::Released(const std::vector<Tensor>& record) {
   if (!Tracking()) return;
   const void* key = Key(record);
   mutex_lock l(mu_);
-  for (auto& [unused, records] : inputs_) {
+  for (auto& [unused, slot] : inputs_) {
+    Records& records = slot.records;
     if (!records.empty() && records.front().key == key) {
       held_bytes_ -= records.front().bytes;
       records.pop_front();

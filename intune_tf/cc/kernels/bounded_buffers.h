@@ -15,24 +15,28 @@
 // travels through the interleave unchanged); an input's records leave in the
 // order they came.
 //
-// Admission: before an input reads a record, WaitForRoom holds it unless
-// the record fits both the input's `limit` (records) and the group's byte
-// allowance, `bytes` (what the interleave's records may total, from the
-// budget guard's PlanBudget): the records held plus one record of the
-// estimate (the largest record seen) plus one for every other input that
-// holds none (each input's first record is never held: room is kept for
-// it). Until the guard has decided (no record seen), the limit is one
-// record per input and the allowance 0: each input reads its first record
-// only. So the records the group holds never exceed max(allowance, one per
-// live input) while the guard decides, whether or not its thread gets the
-// CPU. Released records leave the count; nothing is dropped or reordered.
+// Admission (budget_guard.h Admits): before an input reads a record,
+// WaitForRoom holds it unless the record fits the input's `limit` (records),
+// the group's byte allowance (from the budget guard's PlanBudget) and,
+// beside what the pipeline's other stages buffer at that moment, the RAM
+// budget. A record is estimated at the largest seen, and room is kept for
+// the records that may land without asking: one per other input reading
+// now (admitted, its record not yet produced) and one per other input
+// holding none (an input's first record is never held). Until the guard has
+// decided (no record seen), the limit is one record per input and the
+// allowance 0: each input reads its first record only. So, with records no
+// larger than the largest seen, the group's records and the other stages'
+// buffers never pass the budget at an admission unless one record per live
+// input already does, whether or not the guard's thread gets the CPU.
+// Released records leave the count; nothing is dropped or reordered.
 //
 // An input with no record is never held, and the consumer of a
 // deterministic interleave only ever waits for one input, so it always gets
 // its record, provided a worker thread is free to read it: the rewrite gives
 // the interleave as many workers as its cycle length (held workers use no
-// CPU). As a last resort, when the consumer has waited `kStallUs` and no
-// input has produced in that time, held inputs read one record each.
+// CPU). As a last resort, when the consumer has waited `kStallUs`, no input
+// is reading and none has produced in that time, a held input reads one
+// record (counted in stall_escapes()).
 #ifndef INTUNE_TF_CC_KERNELS_BOUNDED_BUFFERS_H_
 #define INTUNE_TF_CC_KERNELS_BOUNDED_BUFFERS_H_
 
@@ -70,7 +74,10 @@ class BoundedBuffers {
   double allowance() const TF_LOCKS_EXCLUDED(mu_);
   // Sets both; a `limit` at the cap and an infinite allowance stop the
   // tracking (no budget).
-  void SetAllowance(int64_t limit, double bytes) TF_LOCKS_EXCLUDED(mu_);
+  // `budget` is the pipeline's RAM budget: admission also checks the group's
+  // records beside what the other stages buffer at that moment (<= 0: none).
+  void SetAllowance(int64_t limit, double bytes, int64_t budget)
+      TF_LOCKS_EXCLUDED(mu_);
 
   // Inputs alive now.
   int64_t inputs() const TF_LOCKS_EXCLUDED(mu_);
@@ -97,11 +104,17 @@ class BoundedBuffers {
 
   int64_t AddInput() TF_LOCKS_EXCLUDED(mu_);
   void RemoveInput(int64_t input) TF_LOCKS_EXCLUDED(mu_);
-  // Blocks while `input` holds `limit` records or more, until `cancelled`.
+  // Blocks until `input` may read a record (budget_guard.h Admits), or
+  // `cancelled`. From then until Produced or ReadNothing the input is
+  // reading: other inputs keep room for its record.
   void WaitForRoom(int64_t input, const std::function<bool()>& cancelled)
       TF_LOCKS_EXCLUDED(mu_);
   void Produced(int64_t input, const std::vector<Tensor>& record)
       TF_LOCKS_EXCLUDED(mu_);
+  // The read ended without a record (end of input or an error).
+  void ReadNothing(int64_t input) TF_LOCKS_EXCLUDED(mu_);
+  // How often the last resort let a held input read.
+  int64_t stall_escapes() const { return stall_escapes_.load(); }
   // A record left the interleave.
   void Released(const std::vector<Tensor>& record) TF_LOCKS_EXCLUDED(mu_);
   // The consumer is (or no longer is) waiting for the interleave.
@@ -117,11 +130,16 @@ class BoundedBuffers {
     int64_t bytes;
   };
   using Records = std::deque<Record>;
+  struct Slot {
+    Records records;  // oldest first
+    bool reading = false;
+  };
 
   bool Tracking() const { return tracking_.load(); }
   // Whether `input`, holding `held` records, may read one more now.
-  bool Admits(int64_t input, const Records& held) const
+  bool Admits(int64_t input, const Slot& slot, int64_t outside_bytes) const
       TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AnyReading() const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bytes buffered by the model's nodes other than the group's interleave.
   int64_t OutsideBytes() const TF_LOCKS_EXCLUDED(mu_);
 
@@ -135,16 +153,18 @@ class BoundedBuffers {
   std::atomic<int64_t> consumer_waiting_since_us_{0};
   std::atomic<int64_t> last_produced_us_{0};
   std::atomic<int64_t> saving_{0};
+  std::atomic<int64_t> stall_escapes_{0};
 
   mutable mutex mu_;
   condition_variable room_;
   int64_t next_input_ TF_GUARDED_BY(mu_) = 0;
   int64_t max_inputs_ TF_GUARDED_BY(mu_) = 0;
   double allowance_ TF_GUARDED_BY(mu_) = 0;
+  int64_t budget_ TF_GUARDED_BY(mu_) = 0;
   int64_t held_bytes_ TF_GUARDED_BY(mu_) = 0;
   std::weak_ptr<data::model::Model> model_ TF_GUARDED_BY(mu_);
-  // Records each live input holds, oldest first (while tracking).
-  absl::flat_hash_map<int64_t, Records> inputs_ TF_GUARDED_BY(mu_);
+  // What each live input holds (while tracking).
+  absl::flat_hash_map<int64_t, Slot> inputs_ TF_GUARDED_BY(mu_);
   std::shared_ptr<data::model::Node> node_ TF_GUARDED_BY(mu_);
 };
 

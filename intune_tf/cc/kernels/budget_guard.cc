@@ -51,5 +51,17 @@ GuardPlan PlanBudget(double budget, double fixed_bytes,
   return plan;
 }
 
+bool Admits(const Admission& a) {
+  if (a.held_records <= 0) return true;
+  if (a.held_records >= a.limit) return false;
+  if (std::isinf(a.allowance)) return true;
+  const double needed = static_cast<double>(a.held_bytes) +
+                        static_cast<double>(a.reserved) * a.record_bytes;
+  if (needed > a.allowance) return false;
+  return a.budget <= 0 ||
+         static_cast<double>(a.outside_bytes) + needed <=
+             static_cast<double>(a.budget);
+}
+
 }  // namespace intune
 }  // namespace tensorflow

@@ -47,6 +47,27 @@ GuardPlan PlanBudget(double budget, double fixed_bytes,
                      const std::vector<GuardKnob>& knobs,
                      const std::vector<GuardGroup>& groups);
 
+// What a bounded interleave knows when one of its inputs asks to read a
+// record (bounded_buffers.h).
+struct Admission {
+  int64_t held_records = 0;  // the records this input holds
+  int64_t limit = 1;         // the records an input may hold
+  int64_t held_bytes = 0;    // the bytes of the records the group holds
+  // Records that may land without asking again: this one, one for each
+  // other input reading now, one for each other input holding none.
+  int64_t reserved = 1;
+  int64_t record_bytes = 0;   // the estimate: the largest record seen
+  double allowance = 0;       // the group's bytes (infinite: no budget)
+  int64_t outside_bytes = 0;  // what the rest of the pipeline buffers now
+  int64_t budget = 0;         // the pipeline's RAM budget (<= 0: none)
+};
+
+// Whether the input may read: always its first record; else within its
+// limit, and the group's records with every reserved one fit both the
+// group's allowance and, beside what the other stages buffer now, the
+// budget.
+bool Admits(const Admission& a);
+
 }  // namespace intune
 }  // namespace tensorflow
 

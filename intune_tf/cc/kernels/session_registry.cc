@@ -440,7 +440,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     if (budget <= 0) {
       for (auto& [unused, buffers] : bounded) {
         buffers->SetAllowance(buffers->cap(),
-                              std::numeric_limits<double>::infinity());
+                              std::numeric_limits<double>::infinity(), 0);
       }
     }
     mutex_lock l(mu_);
@@ -542,7 +542,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   // bounded records and the knobs' buffers never together pass the budget.
   for (size_t i = 0; i < groups.size(); ++i) {
     if (plan.group_bytes[i] < groups[i]->allowance()) {
-      groups[i]->SetAllowance(plan.limits[i], plan.group_bytes[i]);
+      groups[i]->SetAllowance(plan.limits[i], plan.group_bytes[i], budget);
     }
   }
   for (size_t i = 0; i < knobs.size(); ++i) {
@@ -560,7 +560,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   }
   write(to_write);
   for (size_t i = 0; i < groups.size(); ++i) {
-    groups[i]->SetAllowance(plan.limits[i], plan.group_bytes[i]);
+    groups[i]->SetAllowance(plan.limits[i], plan.group_bytes[i], budget);
   }
 }
 

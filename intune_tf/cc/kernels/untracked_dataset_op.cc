@@ -113,8 +113,12 @@ class IntuneUntrackedDatasetOp::Dataset : public PassThroughDataset {
       data::IteratorContext input_ctx(WithoutModel(ctx));
       Status s = input_impl_->GetNext(&input_ctx, out_tensors, end_of_sequence);
       ctx->MergeCheckpoint(input_ctx.checkpoint());
-      if (buffers_ != nullptr && s.ok() && !*end_of_sequence) {
-        buffers_->Produced(input_, *out_tensors);
+      if (buffers_ != nullptr) {
+        if (s.ok() && !*end_of_sequence) {
+          buffers_->Produced(input_, *out_tensors);
+        } else {
+          buffers_->ReadNothing(input_);
+        }
       }
       return s;
     }
