@@ -82,8 +82,8 @@ class IntuneOptions:
       datasets that an interleave or flat_map creates per input element, as
       TF's AUTOTUNE does. Default False: those datasets (one element per row
       for a file reader) run without the model, and one node stands for each
-      (the `untrack_inner` pass, `rewrites/passes.h`); on the Criteo L4
-      pipeline this saves about a tenth of the CPU time per row. Their
+      (the `untrack_inner` pass, `rewrites/passes.h`); this saves CPU time
+      per row (docs/benchmarks.md, "Where the gain comes from"). Their
       stages are never knobs either way; functions with a prefetch or
       parallel stage are always recorded.
     interleave_buffer: results each input of a parallel interleave buffers
@@ -91,9 +91,9 @@ class IntuneOptions:
       scalar: a text line, a serialized example) and TF's default
       (2 * block_length + 1, which `Dataset.interleave` always uses) is
       smaller (the `raise_interleave_buffers` pass, `rewrites/passes.h`).
-      Default 16: with TF's 3, each row read is a thread hand-off; on the
-      Criteo L4 pipeline the deeper buffer halves the context switches per
-      row and gives 3-8% more rows/s. The guard bounds these buffers by
+      Default 16: with TF's 3, each row read is a thread hand-off; the
+      deeper buffer cuts the context switches per row (docs/benchmarks.md,
+      "Where the gain comes from"). The guard bounds these buffers by
       the RAM budget (down to one record per input, before any other
       knob), so a raised interleave runs cycle_length workers; an
       interleave given fewer (a fixed num_parallel_calls below its

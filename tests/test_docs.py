@@ -80,3 +80,37 @@ def test_no_top_level_file_beyond_the_layout():
   top = {line.split("/")[0] for line in listed.splitlines()}
   assert "intune_tf" in top
   assert top <= allowed, sorted(top - allowed)
+
+
+# A command inside backticks: `intune ...`, `python ...`, `make ...`, maybe
+# after `cd DIR && ` or an environment assignment.
+_COMMAND = re.compile(
+    r"(?:^|`)(?:cd \S+ && )?(?:[A-Z_]+=\S+ )*(?:intune|python3?|make) ", re.M)
+
+
+def _sections(text: str) -> dict[str, str]:
+  """`## ` heading -> its text up to the next `## ` heading."""
+  parts = re.split(r"^## (.*)$", text, flags=re.M)
+  return dict(zip(parts[1::2], parts[2::2]))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("## A\nCommand: `intune bench --repeats 5`\n| x |\n", []),
+    ("## A\n`cd benchmarks && python x.py 3`\n", []),
+    ("## A\n```\nINTUNE_X=5 python -m pytest t.py\n```\n", []),
+    ("## A\n| x |\n## B\n`make wheel`\n", ["A"]),
+    ("## A\nthe intune policy, no command\n", ["A"]),
+])
+def test_sections_without_a_command_are_found(text, expected):
+  assert [h for h, body in _sections(text).items()
+          if not _COMMAND.search(body)] == expected
+
+
+def test_benchmarks_holds_current_figures_each_with_its_command():
+  text = (ROOT / "docs" / "benchmarks.md").read_text()
+  lines = text.count("\n")
+  assert lines <= 300, f"docs/benchmarks.md has {lines} lines; at most 300"
+  sections = _sections(text)
+  assert len(sections) >= 5
+  missing = [h for h, body in sections.items() if not _COMMAND.search(body)]
+  assert not missing, f"sections without a command in backticks: {missing}"

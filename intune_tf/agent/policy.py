@@ -97,9 +97,9 @@ def start_allocation(obs: "Observation") -> dict[str, float]:
   A live pipeline's initial knob values (a prefetch of 0, one thread per
   stage) are arbitrary, and on a machine with fewer CPUs than stages the
   even split is one thread each, which starves stages that wait on each
-  other (Criteo L4 on 2 CPUs: 35,840 rows/s with one thread per stage,
-  54,272 with two). Examples: 4 stages on 2 CPUs: [2, 2, 2, 2]; 2 stages on
-  5 CPUs: [3, 2]. Two threads per stage always fit `dqn.cpu_limit`.
+  other (measured on Criteo L4: `dqn.MIN_THREADS`). Examples: 4 stages
+  on 2 CPUs: [2, 2, 2, 2]; 2 stages on 5 CPUs: [3, 2]. Two threads per
+  stage always fit `dqn.cpu_limit`.
   """
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
   buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
