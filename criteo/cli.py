@@ -21,7 +21,7 @@ from typing import Callable
 
 from absl import logging
 
-from intune_tf import cli as cli_lib
+from intune_tf import arguments
 
 
 def _parse_levels(text: str) -> list[int]:
@@ -248,11 +248,11 @@ def add_commands(subparsers) -> None:
   """Adds the `criteo` commands to an argparse subparsers object."""
   p = subparsers.add_parser(
       "generate", help="Write synthetic Criteo TSV files (dac layout).")
-  p.add_argument("--rows", type=cli_lib.positive_int, required=True,
+  p.add_argument("--rows", type=arguments.positive_int, required=True,
                  help="Rows in total.")
   p.add_argument("--out", required=True, help="Output directory.")
   p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
-  p.add_argument("--rows-per-file", type=cli_lib.positive_int,
+  p.add_argument("--rows-per-file", type=arguments.positive_int,
                  default=1_000_000,
                  help="Rows per file (default 1,000,000).")
   p.add_argument("--stats", default=None,
@@ -284,7 +284,7 @@ def add_commands(subparsers) -> None:
   p.add_argument("--format", choices=("tfrecord", "parquet"),
                  default="tfrecord", help="Default tfrecord; parquet needs "
                  "tensorflow-io (compat stack).")
-  p.add_argument("--rows-per-file", type=cli_lib.positive_int,
+  p.add_argument("--rows-per-file", type=arguments.positive_int,
                  default=1_000_000,
                  help="Rows per output file (default 1,000,000).")
   p.add_argument("--compress", action="store_true",

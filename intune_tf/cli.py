@@ -7,7 +7,6 @@ through an `add_commands(subparsers)` function; a command's parser sets
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from typing import Sequence
@@ -16,8 +15,12 @@ from absl import app
 from absl import logging
 from absl.flags import argparse_flags
 
-# Top-level commands: (name, module providing `add_parser(subparsers)`, the
-# help its parser gives, shown while the module is not loaded).
+from intune_tf import arguments
+
+# Top-level commands: (name, module providing `add_parser(subparsers, helps)`,
+# the help its parser gives, shown while the module is not loaded). The help
+# is passed in (`helps`): the modules sit below the command line and do not
+# import it.
 _COMMANDS = (
     ("demo", "intune_tf.bench.demo",
      "Train a tiny DLRM under AUTOTUNE and InTune, side by side."),
@@ -45,25 +48,15 @@ _GROUPS = (
 )
 
 
+# The help of each top-level command, passed to its module's `add_parser`.
+_HELPS = {name: text for name, _, text in _COMMANDS}
+# The commands' shared argument type; its home is `intune_tf.arguments`.
+positive_int = arguments.positive_int
+
+
 def command_help(name: str) -> str:
   """The help of the top-level command `name`, as `_COMMANDS` gives it."""
-  return next(text for command, _, text in _COMMANDS if command == name)
-
-
-def positive_int(text: str) -> int:
-  """An argparse type of every command: an integer of at least 1.
-
-  positive_int("3") = 3; positive_int("0") and positive_int("x") raise
-  argparse.ArgumentTypeError("'0' is not a positive integer; pass 1 or more.").
-  """
-  try:
-    value = int(text)
-  except ValueError:
-    value = 0
-  if value < 1:
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not a positive integer; pass 1 or more.")
-  return value
+  return _HELPS[name]
 
 
 def parser(argv: Sequence[str] | None = None
@@ -92,7 +85,7 @@ def parser(argv: Sequence[str] | None = None
       continue
     loaded.add(module)
     try:
-      importlib.import_module(module).add_parser(groups)
+      importlib.import_module(module).add_parser(groups, _HELPS)
     except ModuleNotFoundError as e:
       if e.name not in _EXTRA:
         raise

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf.ops import session as session_lib
+from intune_tf.tuning import arbiter
 
 _PAR = "ParallelMapV2"
 
@@ -133,6 +134,36 @@ def test_python_names_the_tables_as_the_kernels_lay_them_out(live):
   assert 0 < time.time() - counters["created_us"] / 1e6 < 3600
   assert 1 <= counters["elements"] < 10**6
 
+
+
+@dataclasses.dataclass(frozen=True)
+class _Share:
+  cpus: int
+  ram: int
+  processes: int
+
+
+def test_host_counters_come_from_the_source_set_from_above(live):
+  """The tuner sets where sessions read the host share (the arbiter sits
+  above this module); the counters report that source's share, 0 without."""
+  _, session = live
+  before = session_lib._host_share[0]  # noqa: SLF001  restored below
+  try:
+    session_lib.set_host_share_source(lambda: _Share(3, 1 << 20, 2))
+    assert [session.counters()[k] for k in session_lib.HOST_COUNTERS] == [
+        3, 1 << 20, 2]
+    session_lib.set_host_share_source(lambda: None)  # not sharing
+    assert [session.counters()[k] for k in session_lib.HOST_COUNTERS] == [
+        0, 0, 0]
+    session_lib.set_host_share_source(None)
+    assert [session.counters()[k] for k in session_lib.HOST_COUNTERS] == [
+        0, 0, 0]
+  finally:
+    session_lib.set_host_share_source(before)
+
+
+def test_the_tuner_sets_the_host_share_source(live):
+  assert session_lib._host_share[0] is arbiter.current_share  # noqa: SLF001
 
 def test_session_whose_iterator_is_gone(capfd):
   it, session = _iterator()

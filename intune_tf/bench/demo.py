@@ -23,7 +23,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import keras
 import psutil
@@ -31,7 +31,6 @@ import tensorflow as tf
 from tqdm import tqdm
 
 import intune_tf
-from intune_tf import cli
 from intune_tf import keras as intune_keras
 from intune_tf import records
 from intune_tf.bench import harness
@@ -545,9 +544,9 @@ def main(args) -> int:
   return 0
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
-      "demo", help=cli.command_help("demo"))
+      "demo", help=helps["demo"])
   p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES,
                  help="Total minutes of timed runs, both tuners (default "
                  f"{DEFAULT_MINUTES:g}; setup adds ~1 min). 0.3 is a quick "

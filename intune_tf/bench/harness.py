@@ -22,7 +22,7 @@ import statistics
 import tempfile
 import threading
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from absl import logging
 import numpy as np
@@ -31,7 +31,7 @@ from tensorflow.core.framework import model_pb2
 from tqdm import tqdm
 
 import intune_tf
-from intune_tf import cli as cli_lib
+from intune_tf import arguments
 from intune_tf import files
 from intune_tf import records
 from intune_tf.bench import meter as meter_lib
@@ -792,7 +792,7 @@ def _restart(ds: tf.data.Dataset, iterator):
 def _cpu_counts(text: str) -> tuple[int, ...]:
   """An argparse type: comma-separated CPU counts, each at least 1."""
   try:
-    return tuple(sorted({cli_lib.positive_int(t) for t in text.split(",")}))
+    return tuple(sorted({arguments.positive_int(t) for t in text.split(",")}))
   except argparse.ArgumentTypeError as e:
     raise argparse.ArgumentTypeError(
         f"must be comma-separated CPU counts such as 1,2, got {text!r}"
@@ -845,9 +845,9 @@ def main(args) -> int:
   return 130 if interrupted else 0
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
-      "bench", help=cli_lib.command_help("bench"))
+      "bench", help=helps["bench"])
   p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                  help="Comma-separated policies (default: the baselines and "
                  "intune)."
@@ -873,7 +873,7 @@ def add_parser(subparsers) -> None:
   p.add_argument("--oracle-seconds", type=float, default=1.5,
                  help="Seconds the oracle search measures each configuration "
                  "(longer: less noise, e.g. for calibration traces).")
-  p.add_argument("--oracle-repeats", type=cli_lib.positive_int, default=1,
+  p.add_argument("--oracle-repeats", type=arguments.positive_int, default=1,
                  help="Measurements of each configuration in the oracle "
                  "search, in passes over all of them, each pass in its own "
                  "order; it keeps the best median (default 1).")

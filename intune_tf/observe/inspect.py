@@ -18,7 +18,6 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
-from intune_tf import cli
 from intune_tf.observe import status as status_lib
 from intune_tf.tuning import arbiter as arbiter_lib
 
@@ -226,9 +225,9 @@ def main(args: argparse.Namespace) -> int:
                  args.ended, host_dir=args.host_dir)
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
-      "inspect", help=cli.command_help("inspect"),
+      "inspect", help=helps["inspect"],
       description=__doc__.split("\n\n")[1])
   p.add_argument("--pid", type=int, default=None,
                  help="Only this process (default: every running job).")

@@ -15,7 +15,7 @@ import json
 import math
 import re
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -30,7 +30,6 @@ from intune_tf.records import Knob
 from intune_tf.records import StageStats
 from intune_tf.records import input_first
 from intune_tf.records import split_knob
-from intune_tf.tuning import arbiter
 
 _CONFIG_FORMAT = "intune_tf.config/1"
 # The control ops' table layout, as intune_tf/cc/layout.h defines it (the
@@ -42,6 +41,20 @@ COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "unlowerable_bytes")
 # The counters `Session.counters()` adds: this process's share of the host.
 HOST_COUNTERS = ("host_cpu_share", "host_ram_share", "host_processes")
+# Reads this process's share of the host: set by the tuner, which owns the
+# host arbiter (`intune_tf.tuning.arbiter`, a layer above this module).
+_host_share: list[Callable[[], Any] | None] = [None]
+
+
+def set_host_share_source(source: Callable[[], Any] | None) -> None:
+  """Sets where `Session.counters()` reads this process's share of the host.
+
+  Args:
+    source: returns the share (with `cpus`, `ram` and `processes`), or None
+      while the process shares nothing. None, the value until the tuner is
+      imported: the host counters are 0.
+  """
+  _host_share[0] = source
 # The columns of IntuneObserve's per-node statistics; the node id tells two
 # instances of one stage apart. `StageStats` starts with the same fields.
 STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
@@ -359,13 +372,14 @@ class Session:
     """Session counters: elements returned, consumer gap time (us), time in
     GetNext (us), buffered and peak buffered bytes, RAM budget, guard
     actions (`COUNTERS`, from the kernel); then this process's share of the
-    host (`HOST_COUNTERS`, `intune_tf.tuning.arbiter`): `host_cpu_share`
+    host (`HOST_COUNTERS`, from `set_host_share_source`): `host_cpu_share`
     (CPUs), `host_ram_share` (bytes) and `host_processes` (the InTune
     processes sharing the host, this one included), all 0 while this
     process does not share the host."""
     values = self._call(_kernels.ops().intune_session_counters).numpy()
     result = dict(zip(COUNTERS, (int(v) for v in values)))
-    share = arbiter.current_share()
+    source = _host_share[0]
+    share = source() if source is not None else None
     result.update(zip(HOST_COUNTERS, (
         (share.cpus, share.ram, share.processes) if share is not None
         else (0, 0, 0))))

@@ -28,11 +28,10 @@ import gzip
 import itertools
 import json
 import sys
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from intune_tf import cli
 from intune_tf import files
 from intune_tf import records
 from intune_tf.sim import simulator as sim_lib
@@ -513,9 +512,9 @@ def main(args) -> int:
   return 0
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
-      "calibrate", help=cli.command_help("calibrate"))
+      "calibrate", help=helps["calibrate"])
   p.add_argument("--trace", required=True, help="Trace (JSON lines).")
   p.add_argument("--json", type=files.output_file_arg, default=None,
                  help="Write the fit here.")

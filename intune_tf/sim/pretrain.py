@@ -15,12 +15,12 @@ import argparse
 import dataclasses
 import json
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 from absl import logging
 import numpy as np
 
-from intune_tf import cli as cli_lib
+from intune_tf import arguments
 from intune_tf import files
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
@@ -917,11 +917,11 @@ def _weights_file(path: str) -> str:
   return path
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
-      "pretrain", help=cli_lib.command_help("pretrain"))
+      "pretrain", help=helps["pretrain"])
   p.add_argument("--seed", type=int, default=0, help="Random seed.")
-  p.add_argument("--steps", type=cli_lib.positive_int, default=60_000,
+  p.add_argument("--steps", type=arguments.positive_int, default=60_000,
                  help="Simulator steps (at least 1).")
   p.add_argument("--out", type=files.output_file_arg, required=True,
                  help="Weights file to write (.npz).")
@@ -935,17 +935,17 @@ def add_parser(subparsers) -> None:
                  "(proportional jumps first).")
   p.set_defaults(func=main_pretrain)
   p = subparsers.add_parser(
-      "simulate", help=cli_lib.command_help("simulate"))
+      "simulate", help=helps["simulate"])
   p.add_argument("--weights", type=_weights_file, default=None,
                  help="The intune-dqn agent's weights (.npz).")
   p.add_argument("--search-weights", type=_weights_file, default=None,
                  help="The intune-search ranker's weights (.npz).")
   p.add_argument("--jump-weights", type=_weights_file, default=None,
                  help="The ranker of intune and intune-ablated (.npz).")
-  p.add_argument("--pipelines", type=cli_lib.positive_int, default=200,
+  p.add_argument("--pipelines", type=arguments.positive_int, default=200,
                  help="Random pipelines to score on (at least 1).")
   p.add_argument("--seed", type=int, default=1234)
-  p.add_argument("--steps", type=cli_lib.positive_int, default=None,
+  p.add_argument("--steps", type=arguments.positive_int, default=None,
                  help=f"Tuning steps per pipeline (default {EPISODE_STEPS}; "
                  f"{DYNAMIC_STEPS} with --dynamic).")
   p.add_argument("--dynamic", action="store_true",

@@ -210,6 +210,9 @@ class Tuner:
     if self is _TUNER:
       # status file, decision log (see intune_tf.observe.status)
       status.install(self)
+      # The sessions' host counters (`Session.counters()`) read the share of
+      # the arbiter this tuner drives; the sessions sit below it, and are told.
+      session_lib.set_host_share_source(arbiter_lib.current_share)
     with self._lock:
       # Registered after the listeners' own exit handlers, so it runs first
       # (atexit is last in, first out): no step writes to a closed log.
