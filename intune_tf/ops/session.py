@@ -55,6 +55,8 @@ def set_host_share_source(source: Callable[[], Any] | None) -> None:
       imported: the host counters are 0.
   """
   _host_share[0] = source
+
+
 # The columns of IntuneObserve's per-node statistics; the node id tells two
 # instances of one stage apart. `StageStats` starts with the same fields.
 STAGE_COLUMNS = ("elements", "processing_time_ns", "buffered_bytes",
