@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Sequence
+from typing import Collection, Sequence
 
 # The kinds of knob: threads of a parallel stage, elements of a buffer.
 KINDS = ("parallelism", "buffer_size")
@@ -292,21 +292,31 @@ def stage_utilization(cpu_per_element_s: float, rate: float,
   return cpu_per_element_s * rate / max(threads or 1.0, 1.0)
 
 
-def unlowerable_bytes(stages: Sequence[StageObservation]) -> dict[str, int]:
+def unlowerable_bytes(stages: Sequence[StageObservation],
+                      bounded: Collection[str] = ()) -> dict[str, int]:
   """Bytes held by stages the budget guard cannot lower: those without a
   parallelism or buffer knob (a shuffle or in-memory cache buffer, a buffer
-  of fixed size). The guard subtracts them from the RAM budget.
+  of fixed size), other than the `bounded` ones. The guard subtracts them
+  from the RAM budget.
+
+  Args:
+    stages: the stages of an observation.
+    bounded: names of the stages whose records the guard bounds although
+      they have no knob: the bounded interleaves, which it lowers through
+      per-input limits (`session.bounded_stage_names`). Default: none.
 
   Returns:
     `{stage name: buffered bytes}` of each such stage holding any, summed
     over the instances of a stage.
 
   Example: stages Shuffle (no knob, 64 MB), Prefetch (buffer knob, 8 MB),
-  Cache (no knob, 0 bytes): {"Shuffle": 64 MB}.
+  Cache (no knob, 0 bytes), Interleave (no knob, 20 MB, bounded):
+  {"Shuffle": 64 MB}.
   """
   held: dict[str, int] = {}
   for s in stages:
-    if s.parallelism is None and s.buffer_size is None and s.buffered_bytes > 0:
+    if (s.parallelism is None and s.buffer_size is None and
+        s.buffered_bytes > 0 and s.name not in bounded):
       held[s.name] = held.get(s.name, 0) + int(s.buffered_bytes)
   return held
 
@@ -330,6 +340,9 @@ class Observation:
   cpu_mhz: float
   dram_gbps: float
   model_step_s: float | None
+  # Stages whose records the guard bounds without a knob (bounded
+  # interleaves); `unlowerable_bytes` leaves them out.
+  bounded_stages: tuple[str, ...] = ()
 
   @property
   def bytes_per_element(self) -> dict[str, float]:
@@ -351,13 +364,14 @@ class Observation:
 
   @property
   def unlowerable_bytes(self) -> dict[str, int]:
-    """`unlowerable_bytes(self.stages)`, computed once per observation (the
-    tuner and the status file both read it; a new dict at every call)."""
+    """`unlowerable_bytes(self.stages, self.bounded_stages)`, computed once
+    per observation (the tuner and the status file both read it; a new dict
+    at every call)."""
     return dict(self._unlowerable_bytes)
 
   @functools.cached_property
   def _unlowerable_bytes(self) -> dict[str, int]:
-    return unlowerable_bytes(self.stages)
+    return unlowerable_bytes(self.stages, self.bounded_stages)
 
   def to_json(self) -> dict:
     """A JSON-serializable dict (for traces)."""

@@ -4,6 +4,11 @@ import argparse
 import gc
 import json
 import logging as py_logging
+import os
+import pathlib
+import re
+import subprocess
+import sys
 import time
 
 from absl import logging
@@ -109,3 +114,62 @@ def test_the_demo_training_loop_logs_nothing_from_intune(caplog):
             if r.levelno >= py_logging.INFO and (
                 "intune_tf" in r.pathname or "InTune" in r.getMessage())]
   assert intune == []
+
+
+# A log line of absl/glog ("W1127 05:56:04.442933 1397 status.py:612] ...")
+# or of Python's default format ("WARNING:absl:..."): its level, file, text.
+# Not anchored: a line logged while a progress bar is drawn follows the bar.
+_LOG_LINE = re.compile(
+    r"(?:\b([IWEF])\d{4} [\d:.]+ +\d+ ([^:\s]+):\d+\] (.*)"
+    r"|\b(DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:(.*))$")
+# The kernel's C++ files: a log line from one is ours (a Python file's name
+# is not: TF has a session.py too).
+_ROOT = pathlib.Path(intune_tf.__file__).parent
+_OWN_FILES = frozenset(
+    p.name for folder in (_ROOT / "cc", _ROOT.parent / "rewrites")
+    for pattern in ("**/*.cc", "**/*.h") for p in folder.glob(pattern))
+
+
+def intune_log_lines(output: str) -> list[str]:
+  """The log lines of `output` (progress bars' carriage returns as line
+  ends) written by InTune: from one of its C++ files, or naming InTune or
+  Criteo (every message of its Python code does)."""
+  ours = []
+  for line in output.replace("\r", "\n").splitlines():
+    match = _LOG_LINE.search(line.strip())
+    text = match and (match.group(3) or match.group(5)).lower()
+    if match and (match.group(2) in _OWN_FILES or "intune" in text or
+                  "criteo" in text):
+      ours.append(line)
+  return ours
+
+
+@pytest.mark.parametrize("output,expected", [
+    ("W1127 05:56:04.442933 1397 status.py:612] InTune: skipped", 1),
+    ("I0000 00:00:1795.98 9567 cpu_feature_guard.cc:227] This TensorFlow", 0),
+    ("bar 50%|##  | 1/2\rW0000 00:00:17.1 96 intune_dataset_op.cc:66] x", 1),
+    ("WARNING:absl:InTune <intune_tf.Session 1>: stage Shuffle holds", 1),
+    # As `make demo` printed it: after a progress bar, on its line.
+    ("fits:  50%|#####     | 1/2 [00:23<00:23, 23.33s/fit]W1127 "
+     "06:12:53.525304 1398 tuner.py:461] InTune <intune_tf.Session 1 "
+     "'demo'>: stage Prefetch.Shuffle holds 4.4 MB", 1),
+    ("InTune demo: model.fit of a tiny DLRM", 0),  # the demo's own text
+    ("I1127 05:56:04.1 7 session.py:9] TF's own session.py", 0),
+])
+def test_intune_log_lines(output, expected):
+  assert len(intune_log_lines(output)) == expected
+
+
+@pytest.mark.slow
+def test_the_demo_command_prints_no_intune_log_line(tmp_path):
+  # `make demo` runs `intune demo`: its whole output, the kernel's C++ log
+  # and TF's included, as a user sees it between the progress bars.
+  env = {**os.environ, "INTUNE_WARMSTART_DIR": str(tmp_path / "warmstart")}
+  done = subprocess.run(
+      [sys.executable, "-m", "intune_tf", "demo", "--minutes", "0.3",
+       "--repeats", "1", "--rows", "20000", "--batch-size", "1024",
+       "--ceiling-seconds", "0.3", "--out", str(tmp_path / "demo")],
+      capture_output=True, text=True, env=env, timeout=1200, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "interleaved runs: 100%" in done.stderr  # the progress bars
+  assert intune_log_lines(done.stdout + done.stderr) == []

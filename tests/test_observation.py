@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.framework import model_pb2
 
 import intune_tf
 from intune_tf import records
@@ -71,6 +72,9 @@ class _FakeSession:
 
   def _snapshot(self):
     return next(self._snapshots)
+
+  def model_proto(self):  # no bounded interleave
+    return model_pb2.ModelProto()
 
 
 def _snapshot(rows, elements: int = 0,

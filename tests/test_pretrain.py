@@ -289,6 +289,18 @@ def test_counts_below_one_are_usage_errors(capsys, argv, message):
   assert message in err and "Traceback" not in err
 
 
+def test_pretrain_with_negative_steps_writes_no_weights(tmp_path):
+  # Used to exit 0 and write the untrained network as a valid weights file.
+  out = tmp_path / "w.npz"
+  done = subprocess.run(
+      [sys.executable, "-m", "intune_tf", "pretrain", "--out", str(out),
+       "--steps", "-5"], capture_output=True, text=True, check=False)
+  assert done.returncode == 2
+  assert ("intune pretrain: error: argument --steps: '-5' is not a positive "
+          "integer; pass 1 or more.") in done.stderr, done.stderr
+  assert not out.exists()
+
+
 def test_a_dynamic_run_too_short_for_its_events_is_refused(capsys):
   from intune_tf import cli  # noqa: PLC0415  loads every command
   args = cli.parser().parse_args(["simulate", "--dynamic", "--steps", "6"])

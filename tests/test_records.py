@@ -126,3 +126,21 @@ def test_unlowerable_bytes_are_those_of_stages_without_a_memory_knob():
             _stage("Interleave[0].Shuffle", buffered=5 * mb)]
   assert records.unlowerable_bytes(stages) == {
       "Prefetch.Shuffle": 64 * mb, "Interleave[0].Shuffle": 8 * mb}
+
+
+@pytest.mark.parametrize("bounded,expected_mb", [
+    ((), {"Prefetch.Shuffle": 64, "Prefetch.Shuffle.Interleave": 20}),
+    # The guard lowers a bounded interleave's records per input: not counted.
+    (("Prefetch.Shuffle.Interleave",), {"Prefetch.Shuffle": 64}),
+    # A name that is no stage changes nothing.
+    (("Prefetch.Other",),
+     {"Prefetch.Shuffle": 64, "Prefetch.Shuffle.Interleave": 20}),
+])
+def test_unlowerable_bytes_leave_out_bounded_stages(bounded, expected_mb):
+  mb = 1 << 20
+  stages = [_stage("Prefetch", buffer_size=4, buffered=8 * mb),
+            _stage("Prefetch.Shuffle", buffered=64 * mb),
+            # A bounded interleave: no knob, 20 MB of records.
+            _stage("Prefetch.Shuffle.Interleave", buffered=20 * mb)]
+  assert records.unlowerable_bytes(stages, bounded) == {
+      name: held * mb for name, held in expected_mb.items()}

@@ -12,6 +12,7 @@ import time
 from _waiting import wait_for
 import pytest
 import tensorflow as tf
+from tensorflow.core.framework import model_pb2
 
 import intune_tf
 from intune_tf.ops import session as session_lib
@@ -495,6 +496,33 @@ def test_kernel_names_agree_with_proto_stage_names():
   ids = snap.stage_stats[:, -1].tolist()
   assert {i: by_id.get(i) for i in ids} == dict(zip(ids, snap.stage_names))
   del it
+
+
+def _proto(output, nodes):
+  """A ModelProto of `nodes` ({id: (name, [input ids])})."""
+  proto = model_pb2.ModelProto(output=output)
+  for nid, (name, inputs) in nodes.items():
+    proto.nodes[nid].CopyFrom(
+        model_pb2.ModelProto.Node(id=nid, name=name, inputs=inputs))
+  return proto
+
+
+@pytest.mark.parametrize("nodes,expected", [
+    # Prefetch <- release <- interleave <- Range: the interleave is bounded.
+    ({1: ("Prefetch", [2]), 2: ("IntuneBufferRelease", [3]),
+      3: ("ParallelInterleaveV4", [4]), 4: ("Range", [])},
+     {"Prefetch.ParallelInterleaveV4"}),
+    # Two releases in a row (a rewrite run twice): the node below both.
+    ({1: ("Prefetch", [2]), 2: ("IntuneBufferRelease", [3]),
+      3: ("IntuneBufferRelease", [4]), 4: ("ParallelInterleaveV4", [])},
+     {"Prefetch.ParallelInterleaveV4"}),
+    # No release node: nothing is bounded.
+    ({1: ("Prefetch", [2]), 2: ("ParallelInterleaveV4", [3]),
+      3: ("Range", [])}, set()),
+])
+def test_bounded_stage_names_are_the_nodes_below_a_release(nodes, expected):
+  names = session_lib.bounded_stage_names(_proto(1, nodes))
+  assert names == expected
 
 
 # --- an interleave's per-element datasets: one knob per stage ---------------

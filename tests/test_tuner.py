@@ -385,6 +385,62 @@ def test_what_the_guard_cannot_lower_is_warned_only_when_it_matters(
     gc.collect()
 
 
+def test_a_bounded_interleave_is_not_warned_as_what_the_guard_cannot_lower(
+    caplog):
+  # Its records have no knob, but the guard lowers them through per-input
+  # limits: `make test` warned that the interleave "holds 24.8 MB that the
+  # RAM budget guard cannot lower". The shuffle above it is truly fixed.
+  mib, record = 1 << 20, 256 * 1024
+  caplog.set_level("INFO", logger="absl")
+  serialized = lambda i: tf.io.serialize_tensor(
+      tf.fill([record // 4], tf.cast(i, tf.float32)))
+  ds = tf.data.Dataset.range(8).interleave(
+      lambda i: tf.data.Dataset.range(10**6).map(serialized),
+      cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE)
+  # A batch of 2 makes this test's stage names its own in the process.
+  ds = ds.shuffle(32, seed=1).batch(2).prefetch(tf.data.AUTOTUNE)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="manual", ram_budget=24 * mib, interleave_buffer=256,
+      period_s=0.02)
+  seen = []  # the tuner's own observations of this session
+  listener = lambda session, obs, applied: seen.append((session, obs))
+  intune_tf.global_tuner().add_listener(listener)
+  it = iter(ds.with_options(options))
+  try:
+    next(it)
+    session = intune_tf.session_of(it)
+    interleave = "Prefetch.BatchV2.Shuffle.ParallelInterleaveV4"
+    shuffle = "Prefetch.BatchV2.Shuffle"
+
+    def both_hold():
+      # 32 x 256 KB in the shuffle; in the interleave (whose workers read
+      # ahead) a quarter of the budget, which was warned about as if it
+      # could not be lowered.
+      intune_tf.global_tuner().step()
+      return any(s.id == session.id and
+                 o.stage(shuffle).buffered_bytes >= 7 * mib and
+                 o.stage(interleave).buffered_bytes >= 6 * mib
+                 for s, o in seen)
+
+    assert wait_for(both_hold, timeout=30), str(session.counters())
+    obs = next(o for s, o in reversed(seen) if s.id == session.id and
+               o.stage(interleave).buffered_bytes >= 6 * mib)
+    told = [r.getMessage() for r in caplog.records
+            if "cannot lower" in r.getMessage() and
+            repr(session) in r.getMessage()]
+    assert len(told) == 1, told
+    assert f"stage {shuffle} holds" in told[0], told[0]
+    assert obs.stage(interleave).parallelism is None  # no knob of its own
+    assert interleave not in obs.unlowerable_bytes
+    assert obs.unlowerable_bytes[shuffle] >= 7 * mib  # 8 MB of 24: counted
+    assert obs.bounded_stages == (interleave,)
+  finally:
+    intune_tf.global_tuner().remove_listener(listener)
+    del it
+    gc.collect()
+
+
 def test_iterators_with_the_default_budget_share_it_and_a_set_one_stays():
   it_a, a = _iterate("even")
   it_b, b = _iterate("even")

@@ -135,6 +135,24 @@ def proto_stage_names(proto: model_pb2.ModelProto,
   return names
 
 
+def bounded_stage_names(proto: model_pb2.ModelProto,
+                        root: str = "Intune") -> frozenset[str]:
+  """Stage names of the bounded interleaves of a `ModelProto`: the nodes
+  right below a release node (`_RELEASE_NODE`). The budget guard lowers
+  the records such an interleave holds through its per-input limits
+  (intune_tf/cc/kernels/bounded_buffers.h), though the interleave has no
+  buffer knob of its own.
+
+  Example: Prefetch <- IntuneBufferRelease <- ParallelInterleaveV4 <- Range
+  -> {"Prefetch.ParallelInterleaveV4"}.
+  """
+  nodes = dict(proto.nodes.items())
+  names = proto_stage_names(proto, root)
+  below = {_below_release(nodes, nid) for nid, node in nodes.items()
+           if node.name == _RELEASE_NODE}
+  return frozenset(names[nid] for nid in below if nid in names)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Snapshot:
   """One `IntuneObserve` reading: knobs, nodes breadth first from the output

@@ -11,6 +11,7 @@ These are the InTune paper's factors, each with its source and unit:
 | `stages[i].bytes_per_element` | bytes | model: `buffered_bytes / buffered_elements`, else `bytes_produced / num_elements` |
 | `stages[i].bytes_produced_per_s`, `.buffered_bytes` | bytes/s, bytes | model |
 | `stages[i].time_share` | 0..1 | the stage's share of all stages' processing time in the step |
+| `bounded_stages` | | stages whose records the budget guard bounds though they have no knob (bounded interleaves: `session.bounded_stage_names`, from the model, read again when the stage names change) |
 | `stages[i].name` | | the stage name (`intune_tf.records.parse_stage`); the live instances of a stage inside an interleave are added up into one stage |
 | `output_rate` | elements/s | root op: elements returned in the step |
 | `output_latency_s` | s/element | root op: time inside `GetNext` per element in the step |
@@ -132,6 +133,8 @@ class Observer:
     self._last_time: float | None = None
     self._groups: tuple[tuple[str, ...], tuple, np.ndarray | None] = (
         (), (), None)
+    # (row names, the bounded interleaves among them): see `_bounded`.
+    self._bounded_of: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
   def _previous(self, ids: tuple[int, ...], shape) -> np.ndarray:
     """The last snapshot's rows for node `ids` (zeros for new nodes)."""
@@ -155,6 +158,16 @@ class Observer:
                       None if len(first) == len(names)
                       else np.asarray(index, np.intp))
     return self._groups[1], self._groups[2]
+
+  def _bounded(self, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The bounded interleaves among the stage `names`
+    (`session.bounded_stage_names`), read from the model once per tuple of
+    row names: which stages are bounded is fixed by the graph, and a new
+    instance of a stage keeps its name."""
+    if names != self._bounded_of[0]:
+      bounded = session_lib.bounded_stage_names(self.session.model_proto())
+      self._bounded_of = (names, tuple(sorted(bounded.intersection(names))))
+    return self._bounded_of[1]
 
   def observe(self) -> Observation:
     """Reads the session and the host; rates are over the time since the
@@ -235,4 +248,5 @@ class Observer:
         free_memory=available_memory, total_memory=total_memory,
         ram_budget=counters["ram_budget"],
         buffered_bytes=counters["buffered_bytes"], cpu_mhz=cpu_mhz(),
-        dram_gbps=dram_bandwidth_gbps(), model_step_s=model_step_time())
+        dram_gbps=dram_bandwidth_gbps(), model_step_s=model_step_time(),
+        bounded_stages=self._bounded(names))
