@@ -391,6 +391,22 @@ def test_guard_keeps_buffers_under_the_budget():
   gc.collect()
 
 
+def test_what_the_guard_cannot_lower_is_counted_far_below_the_budget():
+  # 8 buffered 1 MB elements against 1 GB: the guard's rounds plan nothing,
+  # but the counter still reads what the shuffle holds.
+  mb = 1 << 20
+  ds = tf.data.Dataset.range(10**6).map(
+      lambda x: tf.fill([mb // 4], tf.cast(x, tf.float32)))  # 1 MB
+  it = iter(_with_option(ds.shuffle(8, seed=1), ram_budget=1 << 30,
+                         policy="manual"))
+  next(it)
+  session = intune_tf.session_of(it)
+  assert wait_for(lambda: session.counters()["unlowerable_bytes"] >= 7 * mb)
+  assert session.counters()["unlowerable_bytes"] <= 8 * mb
+  del it
+  gc.collect()
+
+
 def test_what_the_guard_cannot_lower_is_counted_and_told_once(monkeypatch):
   from absl import logging  # noqa: PLC0415
   told = []

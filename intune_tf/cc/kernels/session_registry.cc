@@ -434,14 +434,10 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     bounded_pending |= buffers->limit() < buffers->cap();
     bounded[node.get()] = std::move(buffers);
   }
-  if (budget <= 0 ||
-      (!thorough && !bounded_pending && total <= budget / 2)) {
-    if (total > budget && budget > 0) guard_over_budget_.fetch_add(1);
-    if (budget <= 0) {
-      for (auto& [unused, buffers] : bounded) {
-        buffers->SetAllowance(buffers->cap(),
-                              std::numeric_limits<double>::infinity(), 0);
-      }
+  if (budget <= 0) {
+    for (auto& [unused, buffers] : bounded) {
+      buffers->SetAllowance(buffers->cap(),
+                            std::numeric_limits<double>::infinity(), 0);
     }
     mutex_lock l(mu_);
     write(to_write);
@@ -508,6 +504,13 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
     knobs.push_back({node, knob, bpe, absl::StrCat(*w.stage, "/", knob->name)});
   }
   unlowerable_bytes_.store(static_cast<int64_t>(fixed_bytes));
+  // Far below the budget, with no interleave to bound: nothing to plan (the
+  // counter above stays current every round).
+  if (!thorough && !bounded_pending && total <= budget / 2) {
+    mutex_lock l(mu_);
+    write(to_write);
+    return;
+  }
   std::stable_sort(knobs.begin(), knobs.end(),
                    [](const MemoryKnob& a, const MemoryKnob& b) {
                      return a.parameter->name == kBufferSize &&
