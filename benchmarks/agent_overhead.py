@@ -4,7 +4,7 @@ Drives the tuner by hand on the Criteo L4 pipeline (batch 4096) under
 policy "intune", at the default period, and times each part of a step:
 observe (model snapshot + host readings), infer (features, mask, the
 known-worse filter, network, choice), learn (a gradient step from the live
-replay, every LEARN_EVERY steps as the policy does), apply (Session.set).
+replay, every LEARN_EVERY steps as the policy does), apply (TuningSession.set).
 Wall times include waiting for a core: the pipeline keeps both cores busy,
 so the step's own CPU time (thread time) is reported beside them.
 It also reports the tuner's CPU time as a share of one core at the default
@@ -25,7 +25,7 @@ import intune_tf
 from intune_tf.agent import dqn
 from intune_tf.agent import policy as agent_lib
 from intune_tf.bench import scenarios
-from intune_tf.tuning import observer as observation
+from intune_tf.tuning import observation
 
 
 def main(seconds: float = 60.0):
@@ -35,11 +35,11 @@ def main(seconds: float = 60.0):
   next(it)
   session = intune_tf.session_of(it)
   policy = agent_lib.IntunePolicy(intune_tf.IntuneOptions())
-  observer = observation.Observer(session)
+  builder = observation.ObservationBuilder(session)
   period = intune_tf.IntuneOptions().period_s
   # One-off costs stay out of the figures: the DRAM bandwidth reading (first
   # observation) and the tracing of the gradient step (first learn).
-  obs = observer.observe()
+  obs = builder.observe()
   state, mask = dqn.features(obs), dqn.action_mask(obs)
   for _ in range(policy.agent.batch_size):
     policy.agent.replay.add(state, 0, 0.5, state, mask, False)
@@ -54,7 +54,7 @@ def main(seconds: float = 60.0):
     next_step += period
     cpu0 = time.thread_time()
     t0 = time.perf_counter()
-    obs = observer.observe()
+    obs = builder.observe()
     t1 = time.perf_counter()
     state, mask = dqn.features(obs), dqn.action_mask(obs)
     config = {k.name: k.value for k in obs.knobs}

@@ -12,7 +12,7 @@ Python process, so its resident set starts clean; the two variants are
 interleaved, `--repeats` times.
 
 Printed per case (medians over repeats unless said): the most bytes the
-guard counted in any repeat (`Session.counters()["peak_buffered_bytes"]`,
+guard counted in any repeat (`TuningSession.counters()["peak_buffered_bytes"]`,
 summed over the sessions: taken where a bounded interleave admits a record,
 and by the guard's 5 ms rounds) against the budget (per session, so twice
 it for two iterators), whether a guard round counted more than the budget

@@ -27,7 +27,7 @@ import tensorflow as tf
 import intune_tf
 from intune_tf import records
 from intune_tf.ops.hooks import tune  # noqa: F401  intune_tf.keras.tune, as documented
-from intune_tf.tuning import observer as observation_lib
+from intune_tf.tuning import observation as observation_lib
 from intune_tf.tuning import tuner as tuner_lib
 from intune_tf.tuning import warmstart
 
@@ -135,7 +135,7 @@ class IntuneCallback(keras.callbacks.Callback):
     self.log_every = log_every
     self.trace: list[TracePoint] = []
     self.warm_start_path: str | None = None
-    self.session: intune_tf.Session | None = None
+    self.session: intune_tf.TuningSession | None = None
     self._writer = None
     self._reset()
 
@@ -158,7 +158,7 @@ class IntuneCallback(keras.callbacks.Callback):
     self._latest: dict[str, float] = {}
     self._knob_values: dict[str, float] = {}
     self._best: tuple[float, dict[str, float]] | None = None  # elements/s
-    self._best_session: intune_tf.Session | None = None
+    self._best_session: intune_tf.TuningSession | None = None
     self._epoch_reset()
 
   def _epoch_reset(self) -> None:

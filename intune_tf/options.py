@@ -57,9 +57,9 @@ class IntuneOptions:
       "coordinate", "plumber" (searches that keep a change only when the
       measured throughput rose, `intune_tf.tuning.search`), "unoptimized",
       "fixed" (applies `config`), "manual" (changes nothing: set knobs
-      yourself with `Session.set`).
+      yourself with `TuningSession.set`).
     config: knob values for the "fixed" policy (and the starting point of
-      the others), `{knob name: value}` as returned by `Session.config()`.
+      the others), `{knob name: value}` as returned by `TuningSession.config()`.
       Default None.
     period_s: seconds between tuning steps of the background tuner, finite
       and at least MIN_PERIOD_S (0.005). Default 0.5.
@@ -204,7 +204,7 @@ class IntuneOptions:
           raise ValueError(
               f"IntuneOptions.config[{key!r}] is {value!r}: a knob value "
               "must be a finite number within the knob's [min, max] (see "
-              "Session.knobs()); values outside it are clamped.")
+              "TuningSession.knobs()); values outside it are clamped.")
       object.__setattr__(self, "config", dict(self.config))
     if self.policy == "fixed" and not self.config:
       raise ValueError('IntuneOptions(policy="fixed") needs a `config` of '

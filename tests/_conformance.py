@@ -217,7 +217,7 @@ def eager_epochs(dataset: tf.data.Dataset, epochs: int,
   return result
 
 
-def _move_knobs(session: intune_tf.Session, turn: int) -> None:
+def _move_knobs(session: intune_tf.TuningSession, turn: int) -> None:
   """Sets every knob of `session` to a value picked by `turn`: parallelism
   cycles through min, max and the middle; buffers through 1, 2 and 5 (or
   min, min + 1, min + 4 when min > 1; within range). Buffers lowered to 0
@@ -238,7 +238,7 @@ def _move_knobs(session: intune_tf.Session, turn: int) -> None:
 def knob_moving_epochs(dataset: tf.data.Dataset, epochs: int,
                        probe: SessionProbe, every: int = 3) -> list[Epoch]:
   """Eager iteration that moves every knob of the run's session (when it
-  has one) every `every` elements, through `Session.set`."""
+  has one) every `every` elements, through `TuningSession.set`."""
   result = []
   for _ in range(epochs):
     start = _newest_session_id()

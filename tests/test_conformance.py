@@ -190,7 +190,7 @@ _MANUAL = intune_tf.IntuneOptions(policy="manual", include_fixed=True,
 @pytest.mark.parametrize("name", conf.REWRITTEN)
 def test_same_output_while_knobs_move(tmp_path, name):
   """Eagerly, moving every knob (parallelism min/max/middle, buffer sizes)
-  through `Session.set` while iterating: knob values never change the
+  through `TuningSession.set` while iterating: knob values never change the
   output."""
   pipeline = PIPELINES[name]
   files = conf.Files(tmp_path)

@@ -148,10 +148,10 @@ def intune_log_lines(output: str) -> list[str]:
     ("W1127 05:56:04.442933 1397 status.py:612] InTune: skipped", 1),
     ("I0000 00:00:1795.98 9567 cpu_feature_guard.cc:227] This TensorFlow", 0),
     ("bar 50%|##  | 1/2\rW0000 00:00:17.1 96 intune_dataset_op.cc:66] x", 1),
-    ("WARNING:absl:InTune <intune_tf.Session 1>: stage Shuffle holds", 1),
+    ("WARNING:absl:InTune <intune_tf.TuningSession 1>: stage Shuffle holds", 1),
     # As `make demo` printed it: after a progress bar, on its line.
     ("fits:  50%|#####     | 1/2 [00:23<00:23, 23.33s/fit]W1127 "
-     "06:12:53.525304 1398 tuner.py:461] InTune <intune_tf.Session 1 "
+     "06:12:53.525304 1398 tuner.py:461] InTune <intune_tf.TuningSession 1 "
      "'demo'>: stage Prefetch.Shuffle holds 4.4 MB", 1),
     ("InTune demo: model.fit of a tiny DLRM", 0),  # the demo's own text
     ("I1127 05:56:04.1 7 session.py:9] TF's own session.py", 0),

@@ -6,8 +6,11 @@ import types
 import pytest
 import tensorflow as tf
 
+import intune_tf
+from intune_tf import records
 from intune_tf.bench import harness
 from intune_tf.bench import scenarios
+from intune_tf.tuning import policies
 
 
 def test_ceiling_arithmetic():
@@ -154,6 +157,44 @@ def test_runs_summary_and_markdown(tmp_path):
   assert lines and json.loads(lines[0])["policy"] in ("even", "unoptimized")
   paths = h.plot(str(tmp_path / "plots"))
   assert all(p.endswith(".png") for p in paths) and len(paths) == 2
+
+
+def test_each_scenarios_oracle_steps_to_its_own_table():
+  h = harness.Harness()
+  # Tables as two oracle searches leave them: scenario "a" found 2 threads
+  # best on 1 CPU and 3 on 2 CPUs; "b" found 5 on 1 CPU.
+  h.oracle = {"a": {"table": {1: {"Map/parallelism": 2.0},
+                              2: {"Map/parallelism": 3.0}}},
+              "b": {"table": {1: {"Map/parallelism": 5.0}}}}
+  oracle_a = policies.create(intune_tf.IntuneOptions(policy="oracle",
+                                                     name="a"))
+  oracle_b = policies.create(intune_tf.IntuneOptions(policy="oracle",
+                                                     name="b"))
+  knob = records.Knob("Map/parallelism", "parallelism", 1.0, 1.0, 6.0)
+  obs = types.SimpleNamespace(usable_cpus=2, knobs=(knob,))
+  # 2 usable CPUs: "a" has a row for 2; "b" falls back to its largest row
+  # at most 2, the 1-CPU row.
+  assert oracle_a.step(obs) == {"Map/parallelism": 3.0}
+  assert oracle_b.step(obs) == {"Map/parallelism": 5.0}
+  # A later search of "b" changes neither the oracle already made for "a"
+  # nor the table it steps to.
+  h.oracle["b"] = {"table": {2: {"Map/parallelism": 9.0}}}
+  assert oracle_a.step(obs) == {"Map/parallelism": 3.0}
+  # The oracle made for "b" after its new search steps to the new table,
+  # clamped to the knob's range (9 -> 6); the one made before keeps its own.
+  assert policies.create(intune_tf.IntuneOptions(
+      policy="oracle", name="b")).step(obs) == {"Map/parallelism": 6.0}
+  assert oracle_b.step(obs) == {"Map/parallelism": 5.0}
+  # A scenario never searched has an oracle that changes nothing.
+  assert policies.create(intune_tf.IntuneOptions(
+      policy="oracle", name="c")).step(obs) == {}
+
+
+def test_oracle_runs_need_the_scenarios_search_first():
+  h = harness.Harness()
+  with pytest.raises(ValueError, match=r"No oracle table for scenario "
+                     r"'tiny': run search_oracle on it"):
+    h.run(_tiny(), "oracle", 0)
 
 
 @pytest.mark.slow

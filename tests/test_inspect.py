@@ -151,7 +151,7 @@ def test_status_file_after_steps(tmp_path):
 
 def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   writer = status.StatusWriter(tmp_path)
-  writer(intune_tf.Session(7, intune_tf.IntuneOptions(policy="even",
+  writer(intune_tf.TuningSession(7, intune_tf.IntuneOptions(policy="even",
                                                    name="demo").to_json()),
          _observation([_stage("Prefetch", 100, 0.0, buffer_size=4),
                        _stage("Prefetch.Shuffle", 100, 0.0,
@@ -184,7 +184,8 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
 
 def test_inspect_shows_how_the_host_is_split(tmp_path):
   writer = status.StatusWriter(tmp_path / "status")
-  writer(intune_tf.Session(7, intune_tf.IntuneOptions(policy="even").to_json()),
+  writer(intune_tf.TuningSession(
+             7, intune_tf.IntuneOptions(policy="even").to_json()),
          _observation([_stage("Prefetch", 100, 0.0, buffer_size=4)]), {})
   writer.write_now()
   host_dir = tmp_path / "host"
@@ -482,7 +483,8 @@ def test_inspect_cli_with_nothing_running(tmp_path):
 
 def test_inspect_watch_redraws_until_interrupted(tmp_path):
   writer = status.StatusWriter(tmp_path)
-  writer(intune_tf.Session(3, intune_tf.IntuneOptions(policy="even").to_json()),
+  writer(intune_tf.TuningSession(
+             3, intune_tf.IntuneOptions(policy="even").to_json()),
          _observation([_stage("Prefetch.ParallelMapV2", 100, 0.009,
                               parallelism=1, time_share=1.0)]), {})
   writer.write_now()

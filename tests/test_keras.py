@@ -427,7 +427,7 @@ def test_fit_survives_a_failing_policy_and_a_full_disk(tmp_path):
   # Each fault is told once per session (an epoch is one or two sessions),
   # not every step.
   for fault in ("injected policy fault", "not a mapping"):
-    told = re.findall(r"Session (\d+) .*" + fault, run.stderr)
+    told = re.findall(r"TuningSession (\d+) .*" + fault, run.stderr)
     assert told and len(told) == len(set(told)), (fault, run.stderr[-3000:])
   # The full disk: one warning per file the tuner writes, then silence.
   for what in ("status file", "decision log", "warm-start state"):

@@ -16,7 +16,7 @@ from intune_tf import records
 from intune_tf.ops import session as session_lib
 from intune_tf.tuning import arbiter
 from intune_tf.tuning import host
-from intune_tf.tuning import observer as observation
+from intune_tf.tuning import observation
 
 
 def test_observation_of_a_running_pipeline():
@@ -29,14 +29,14 @@ def test_observation_of_a_running_pipeline():
   it = iter(ds)
   next(it)
   session = intune_tf.session_of(it)
-  observer = observation.Observer(session)
-  observer.observe()
+  builder = observation.ObservationBuilder(session)
+  builder.observe()
   start = time.monotonic()
   n = 0
   while time.monotonic() - start < 0.5:
     next(it)
     n += 1
-  obs = observer.observe()
+  obs = builder.observe()
   # Elements returned over the step's interval, within 20% of our own count.
   assert abs(obs.output_rate * obs.interval_s - n) <= 0.2 * n + 2
   by_name = {s.name: s for s in obs.stages}
@@ -64,7 +64,7 @@ def test_reported_step_time_is_observed():
 
 
 class _FakeSession:
-  """Serves canned snapshots to an `Observer`."""
+  """Serves canned snapshots to an `ObservationBuilder`."""
 
   def __init__(self, snapshots):
     self.options = intune_tf.IntuneOptions()
@@ -108,7 +108,7 @@ _THREADS = records.Knob("Prefetch.ParallelMapV2/parallelism",
 def test_previous_snapshot_is_matched_by_node(clock):
   # The interleave's inner datasets are new nodes (ids) as it cycles: a new
   # one counts from 0; and stages may come in another order.
-  observer = observation.Observer(_FakeSession([
+  builder = observation.ObservationBuilder(_FakeSession([
       _snapshot([("Prefetch", 1, [100, 10**9, 0, 0, 800, 800]),
                  ("Prefetch.ParallelMapV2", 2,
                   [100, 3 * 10**9, 0, 0, 800, 800]),
@@ -122,9 +122,9 @@ def test_previous_snapshot_is_matched_by_node(clock):
                  ("Prefetch", 1, [160, 2 * 10**9, 96, 2, 1280, 1280])], 160,
                 knobs=(_BUFFER, _THREADS)),
   ]))
-  observer.observe()
+  builder.observe()
   clock.now += 1.0
-  obs = observer.observe()
+  obs = builder.observe()
   assert obs.interval_s == 1.0 and obs.output_rate == 60.0
   assert [s.name for s in obs.stages] == [
       "Prefetch.ParallelMapV2.Inner", "Prefetch.ParallelMapV2", "Prefetch"]
@@ -155,7 +155,7 @@ def test_instances_of_one_stage_are_one_stage(clock):
   inner = "ParallelInterleaveV4[*].ParallelMapV2"
   threads = records.Knob(f"{inner}/parallelism", "parallelism", 3.0, 1.0,
                              8.0)
-  observer = observation.Observer(_FakeSession([
+  builder = observation.ObservationBuilder(_FakeSession([
       _snapshot([("ParallelInterleaveV4", 1, [10, 10**9, 0, 0, 80, 80]),
                  (inner, 5, [4, 10**9, 16, 2, 32, 32]),
                  (inner, 7, [6, 10**9, 8, 1, 48, 48])], 10,
@@ -166,9 +166,9 @@ def test_instances_of_one_stage_are_one_stage(clock):
                  (inner, 9, [6, 10**9, 24, 3, 48, 48])], 30,
                 knobs=(threads,)),
   ]))
-  observer.observe()
+  builder.observe()
   clock.now += 2.0
-  obs = observer.observe()
+  obs = builder.observe()
   assert [s.name for s in obs.stages] == ["ParallelInterleaveV4", inner]
   stage = obs.stage(inner)
   assert stage.rate == (10 + 4 + 6) / 2

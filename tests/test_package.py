@@ -151,7 +151,7 @@ def test_the_graph_sees_the_package(graph):
   # A check over an empty or misread graph would pass anything.
   assert {"intune_tf", "intune_tf.ops.session", "intune_tf.sim.simulator",
           "intune_tf.rewrites", "intune_tf.criteo.pipelines"} <= set(graph)
-  targets = {i.target for i in graph["intune_tf.tuning.observer"]}
+  targets = {i.target for i in graph["intune_tf.tuning.observation"]}
   assert {"intune_tf.ops.session", "intune_tf.records", "numpy"} <= targets
 
 

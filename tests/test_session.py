@@ -185,10 +185,10 @@ def test_options_this_process_cannot_read_leave_the_session_untuned(
     live, tag):
   _, session = live
   # As a tf.data service worker of another intune_tf version sees them.
-  foreign = intune_tf.Session(session.id, tag)
+  foreign = intune_tf.TuningSession(session.id, tag)
   assert foreign.options_error
   assert foreign.options.policy == "manual"  # no policy moves its knobs
-  readable = intune_tf.Session(session.id, session.options.to_json())
+  readable = intune_tf.TuningSession(session.id, session.options.to_json())
   assert readable.options_error is None
 
 
@@ -264,9 +264,9 @@ def test_apply_config_rejects_foreign_data(live, bad):
     (0, "positive int"), (-5, "positive int"), (1.5, "positive int"),
     (True, "positive int"),
     # Used to fail with a bare conversion error, yet stay pinned.
-    (2**63, r"Session\.set_ram_budget: ram_budget 9223372036854775808 is out "
-     r"of its range 1\.\.9223372036854775807 \(bytes, an int64\)\. Pass at "
-     r"most 9223372036854775807; nothing was changed\."),
+    (2**63, r"TuningSession\.set_ram_budget: ram_budget 9223372036854775808 "
+     r"is out of its range 1\.\.9223372036854775807 \(bytes, an int64\)\. "
+     r"Pass at most 9223372036854775807; nothing was changed\."),
     (2**70, r"ram_budget 1180591620717411303424 is out of its range"),
 ])
 def test_set_ram_budget_rejects_bad_values_and_pins_nothing(live, bad, match):
@@ -289,9 +289,10 @@ def test_apply_config_of_a_string_that_is_not_json_says_so(live):
   # Used to raise a JSONDecodeError naming no field.
   _, session = live
   with pytest.raises(ValueError, match=(
-      r"Session\.apply_config: the string is not JSON \(Expecting property "
-      r"name enclosed in double quotes: line 1 column 2 \(char 1\)\): pass "
-      r"the dict from Session\.config\(\) or json\.dumps of it\.")):
+      r"TuningSession\.apply_config: the string is not JSON \(Expecting "
+      r"property name enclosed in double quotes: line 1 column 2 "
+      r"\(char 1\)\): pass the dict from TuningSession\.config\(\) or "
+      r"json\.dumps of it\.")):
     session.apply_config("{not json")
 
 
@@ -305,9 +306,9 @@ def test_apply_config_names_the_knob_whose_value_is_not_a_number(
   session.set({buf.name: 3})
   config = {"format": session.config()["format"], "knobs": {buf.name: value}}
   with pytest.raises(ValueError, match=(
-      rf"Session\.apply_config: knob {re.escape(repr(buf.name))} has value "
-      rf"{re.escape(shown)}, not a finite number\. Give each knob a number "
-      r"\(as Session\.config\(\) does\); nothing was changed\.")):
+      rf"TuningSession\.apply_config: knob {re.escape(repr(buf.name))} has "
+      rf"value {re.escape(shown)}, not a finite number\. Give each knob a "
+      r"number \(as TuningSession\.config\(\) does\); nothing was changed\.")):
     session.apply_config(config)
   assert {k.name: k.value for k in session.knobs()}[buf.name] == 3
 

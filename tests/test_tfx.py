@@ -375,7 +375,7 @@ def test_example_pipeline_end_to_end_and_artifact_in_mlmd(tmp_path):
   config = json.loads((uri / "config.json").read_text())
   bench = json.loads((uri / "benchmark.json").read_text())
 
-  # config.json: Session.config() format, valid knob names and values.
+  # config.json: TuningSession.config() format, valid knob names and values.
   assert config["format"] == "intune_tf.config/1" and config["knobs"]
   for name, value in config["knobs"].items():
     _, kind = intune_tf.records.parse_knob(name)

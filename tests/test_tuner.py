@@ -302,8 +302,8 @@ def test_the_memory_a_policy_holds_is_taken_from_the_budget(how):
 def test_a_session_whose_budget_cannot_be_applied_stops_no_other(
     monkeypatch):
   # A budget the kernel cannot take (2**63, no int64), pinned as
-  # Session.set_ram_budget once did before it checked the range: the budget
-  # pass used to fail for every session from then on, logged once.
+  # TuningSession.set_ram_budget once did before it checked the range: the
+  # budget pass used to fail for every session from then on, logged once.
   mib = 1 << 20
   policies.register("holds-16mib-test", _Holds16MiB)
   errors = []

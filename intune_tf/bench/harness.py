@@ -214,10 +214,20 @@ class Run:
   cotenant_events: list = dataclasses.field(default_factory=list)
 
 
-class _TablePolicy(policies.Policy):
-  """The oracle at run time: the best static configuration for the CPUs."""
+class _OraclePolicy(policies.Policy):
+  """The oracle at run time: the best static configuration for the CPUs.
 
-  table: dict[int, dict[str, float]] = {}
+  Args:
+    options: the session's options.
+    table: `{usable CPUs: {knob name: value}}`, the configurations one
+      scenario's oracle search found best; empty (nothing searched) makes a
+      policy that changes nothing.
+  """
+
+  def __init__(self, options: intune_tf.IntuneOptions,
+               table: Mapping[int, Mapping[str, float]]):
+    super().__init__(options)
+    self.table = {cpus: dict(config) for cpus, config in table.items()}
 
   def step(self, obs):
     if not self.table:
@@ -342,7 +352,14 @@ class Harness:
       logging.warning("--ram-budget %d bytes is larger than this machine's "
                       "memory (%d bytes): it cannot prevent an OOM.",
                       ram_budget, host.total_memory())
-    policies.register("oracle", _TablePolicy)
+    policies.register("oracle", self._oracle_policy)
+
+  def _oracle_policy(self, options: intune_tf.IntuneOptions) -> _OraclePolicy:
+    """The oracle of the scenario `options.name` names (the harness names
+    each session after its scenario), with the table that scenario's search
+    found (empty before its search)."""
+    found = self.oracle.get(options.name)
+    return _OraclePolicy(options, found["table"] if found else {})
 
   def close(self):
     if self._trace:
@@ -536,8 +553,10 @@ class Harness:
                policy: str) -> tf.data.Dataset:
     if policy in AUTOTUNE_POLICIES:
       return autotune_dataset(scenario, policy)
-    if policy == "oracle":
-      _TablePolicy.table = self.oracle[scenario.name]["table"]
+    if policy == "oracle" and scenario.name not in self.oracle:
+      raise ValueError(f"No oracle table for scenario {scenario.name!r}: "
+                       "run search_oracle on it before running the "
+                       "\"oracle\" policy.")
     return self._tuned(scenario, policy)
 
   def _measure(self, scenario: scenarios_lib.Scenario, ds: tf.data.Dataset,

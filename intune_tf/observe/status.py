@@ -233,7 +233,7 @@ class StatusWriter:
       self._info.update(_json_safe(fields))
       self._dirty = True
 
-  def __call__(self, session: session_lib.Session, obs, applied) -> None:
+  def __call__(self, session: session_lib.TuningSession, obs, applied) -> None:
     """The tuner listener: records one step of `session`."""
     after = {k.name: float(applied.get(k.name, k.value)) for k in obs.knobs}
     last = {
@@ -393,7 +393,7 @@ class DecisionLog:
     os.replace(self.path, f"{self.path}.1")
     self._file = self._open()
 
-  def __call__(self, session: session_lib.Session, obs, applied) -> None:
+  def __call__(self, session: session_lib.TuningSession, obs, applied) -> None:
     with self._lock:
       step = self._steps.get(session.id, 0) + 1
       self._steps[session.id] = step

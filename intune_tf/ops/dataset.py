@@ -3,9 +3,10 @@
 - `declare` puts an `IntuneOptionsDataset` above a dataset: the option, in the
   graph (it travels with the dataset through tf.function arguments, variants
   and tf.data service).
-- `tune` puts the root (`IntuneDataset`) on top of a dataset whose iterator is
-  being made. The root rewrites its input inside the kernel, by reference, and
-  tunes it; with nothing asking for InTune below, it returns its input.
+- `apply_root` puts the root (`IntuneRootDataset`, the `IntuneDataset` op) on
+  top of a dataset whose iterator is being made. The root rewrites its input
+  inside the kernel, by reference, and tunes it; with nothing asking for
+  InTune below, it returns its input.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class IntuneOptionsDataset(dataset_ops.UnaryUnchangedStructureDataset):
     super().__init__(input_dataset, variant)
 
 
-class IntuneDataset(dataset_ops.UnaryUnchangedStructureDataset):
-  """The root: one tuning session per iterator.
+class IntuneRootDataset(dataset_ops.UnaryUnchangedStructureDataset):
+  """The root (the `IntuneDataset` op): one tuning session per iterator.
 
   The kernel takes the settings from the `IntuneOptionsDataset` in force in
   the graph below it; with none (for example a pipeline that reaches its
@@ -73,7 +74,7 @@ def declare(dataset: tf.data.Dataset, value: Any) -> tf.data.Dataset:
 _CACHE_ATTR = "_intune_root"
 
 
-def tune(dataset: tf.data.Dataset) -> tf.data.Dataset:
+def apply_root(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset` under an InTune root, for an iterator about to be made.
 
   In eager mode the root is made once per dataset object (as TF finalizes a
@@ -86,7 +87,7 @@ def tune(dataset: tf.data.Dataset) -> tf.data.Dataset:
     if cached is not None:
       return cached
   tuner_lib.global_tuner().start()
-  root = IntuneDataset(dataset)
+  root = IntuneRootDataset(dataset)
   if eager:
     object.__setattr__(dataset, _CACHE_ATTR, root)
   return root

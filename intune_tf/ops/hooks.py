@@ -4,8 +4,8 @@ place that sets the option on a dataset.
 
 `import intune_tf` adds the `experimental_intune` option to `tf.data.Options`
 and makes every iterator creation of a dataset with the option on go through
-`intune_tf.ops.dataset.tune`. The hooks are pinned to the tested TF versions and
-`check()` fails loudly when TensorFlow moves them.
+`intune_tf.ops.dataset.apply_root`. The hooks are pinned to the tested TF
+versions and `check()` fails loudly when TensorFlow moves them.
 
 - `tf.data.Options.experimental_intune`: a property storing its value in
   `Options._options`, so `merge_options` (used by `with_options`) keeps it.
@@ -207,14 +207,14 @@ def install() -> None:
   @functools.wraps(original_apply)
   def _apply_debug_options(self):
     dataset = original_apply(self)
-    if isinstance(dataset, dataset_lib.IntuneDataset):
+    if isinstance(dataset, dataset_lib.IntuneRootDataset):
       return dataset
     value, hidden = find(dataset)
     if value is None and not hidden:
       return dataset
     if tf.executing_eagerly():
       _creating.after = session_lib.newest_session_id()
-    return dataset_lib.tune(dataset)
+    return dataset_lib.apply_root(dataset)
 
   original_create = iterator_ops.OwnedIterator._create_iterator  # noqa: SLF001
 

@@ -39,7 +39,8 @@ COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
             "guard_shrinks", "guard_over_budget", "created_us",
             "unlowerable_bytes")
-# The counters `Session.counters()` adds: this process's share of the host.
+# The counters `TuningSession.counters()` adds: this process's share of the
+# host.
 HOST_COUNTERS = ("host_cpu_share", "host_ram_share", "host_processes")
 # Reads this process's share of the host: set by the tuner, which owns the
 # host arbiter (`intune_tf.tuning.arbiter`, a layer above this module).
@@ -47,7 +48,8 @@ _host_share: list[Callable[[], Any] | None] = [None]
 
 
 def set_host_share_source(source: Callable[[], Any] | None) -> None:
-  """Sets where `Session.counters()` reads this process's share of the host.
+  """Sets where `TuningSession.counters()` reads this process's share of the
+  host.
 
   Args:
     source: returns the share (with `cpus`, `ram` and `processes`), or None
@@ -67,7 +69,7 @@ NODE_ID_COLUMN = STAGE_COLUMN["node_id"]
 # The columns of IntuneObserve's knob values.
 KNOB_COLUMNS = ("value", "min", "max")
 # Most tuples of (knob name, value) pairs a session keeps as tensors for
-# `Session.set`.
+# `TuningSession.set`.
 _SET_TENSORS = 256
 
 
@@ -206,13 +208,13 @@ def _clean(message: str) -> str:
 # The largest RAM budget: it travels to the kernel as an int64.
 MAX_RAM_BUDGET = 2**63 - 1
 
-# Session id -> the RAM budget a user set (Session.set_ram_budget): the tuner
-# no longer gives these sessions a share of the default budget. Ids are never
-# reused within a process.
+# Session id -> the RAM budget a user set (TuningSession.set_ram_budget): the
+# tuner no longer gives these sessions a share of the default budget. Ids are
+# never reused within a process.
 _PINNED_RAM_BUDGETS: dict[int, int] = {}
 
 
-class Session:
+class TuningSession:
   """A live tuned pipeline: list, read and set its knobs."""
 
   def __init__(self, session_id: int, tag: str):
@@ -242,10 +244,10 @@ class Session:
 
   def __repr__(self) -> str:
     name = f" {self._options.name!r}" if self._options.name else ""
-    return f"<intune_tf.Session {self._id}{name}>"
+    return f"<intune_tf.TuningSession {self._id}{name}>"
 
   def __eq__(self, other: Any) -> bool:
-    return isinstance(other, Session) and other._id == self._id
+    return isinstance(other, TuningSession) and other._id == self._id
 
   def __hash__(self) -> int:
     return hash(self._id)
@@ -389,8 +391,8 @@ class Session:
     return result
 
   def counters(self) -> dict[str, int]:
-    """Session counters: elements returned, consumer gap time (us), time in
-    GetNext (us), buffered and peak buffered bytes, RAM budget, guard
+    """The session's counters: elements returned, consumer gap time (us),
+    time in GetNext (us), buffered and peak buffered bytes, RAM budget, guard
     actions (`COUNTERS`, from the kernel); then this process's share of the
     host (`HOST_COUNTERS`, from `set_host_share_source`): `host_cpu_share`
     (CPUs), `host_ram_share` (bytes) and `host_processes` (the InTune
@@ -417,8 +419,8 @@ class Session:
                        f"{ram_budget!r}.")
     if ram_budget > MAX_RAM_BUDGET:
       raise ValueError(
-          f"Session.set_ram_budget: ram_budget {ram_budget} is out of its "
-          f"range 1..{MAX_RAM_BUDGET} (bytes, an int64). Pass at most "
+          f"TuningSession.set_ram_budget: ram_budget {ram_budget} is out of "
+          f"its range 1..{MAX_RAM_BUDGET} (bytes, an int64). Pass at most "
           f"{MAX_RAM_BUDGET}; nothing was changed.")
     # Applied first: a budget the kernel refuses is not pinned.
     self._apply_ram_budget(ram_budget)
@@ -452,14 +454,15 @@ class Session:
         config = json.loads(config)
       except ValueError as e:
         raise ValueError(
-            f"Session.apply_config: the string is not JSON ({e}): pass the "
-            "dict from Session.config() or json.dumps of it.") from None
+            f"TuningSession.apply_config: the string is not JSON ({e}): "
+            "pass the dict from TuningSession.config() or json.dumps of "
+            "it.") from None
     if (not isinstance(config, Mapping) or
         config.get("format") != _CONFIG_FORMAT or
         not isinstance(config.get("knobs"), Mapping)):
       raise ValueError("Not an intune_tf configuration: expected a mapping "
                        f"with format {_CONFIG_FORMAT!r} and 'knobs', as "
-                       "returned by Session.config().")
+                       "returned by TuningSession.config().")
     knobs = {k.name: k for k in self.knobs()}
     values = {}
     for name, value in config["knobs"].items():
@@ -469,9 +472,9 @@ class Session:
             not isinstance(value, (int, float, np.integer, np.floating)) or
             not math.isfinite(value)):
           raise ValueError(
-              f"Session.apply_config: knob {name!r} has value {value!r}, not "
-              "a finite number. Give each knob a number (as "
-              "Session.config() does); nothing was changed.")
+              f"TuningSession.apply_config: knob {name!r} has value "
+              f"{value!r}, not a finite number. Give each knob a number (as "
+              "TuningSession.config() does); nothing was changed.")
         values[name] = float(min(max(float(value), k.min), k.max))
     return self.set(values)
 
@@ -503,7 +506,7 @@ def newest_session_id() -> int:
 SESSION_IDS_ATTR = "_intune_session_ids"
 
 
-def session_of(iterator: Any) -> Session:
+def session_of(iterator: Any) -> TuningSession:
   """The tuning session of an iterator made by `iter(dataset)`.
 
   Args:
@@ -543,10 +546,10 @@ def record_sessions(iterator: Any, after: int) -> None:
 
 # Live sessions by id: a session's tag never changes, so the tuner's frequent
 # listings parse each tag once.
-_known: dict[int, Session] = {}
+_known: dict[int, TuningSession] = {}
 
 
-def sessions() -> list[Session]:
+def sessions() -> list[TuningSession]:
   """The live tuning sessions of this process, oldest first."""
   with _on_host():
     ids, tags, _ = _kernels.ops().intune_list_sessions()
@@ -554,7 +557,8 @@ def sessions() -> list[Session]:
   result = []
   for i, tag in zip(ids, tags.numpy()):
     known = _known.get(i)
-    result.append(known if known is not None else Session(i, tag.decode()))
+    result.append(known if known is not None
+                  else TuningSession(i, tag.decode()))
   _known.clear()
   _known.update((s.id, s) for s in result)
   return result

@@ -379,7 +379,7 @@ class Simulator:
 
   `observe()` returns the same `intune_tf.records.Observation` the live
   tuner builds, so policies run unchanged on both; `set()` applies knob
-  values like `Session.set` (clamped to each knob's range).
+  values like `TuningSession.set` (clamped to each knob's range).
   """
 
   def __init__(self, pipeline: SimPipeline, seed: int = 0,

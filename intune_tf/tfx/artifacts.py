@@ -3,8 +3,9 @@
 Layout of the artifact's uri directory:
 
 * `config.json`: the tuned knob configuration, exactly as
-  `intune_tf.Session.config()` returns it (`{"format": "intune_tf.config/1",
-  "knobs": {knob name: value}}`), so `Session.apply_config` and
+  `intune_tf.TuningSession.config()` returns it (`{"format":
+  "intune_tf.config/1", "knobs": {knob name: value}}`), so
+  `TuningSession.apply_config` and
   `IntuneOptions(policy="fixed", config=...)` take it as it is.
 * `benchmark.json`: the figures of the tuning run (rows/s under the tuned
   configuration and under plain AUTOTUNE, per interleaved repeat and their

@@ -180,13 +180,13 @@ def load_input_fn(module_file: str | None, input_fn: str) -> Callable:
   return fn
 
 
-def _policy_of(session: "intune_tf.Session") -> Any:
+def _policy_of(session: "intune_tf.TuningSession") -> Any:
   """The policy instance tuning `session` (None if the tuner has none)."""
   get = getattr(tuner_lib.global_tuner(), "policy", None)
   return get(session.id) if get is not None else None
 
 
-def tuned_configuration(session: "intune_tf.Session"
+def tuned_configuration(session: "intune_tf.TuningSession"
                         ) -> tuple[dict[str, Any], str, float]:
   """The configuration a tuning run found.
 
@@ -198,7 +198,7 @@ def tuned_configuration(session: "intune_tf.Session"
     session: the live tuning session.
 
   Returns:
-    (configuration as `Session.config()` returns it, where it came from,
+    (configuration as `TuningSession.config()` returns it, where it came from,
     the rows/s the policy measured for it or 0.0).
   """
   guard = getattr(_policy_of(session), "guard", None)
@@ -212,7 +212,7 @@ def tuned_configuration(session: "intune_tf.Session"
   return session.config(), "knobs in force at the end of the run", 0.0
 
 
-def export_agent(session: "intune_tf.Session", config: dict[str, Any],
+def export_agent(session: "intune_tf.TuningSession", config: dict[str, Any],
                  rows_per_s: float, directory: str) -> list[str]:
   """Saves the warm-start state of the tuning run into the artifact.
 
@@ -227,7 +227,7 @@ def export_agent(session: "intune_tf.Session", config: dict[str, Any],
 
   Args:
     session: the live tuning session.
-    config: the tuned configuration (`Session.config()` format).
+    config: the tuned configuration (`TuningSession.config()` format).
     rows_per_s: its measured rows/s (0.0 if unknown).
     directory: where the files go (the artifact's `agent/`).
 
@@ -256,7 +256,7 @@ def _rows(element: Any) -> int:
   return int(first.shape[0]) if first.shape.rank else 1
 
 
-def _session_of(it: Any) -> "intune_tf.Session | None":
+def _session_of(it: Any) -> "intune_tf.TuningSession | None":
   try:
     return intune_tf.session_of(it)
   except ValueError:  # InTune is off for this run (an AUTOTUNE baseline)
@@ -264,7 +264,7 @@ def _session_of(it: Any) -> "intune_tf.Session | None":
 
 
 def _run(ds: tf.data.Dataset, seconds: float, warmup: float,
-         on_end: Callable[["intune_tf.Session | None"], Any] | None = None
+         on_end: Callable[["intune_tf.TuningSession | None"], Any] | None = None
          ) -> tuple[float, int, Any]:
   """Iterates `ds` for `warmup` then `seconds`; returns (rows/s over the
   measured window, rows measured, on_end(session) while it is alive)."""
@@ -297,7 +297,7 @@ def tune_and_benchmark(make_dataset: Callable[[], tf.data.Dataset],
     agent_dir: where `export_agent` saves the agent; None: nowhere.
 
   Returns:
-    `{"config": Session.config(), "benchmark": figures}`.
+    `{"config": TuningSession.config(), "benchmark": figures}`.
 
   Raises:
     ValueError: the pipeline has no tunable stage, or yields nothing.

@@ -62,7 +62,7 @@ def load_tuned_config(source: Any) -> dict[str, Any]:
       directory, the path of its `config.json`, the Trainer's `FnArgs` (its
       `custom_config` carries the uri when the Trainer is
       `intune_tf.tfx.Trainer`), or a configuration mapping as
-      `Session.config()` returns it.
+      `TuningSession.config()` returns it.
 
   Returns:
     `{"format": "intune_tf.config/1", "knobs": {knob name: value}}`.
@@ -108,7 +108,7 @@ def load_tuned_config(source: Any) -> dict[str, Any]:
       not isinstance(config.get("knobs"), Mapping)):
     raise ValueError(f"{where} is not an intune_tf configuration: expected "
                      f"an object with format {CONFIG_FORMAT!r} and 'knobs', "
-                     "as Session.config() returns it.")
+                     "as TuningSession.config() returns it.")
   knobs = {}
   for name, value in config["knobs"].items():
     if not records.is_knob_name(str(name)) or isinstance(value, bool) or (
@@ -142,7 +142,7 @@ def map_config(knobs: Mapping[str, float],
 
   Args:
     knobs: `{knob name: value}` of the tuned configuration.
-    live: the running pipeline's knobs (`Session.knobs()`).
+    live: the running pipeline's knobs (`TuningSession.knobs()`).
 
   Returns:
     `{live knob name: value clamped to its range}`: by name when every

@@ -1,3 +1,3 @@
-"""Tuning: the policy interface, registry and baseline policies, the observer,
-the tuner thread, warm start and host readings.
+"""Tuning: the policy interface, registry and baseline policies, the
+observation builder, the tuner thread, warm start and host readings.
 """

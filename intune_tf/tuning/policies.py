@@ -17,7 +17,7 @@ from absl import logging
 from intune_tf import records
 
 if TYPE_CHECKING:
-  from intune_tf.ops.session import Session
+  from intune_tf.ops.session import TuningSession
   from intune_tf.options import IntuneOptions
   from intune_tf.records import Decision
   from intune_tf.records import Observation
@@ -45,7 +45,7 @@ class Policy(abc.ABC):
   def __init__(self, options: IntuneOptions):
     self.options = options
 
-  def bind(self, session: "Session") -> None:
+  def bind(self, session: "TuningSession") -> None:
     """Called once by the tuner, before the first step, with the session the
     policy tunes (for state kept between runs, such as warm start). A
     failure is logged and tuning goes on. Default: does nothing."""
@@ -214,7 +214,7 @@ class FixedPolicy(Policy):
 
   def __init__(self, options):
     super().__init__(options)
-    self._session: "Session | None" = None
+    self._session: "TuningSession | None" = None
     self._told_unmatched = False
 
   def bind(self, session):
@@ -229,7 +229,7 @@ class FixedPolicy(Policy):
       logging.warning(
           "InTune %r: IntuneOptions.config names %s, which match no knob of "
           "this pipeline, so the \"fixed\" policy does not apply them. The "
-          "pipeline's knobs: %s. Use these names (as Session.config() "
+          "pipeline's knobs: %s. Use these names (as TuningSession.config() "
           "returns them). Reported once per session.",
           self._session if self._session is not None else "(unbound)",
           unmatched, sorted(names))
@@ -238,7 +238,7 @@ class FixedPolicy(Policy):
 
 
 class ManualPolicy(Policy):
-  """Changes nothing: the user sets knobs through `Session.set`."""
+  """Changes nothing: the user sets knobs through `TuningSession.set`."""
 
   static = True
 

@@ -20,7 +20,7 @@ from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
 from intune_tf.tuning import arbiter as arbiter_lib
 from intune_tf.tuning import host
-from intune_tf.tuning import observer as observation_lib
+from intune_tf.tuning import observation as observation_lib
 from intune_tf.tuning import policies
 
 # Longest wait for the tuner thread's current step at interpreter exit.
@@ -34,7 +34,7 @@ _MAX_REPORTS = 5
 # size) is warned about when a stage holds at least this share of its
 # session's RAM budget: from there the buffers InTune tunes have at most
 # three quarters of the budget left. Smaller holdings only show in
-# `intune inspect` and `Session.counters()["unlowerable_bytes"]`.
+# `intune inspect` and `TuningSession.counters()["unlowerable_bytes"]`.
 UNLOWERABLE_WARN_SHARE = 0.25
 # How often the default RAM budgets are shared out again.
 _BUDGET_PERIOD_S = 1.0
@@ -115,7 +115,7 @@ def buffer_budget(budget: int, policy_bytes: int) -> int:
 class _Tuned:
   """Per-session state of the tuner."""
 
-  def __init__(self, session: session_lib.Session):
+  def __init__(self, session: session_lib.TuningSession):
     self.session = session
     if session.options_error is not None:
       raise ValueError(
@@ -126,7 +126,7 @@ class _Tuned:
     except Exception as e:  # noqa: BLE001
       logging.warning("InTune: %s.bind(%r) failed (tuning goes on): %r",
                       type(self.policy).__name__, session, e)
-    self.observer = observation_lib.Observer(session)
+    self.observations = observation_lib.ObservationBuilder(session)
     self.last_good: dict[str, float] | None = None
     self.reported: set[tuple[str, str]] = set()  # see `first_report`
     self.next_step = 0.0
@@ -210,8 +210,9 @@ class Tuner:
     if self is _TUNER:
       # status file, decision log (see intune_tf.observe.status)
       status.install(self)
-      # The sessions' host counters (`Session.counters()`) read the share of
-      # the arbiter this tuner drives; the sessions sit below it, and are told.
+      # The sessions' host counters (`TuningSession.counters()`) read the share
+      # of the arbiter this tuner drives; the sessions sit below it, and are
+      # told.
       session_lib.set_host_share_source(arbiter_lib.current_share)
     with self._lock:
       # Registered after the listeners' own exit handlers, so it runs first
@@ -288,7 +289,7 @@ class Tuner:
 
   def _apply_budgets(self, tuned: list[_Tuned]) -> None:
     """Writes each session's buffer budget (`buffer_budget`): its RAM budget
-    (the user's `ram_budget`, the value given to `Session.set_ram_budget`,
+    (the user's `ram_budget`, the value given to `TuningSession.set_ram_budget`,
     or its share of this process's default budget) less what its policy
     holds.
 
@@ -467,7 +468,7 @@ class Tuner:
             "size), %.0f%% of the budget (%.0f MB); the buffers and threads "
             "InTune tunes share the rest. Give it a larger ram_budget or "
             "make that buffer smaller. Reported once per stage; `intune "
-            "inspect` and Session.counters()['unlowerable_bytes'] show "
+            "inspect` and TuningSession.counters()['unlowerable_bytes'] show "
             "every such stage.", t.session, stage, held / (1 << 20),
             100 * held / max(1, obs.ram_budget), obs.ram_budget / (1 << 20))
 
@@ -477,7 +478,7 @@ class Tuner:
       if names == t.static_knobs:
         return
       t.static_knobs = names
-    obs = t.observer.observe()
+    obs = t.observations.observe()
     t.last_obs = obs
     self._tell_unlowerable(t, obs)
     if not obs.knobs:

@@ -116,7 +116,7 @@ def _read_cpu_mhz() -> float:
     return 0.0
 
 
-class Observer:
+class ObservationBuilder:
   """Turns successive snapshots of one session into per-step observations.
 
   Rates are differences between snapshots, row by row of the model's nodes
@@ -125,7 +125,7 @@ class Observer:
   nodes) are then added up into one stage of the observation.
   """
 
-  def __init__(self, session: session_lib.Session):
+  def __init__(self, session: session_lib.TuningSession):
     self.session = session
     self._last_ids: tuple[int, ...] = ()
     self._last_array: np.ndarray | None = None
