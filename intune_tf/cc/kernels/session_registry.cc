@@ -36,18 +36,19 @@ std::vector<std::shared_ptr<TuningSession>> SessionRegistry::List() const {
   return live;
 }
 
-Status SessionRegistry::Lookup(int64_t id,
-                               std::shared_ptr<TuningSession>* session) const {
+absl::StatusOr<std::shared_ptr<TuningSession>> SessionRegistry::Lookup(
+    int64_t id) const {
   tf_shared_lock l(mu_);
   auto it = sessions_.find(id);
-  if (it != sessions_.end()) *session = it->second.lock();
-  if (it == sessions_.end() || *session == nullptr) {
+  std::shared_ptr<TuningSession> session;
+  if (it != sessions_.end()) session = it->second.lock();
+  if (session == nullptr) {
     return errors::NotFound("InTune session ", id,
                             " is gone: its iterator was destroyed or "
                             "exhausted and released. List live sessions with "
                             "intune_tf.sessions().");
   }
-  return OkStatus();
+  return session;
 }
 
 }  // namespace intune

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "intune_tf/cc/kernels/tuning_session.h"
 #include "tensorflow/core/platform/mutex.h"
-#include "tensorflow/core/platform/status.h"
 #include "tensorflow/core/platform/thread_annotations.h"
 
 namespace tensorflow {
@@ -30,7 +30,8 @@ class SessionRegistry {
   // Live sessions, oldest first.
   std::vector<std::shared_ptr<TuningSession>> List() const
       TF_LOCKS_EXCLUDED(mu_);
-  Status Lookup(int64_t id, std::shared_ptr<TuningSession>* session) const
+  // The live session `id`, else NotFound.
+  absl::StatusOr<std::shared_ptr<TuningSession>> Lookup(int64_t id) const
       TF_LOCKS_EXCLUDED(mu_);
 
  private:

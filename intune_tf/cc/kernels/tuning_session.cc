@@ -166,9 +166,8 @@ std::vector<Knob> TuningSession::ListKnobs() {
   return KnobsLocked(walk);
 }
 
-Status TuningSession::SetKnobs(const std::vector<std::string>& names,
-                               const std::vector<double>& values,
-                               std::vector<double>* applied) {
+absl::StatusOr<std::vector<double>> TuningSession::SetKnobs(
+    const std::vector<std::string>& names, const std::vector<double>& values) {
   if (names.size() != values.size()) {
     return errors::InvalidArgument("Got ", names.size(), " knob names but ",
                                    values.size(), " values.");
@@ -230,15 +229,15 @@ Status TuningSession::SetKnobs(const std::vector<std::string>& names,
     }
   }
   EnforceBudget(/*thorough=*/true, &proposal);
-  applied->clear();
+  std::vector<double> applied;
   mutex_lock l(mu_);
   for (const std::string& name : names) {
     auto instances = live.find(name);
-    applied->push_back(instances != live.end()
-                           ? ReadValue(*instances->second.front().second)
-                           : known_[name].value);
+    applied.push_back(instances != live.end()
+                          ? ReadValue(*instances->second.front().second)
+                          : known_[name].value);
   }
-  return OkStatus();
+  return applied;
 }
 
 void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
@@ -421,7 +420,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   }
 }
 
-Status TuningSession::ModelProto(std::string* serialized) {
+absl::StatusOr<std::string> TuningSession::ModelProto() {
   // The model's parameter values are what its readers (ToProto) see: bring
   // them to the values in force (an iterator gives its knobs their defaults
   // in the shared state only).
@@ -440,10 +439,11 @@ Status TuningSession::ModelProto(std::string* serialized) {
   }
   model::ModelProto proto;
   TF_RETURN_IF_ERROR(model_->ToProto(&proto));
-  if (!proto.SerializeToString(serialized)) {
+  std::string serialized;
+  if (!proto.SerializeToString(&serialized)) {
     return errors::Internal("Could not serialize the model of session ", id_);
   }
-  return OkStatus();
+  return serialized;
 }
 
 namespace {

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "intune_tf/cc/kernels/node_access.h"
 #include "tensorflow/core/framework/model.h"
 #include "tensorflow/core/platform/mutex.h"
-#include "tensorflow/core/platform/status.h"
 #include "tensorflow/core/platform/thread_annotations.h"
 
 namespace tensorflow {
@@ -92,11 +92,12 @@ class TuningSession {
   // to every live instance of the knob, and remembered: instances created
   // later start at it. Returns the values in force afterwards (the guard may
   // lower buffer knobs below what was asked).
-  Status SetKnobs(const std::vector<std::string>& names,
-                  const std::vector<double>& values,
-                  std::vector<double>* applied) TF_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<double>> SetKnobs(
+      const std::vector<std::string>& names, const std::vector<double>& values)
+      TF_LOCKS_EXCLUDED(mu_);
 
-  Status ModelProto(std::string* serialized);
+  // The model as a serialized ModelProto.
+  absl::StatusOr<std::string> ModelProto() TF_LOCKS_EXCLUDED(mu_);
 
   // The model's nodes, breadth first from the output: what a ModelProto
   // snapshot gives the tuner, without building and parsing one.
