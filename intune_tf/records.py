@@ -19,7 +19,7 @@ KINDS = ("parallelism", "buffer_size")
 # --- Knob and stage names ---------------------------------------------------
 #
 # The kernel names a stage by its place in the pipeline (the format is defined
-# in intune_tf/cc/kernels/session_registry.h), so that a name survives the
+# in intune_tf/cc/kernels/stage_names.h), so that a name survives the
 # re-creation of the stage (every epoch of a `repeat`, a new or restored
 # iterator, each element of an interleave): the model's node names from the
 # pipeline's output down to the stage, joined by ".". A node with several

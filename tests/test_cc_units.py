@@ -12,6 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Each test and the project sources it links (free of TF types).
 _UNITS = {
     "budget_guard_test.cc": ["intune_tf/cc/kernels/budget_guard.cc"],
+    "stage_names_test.cc": ["intune_tf/cc/kernels/stage_names.cc"],
 }
 
 

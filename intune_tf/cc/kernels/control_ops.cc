@@ -1,7 +1,10 @@
 // Control ops: reach the live tuning sessions from Python.
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/layout.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -20,13 +23,20 @@ inline constexpr char kSessionId[] = "session_id";
 bool FindSession(OpKernelContext* ctx,
                  std::shared_ptr<TuningSession>* session) {
   const Tensor& id = ctx->input(0);
-  Status status =
-      TensorShapeUtils::IsScalar(id.shape())
-          ? SessionRegistry::Global()->Lookup(id.scalar<int64_t>()(), session)
-          : errors::InvalidArgument(kSessionId, " must be a scalar, got shape ",
-                                    id.shape().DebugString());
-  if (!status.ok()) ctx->SetStatus(status);
-  return status.ok();
+  if (!TensorShapeUtils::IsScalar(id.shape())) {
+    ctx->SetStatus(errors::InvalidArgument(kSessionId,
+                                           " must be a scalar, got shape ",
+                                           id.shape().DebugString()));
+    return false;
+  }
+  absl::StatusOr<std::shared_ptr<TuningSession>> found =
+      SessionRegistry::Global()->Lookup(id.scalar<int64_t>()());
+  if (!found.ok()) {
+    ctx->SetStatus(found.status());
+    return false;
+  }
+  *session = *std::move(found);
+  return true;
 }
 
 // Checks the rank of input `index` (0: a scalar, 1: a vector); on failure
@@ -64,11 +74,11 @@ class IntuneModelProtoOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    std::string serialized;
-    OP_REQUIRES_OK(ctx, session->ModelProto(&serialized));
+    absl::StatusOr<std::string> serialized = session->ModelProto();
+    OP_REQUIRES_OK(ctx, serialized.status());
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<tstring>()() = serialized;
+    out->scalar<tstring>()() = *serialized;
   }
 };
 
@@ -121,8 +131,9 @@ class IntuneSetKnobsOp : public OpKernel {
     for (int64_t i = 0; i < values_t.NumElements(); ++i) {
       values.push_back(values_t.vec<double>()(i));
     }
-    std::vector<double> applied;
-    OP_REQUIRES_OK(ctx, session->SetKnobs(names, values, &applied));
+    absl::StatusOr<std::vector<double>> set = session->SetKnobs(names, values);
+    OP_REQUIRES_OK(ctx, set.status());
+    const std::vector<double>& applied = *set;
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({static_cast<int64_t>(applied.size())}),

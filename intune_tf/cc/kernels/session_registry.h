@@ -1,228 +1,22 @@
-// Live tuning sessions: one per iterator of an IntuneDataset.
-//
-// The root iterator owns a `model::Model`; a `TuningSession` shares it with the
-// control ops, which find it by id through the process-wide `SessionRegistry`.
+// The process-wide registry of live tuning sessions, one per iterator of an
+// IntuneDataset: the root iterator creates and removes its session, the
+// control ops find it by id.
 #ifndef INTUNE_TF_CC_KERNELS_SESSION_REGISTRY_H_
 #define INTUNE_TF_CC_KERNELS_SESSION_REGISTRY_H_
 
-#include <atomic>
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-
-#include "tensorflow/core/framework/model.h"
+#include "absl/status/statusor.h"
+#include "intune_tf/cc/kernels/tuning_session.h"
 #include "tensorflow/core/platform/mutex.h"
-#include "tensorflow/core/platform/status.h"
 #include "tensorflow/core/platform/thread_annotations.h"
 
 namespace tensorflow {
 namespace intune {
-
-namespace model = ::tensorflow::data::model;
-using ModelPtr = std::shared_ptr<model::Model>;
-
-inline constexpr char kParallelism[] = "parallelism";
-inline constexpr char kBufferSize[] = "buffer_size";
-
-// Knob and stage names.
-//
-// A stage's name is its place in the pipeline, so that it survives the
-// re-creation of the stage's iterator (every epoch of a `repeat` above it, a
-// new or restored iterator, each input element of an interleave): the names
-// of the model's nodes from the pipeline's output down to the stage, joined
-// by ".", for example "Prefetch.ParallelMapV2" (the root's own node, named
-// "Intune", is left out). A step that goes into one input among several
-// names it in brackets after the node that has them:
-//   "Zip[1].ParallelMapV2"   the ParallelMapV2 under input 1 of a zip (same
-//                            for concatenate and other multi-input stages);
-//   "ParallelInterleaveV4[*].ParallelMapV2"
-//                            the ParallelMapV2 of the datasets that an
-//                            interleave (or flat_map, group_by_window) makes
-//                            from its input elements: every instance is the
-//                            same stage and shares its knobs;
-//   "ParallelInterleaveV4.TensorSlice"
-//                            the interleave's own input (no brackets).
-// A knob's name is "<stage name>/<parameter>", e.g.
-// "Prefetch.ParallelMapV2/parallelism". Node names keep only [A-Za-z0-9_]
-// (anything else becomes "_"). Node ids ("ParallelMapV2(id:3)", TF's long
-// names) change with every re-creation: they are kept for display only.
-// Python parses names in one place: `intune_tf.session.parse_stage`.
-
-// A knob of the pipeline, as seen from outside: one per name, whatever the
-// number of live instances of its stage.
-struct Knob {
-  std::string name;  // "<stage name>/<parameter>"
-  std::string parameter;
-  double value;         // in force on the first instance (output first)
-  double min;           // the largest minimum of the instances
-  double max;           // the smallest maximum of the instances
-  std::string display;  // the instances' node long names, comma-separated
-};
-
-// One node of the pipeline's model, as exported by IntuneObserve.
-struct StageSample {
-  std::string name;     // the stage name (see above)
-  int64_t node_id;      // the model node's id (display only)
-  int64_t elements;
-  int64_t processing_time_ns;
-  int64_t buffered_bytes;
-  int64_t buffered_elements;
-  int64_t bytes_produced;
-  int64_t bytes_consumed;
-};
-
-// Counters of a session, exported in this order by IntuneSessionCounters.
-struct SessionCounters {
-  int64_t elements = 0;           // elements returned by the root
-  int64_t gap_time_us = 0;        // total consumer time between GetNext calls
-  int64_t gap_count = 0;          // number of gaps recorded
-  int64_t get_next_time_us = 0;   // total time spent inside the root GetNext
-  int64_t buffered_bytes = 0;     // now, summed over the pipeline
-  int64_t peak_buffered_bytes = 0;
-  int64_t ram_budget = 0;         // bytes; 0 = no guard
-  int64_t guard_shrinks = 0;      // knob decrements made by the guard
-  int64_t guard_over_budget = 0;  // guard rounds that found bytes over budget
-  // Bytes the guard could not lower at its last thorough pass (stages
-  // without a memory knob: shuffle, cache, fixed buffers).
-  int64_t unlowerable_bytes = 0;
-  int64_t created_us = 0;         // wall-clock microseconds since the epoch
-};
-
-class TuningSession {
- public:
-  TuningSession(int64_t id, std::string tag, int64_t ram_budget,
-                ModelPtr tf_model);
-
-  int64_t id() const { return id_; }
-  const std::string& tag() const { return tag_; }
-  // The OS thread (Linux tid) that made the session: the thread that created
-  // its iterator (eager iterators are made on the caller's thread).
-  int64_t creator_thread() const { return creator_thread_; }
-  const ModelPtr& tf_model() const { return model_; }
-
-  // The live knobs, sorted by name.
-  std::vector<Knob> ListKnobs() TF_LOCKS_EXCLUDED(mu_);
-
-  // Validates every (name, value) pair first; applies none unless all are
-  // valid. A name is valid when the session has seen the knob (its stage may
-  // be between two instances, e.g. between two epochs of a `repeat`). A value
-  // is valid when finite and within the knob's range; it is rounded and
-  // clamped to the range (and to what an int64 holds) before it is written
-  // to every live instance of the knob, and remembered: instances created
-  // later start at it. Returns the values in force afterwards (the guard may
-  // lower buffer knobs below what was asked).
-  Status SetKnobs(const std::vector<std::string>& names,
-                  const std::vector<double>& values,
-                  std::vector<double>* applied) TF_LOCKS_EXCLUDED(mu_);
-
-  Status ModelProto(std::string* serialized);
-
-  // The model's nodes, breadth first from the output: what a ModelProto
-  // snapshot gives the tuner, without building and parsing one.
-  std::vector<StageSample> Stages() TF_LOCKS_EXCLUDED(mu_);
-
-  // Knobs and stages from one walk of the model (IntuneObserve).
-  void Observe(std::vector<Knob>* knobs, std::vector<StageSample>* stages)
-      TF_LOCKS_EXCLUDED(mu_);
-
-  // Brings the nodes created since the last pass to the knob values last set
-  // for their names (`SetKnobs`), and buffer knobs that have none to TF's
-  // starting size (at least one element: a prefetch of 0 passes elements
-  // through without overlap). Called by every other method that walks the
-  // model, so also every `guard_period_us` by the root's guard thread (via
-  // EnforceBudget). Its bookkeeping is one entry per live node and one per
-  // knob name: it does not grow with the elements or the instances created.
-  void SyncKnobs() TF_LOCKS_EXCLUDED(mu_);
-
-  // Syncs knobs (SyncKnobs), then lowers memory knobs until the pipeline's
-  // committed buffer bytes fit the RAM budget. Called after every SetKnobs
-  // (`thorough`) and by the guard thread, which skips the knob pass while
-  // the bytes actually buffered are below half the budget: buffers then only
-  // grow by filling, which the next round (5 ms later) sees long before they
-  // reach the budget.
-  // With `proposal` (values about to be set, by parameter), the pass counts
-  // them instead of the parameters' values and writes them, lowered where the
-  // budget requires, in one step under mu_.
-  using Proposal = absl::flat_hash_map<const model::Parameter*, double>;
-  void EnforceBudget(bool thorough = true, const Proposal* proposal = nullptr)
-      TF_LOCKS_EXCLUDED(mu_);
-
-  void set_ram_budget(int64_t bytes);
-  void RecordGetNext(int64_t start_us, int64_t end_us);
-  SessionCounters Counters() const;
-
- private:
-  // One node of a walk of the model, parents before children.
-  // A bounded interleave's release node (bounded_buffers.h) is left out: the
-  // walk goes from its parent straight to the interleave.
-  struct WalkNode {
-    std::shared_ptr<model::Node> node;
-    int parent;    // index in the walk; -1 for the output
-    int position;  // among the parent's inputs
-    int siblings;  // the parent's number of inputs
-    int64_t id;    // the node's id, or the id of the node left out above it
-    const std::string* stage = nullptr;  // set by SyncLocked
-  };
-  // What the session remembers of a knob name.
-  struct KnownKnob {
-    double min = 0;
-    double max = 0;
-    bool has_value = false;  // set by SetKnobs
-    double value = 0;
-    // The value of the first instance once synced: what the guard raises a
-    // knob back to when no value was ever set.
-    bool has_start = false;
-    double start = 0;
-    // The most the guard allowed at its last pass (infinite before one).
-    double allowed = std::numeric_limits<double>::infinity();
-  };
-  // A live node: its stage name, and the last pass that saw it.
-  struct NodeEntry {
-    std::string stage;
-    uint64_t pass = 0;
-  };
-
-  std::vector<WalkNode> Walk() const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Names the nodes of `walk`, applies remembered values to the new ones,
-  // forgets the nodes that are gone.
-  void SyncLocked(std::vector<WalkNode>* walk) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string StageName(const std::vector<WalkNode>& walk, int index) const;
-  std::vector<Knob> KnobsLocked(const std::vector<WalkNode>& walk)
-      TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const int64_t id_;
-  const std::string tag_;
-  const int64_t creator_thread_;
-  const ModelPtr model_;
-  const int64_t created_us_;
-
-  std::atomic<int64_t> ram_budget_;
-  std::atomic<int64_t> elements_{0};
-  std::atomic<int64_t> gap_time_us_{0};
-  std::atomic<int64_t> gap_count_{0};
-  std::atomic<int64_t> get_next_time_us_{0};
-  std::atomic<int64_t> last_end_us_{0};
-  std::atomic<int64_t> peak_buffered_bytes_{0};
-  std::atomic<int64_t> guard_shrinks_{0};
-  std::atomic<int64_t> guard_over_budget_{0};
-  std::atomic<int64_t> unlowerable_bytes_{0};
-
-  // Serializes knob writes (SetKnobs, the sync pass, the guard), so that a
-  // validated batch of values is applied and then enforced as one step, and
-  // guards the bookkeeping of the sync pass.
-  mutable mutex mu_;
-  uint64_t pass_ TF_GUARDED_BY(mu_) = 0;
-  // Live nodes by id (std::unordered_map: the walk keeps pointers to the
-  // stage names, which must not move when the map grows).
-  std::unordered_map<int64_t, NodeEntry> nodes_ TF_GUARDED_BY(mu_);
-  std::map<std::string, KnownKnob> known_ TF_GUARDED_BY(mu_);
-};
 
 class SessionRegistry {
  public:
@@ -236,7 +30,8 @@ class SessionRegistry {
   // Live sessions, oldest first.
   std::vector<std::shared_ptr<TuningSession>> List() const
       TF_LOCKS_EXCLUDED(mu_);
-  Status Lookup(int64_t id, std::shared_ptr<TuningSession>* session) const
+  // The live session `id`, else NotFound.
+  absl::StatusOr<std::shared_ptr<TuningSession>> Lookup(int64_t id) const
       TF_LOCKS_EXCLUDED(mu_);
 
  private:
