@@ -4,8 +4,9 @@
 #include "intune_tf/cc/kernels/budget_guard.h"
 
 #include <cmath>
-#include <cstdio>
 #include <limits>
+
+#include "tests/cc/unit_test.h"
 
 namespace {
 
@@ -15,18 +16,7 @@ using tensorflow::intune::GuardGroup;
 using tensorflow::intune::GuardKnob;
 using tensorflow::intune::GuardPlan;
 using tensorflow::intune::PlanBudget;
-
-int passed = 0;
-int failed = 0;
-
-void Check(bool ok, const char* what, int line) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::printf("FAILED line %d: %s\n", line, what);
-  }
-}
+using unit_test::Check;
 
 #define CHECK_EQ(a, b) Check((a) == (b), #a " == " #b, __LINE__)
 #define CHECK_NEAR(a, b) Check(std::fabs((a) - (b)) < 1e-9, #a " ~ " #b, __LINE__)
@@ -193,6 +183,5 @@ int main() {
   PartialElementsRoundTheKnobDown();
   KnobsAreLoweredInOrder();
   GroupAllowanceIsInBytesNotWholeRounds();
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return unit_test::Summary();
 }

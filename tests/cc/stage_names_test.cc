@@ -6,8 +6,9 @@
 // "<passed> passed, <failed> failed" and exits non-zero on a failure.
 #include "intune_tf/cc/kernels/stage_names.h"
 
-#include <cstdio>
 #include <string>
+
+#include "tests/cc/unit_test.h"
 
 namespace {
 
@@ -18,20 +19,8 @@ using tensorflow::intune::IsMultiInput;
 using tensorflow::intune::OutputStageName;
 using tensorflow::intune::Sanitize;
 using tensorflow::intune::StagePlace;
+using unit_test::Check;
 
-int passed = 0;
-int failed = 0;
-
-void Check(bool ok, const std::string& what, int line) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::printf("FAILED line %d: %s\n", line, what.c_str());
-  }
-}
-
-#define CHECK(a) Check((a), #a, __LINE__)
 #define CHECK_NAME(a, b)                                                 \
   Check((a) == std::string(b), std::string(#a " == \"") + (b) +          \
                                    "\", got \"" + (a) + "\"", __LINE__)
@@ -215,6 +204,5 @@ int main() {
   Labels();
   NodeNamesKeepWordCharacters();
   Classification();
-  std::printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return unit_test::Summary();
 }
