@@ -124,9 +124,11 @@ _LOG_LINE = re.compile(
     r"|\b(DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:(.*))$")
 # The kernel's C++ files: a log line from one is ours (a Python file's name
 # is not: TF has a session.py too).
-_ROOT = pathlib.Path(intune_tf.__file__).parent
+# The checkout's, not the package's: the compat stack installs the package,
+# which carries no C++ sources.
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
 _OWN_FILES = frozenset(
-    p.name for folder in (_ROOT / "cc", _ROOT.parent / "rewrites")
+    p.name for folder in (_ROOT / "intune_tf" / "cc", _ROOT / "rewrites")
     for pattern in ("**/*.cc", "**/*.h") for p in folder.glob(pattern))
 
 
@@ -169,7 +171,8 @@ def test_the_demo_command_prints_no_intune_log_line(tmp_path):
       [sys.executable, "-m", "intune_tf", "demo", "--minutes", "0.3",
        "--repeats", "1", "--rows", "20000", "--batch-size", "1024",
        "--ceiling-seconds", "0.3", "--out", str(tmp_path / "demo")],
-      capture_output=True, text=True, env=env, timeout=1200, check=False)
+      capture_output=True, text=True, env=env, timeout=1200, check=False,
+      cwd=tmp_path)  # outside the checkout: the package as installed
   assert done.returncode == 0, done.stderr[-3000:]
   assert "interleaved runs: 100%" in done.stderr  # the progress bars
   assert intune_log_lines(done.stdout + done.stderr) == []
