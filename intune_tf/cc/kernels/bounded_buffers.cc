@@ -215,9 +215,10 @@ void BoundedBuffers::WaitForRoom(int64_t input,
     auto found = inputs_.find(input);
     if (found == inputs_.end()) return;
     Slot& slot = found->second;
-    if (!Tracking() || saving_.load() > 0 || Admits(input, slot, outside)) {
-      if (!read_outside && budget_ > 0 && !slot.records.empty() &&
-          !std::isinf(allowance_) && Tracking() && saving_.load() == 0) {
+    const bool unbounded = !Tracking() || saving_.load() > 0;
+    if (unbounded || Admits(input, slot, outside)) {
+      if (!unbounded && !read_outside && budget_ > 0 &&
+          !slot.records.empty() && !std::isinf(allowance_)) {
         read_outside = true;
         continue;
       }
