@@ -173,6 +173,6 @@ def test_the_demo_command_prints_no_intune_log_line(tmp_path):
        "--ceiling-seconds", "0.3", "--out", str(tmp_path / "demo")],
       capture_output=True, text=True, env=env, timeout=1200, check=False,
       cwd=tmp_path)  # outside the checkout: the package as installed
-  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
   assert "interleaved runs: 100%" in done.stderr  # the progress bars
   assert intune_log_lines(done.stdout + done.stderr) == []

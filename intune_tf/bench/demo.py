@@ -347,6 +347,20 @@ class DemoResult:
     return out
 
 
+def check_arguments(minutes: float, repeats: int, level: int,
+                    policy: str | None) -> None:
+  """Raises ValueError naming the first bad argument of `run`."""
+  if not minutes > 0:
+    raise ValueError(f"minutes must be > 0, got {minutes!r}.")
+  if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+    raise ValueError(f"repeats must be a positive int, got {repeats!r}.")
+  if level not in (3, 4, 5):
+    raise ValueError(f"level must be 3, 4 or 5 (the levels that parse rows "
+                     f"into model features), got {level!r}.")
+  if policy:
+    policies.check_name(policy)
+
+
 def run(minutes: float = DEFAULT_MINUTES, *, repeats: int = DEFAULT_REPEATS,
         policy: str | None = None, level: int = 4, batch_size: int = 4096,
         rows: int = 200_000, ceiling_seconds: float = 2.0) -> DemoResult:
@@ -371,13 +385,7 @@ def run(minutes: float = DEFAULT_MINUTES, *, repeats: int = DEFAULT_REPEATS,
   Raises:
     ValueError: a bad argument (the message says which).
   """
-  if not minutes > 0:
-    raise ValueError(f"minutes must be > 0, got {minutes!r}.")
-  if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-    raise ValueError(f"repeats must be a positive int, got {repeats!r}.")
-  if level not in (3, 4, 5):
-    raise ValueError(f"level must be 3, 4 or 5 (the levels that parse rows "
-                     f"into model features), got {level!r}.")
+  check_arguments(minutes, repeats, level, policy)
   options = (intune_tf.IntuneOptions(policy=policy, name="demo") if policy
              else intune_tf.IntuneOptions(name="demo"))
   per_run = minutes * 60.0 / (2 * repeats)
@@ -502,17 +510,16 @@ def plot(result: DemoResult, path: str) -> str:
 def main(args) -> int:
   """`intune demo`: runs, prints the table, writes the PNG and JSON."""
   try:
-    if args.policy:
-      policies.check_name(args.policy)
-    print(f"InTune demo: model.fit of a tiny DLRM on the Criteo L{args.level} "
-          f"pipeline, AUTOTUNE vs InTune, interleaved; {host.usable_cpus()} "
-          f"CPUs, TF {tf.__version__}, ~{args.minutes:g} min of runs.")
-    result = run(args.minutes, repeats=args.repeats, policy=args.policy,
-                 level=args.level, batch_size=args.batch_size, rows=args.rows,
-                 ceiling_seconds=args.ceiling_seconds)
+    check_arguments(args.minutes, args.repeats, args.level, args.policy)
   except ValueError as e:
     print(f"intune demo: {e}")
     return 2
+  print(f"InTune demo: model.fit of a tiny DLRM on the Criteo L{args.level} "
+        f"pipeline, AUTOTUNE vs InTune, interleaved; {host.usable_cpus()} "
+        f"CPUs, TF {tf.__version__}, ~{args.minutes:g} min of runs.")
+  result = run(args.minutes, repeats=args.repeats, policy=args.policy,
+               level=args.level, batch_size=args.batch_size, rows=args.rows,
+               ceiling_seconds=args.ceiling_seconds)
   s = result.summary()
   print()
   print(f"data: {result.data}")
