@@ -125,7 +125,7 @@ wheel: $(LIBS) $(WHEEL_TOOLS)/.deps
 # no compiler reachable, and runs the conformance suite and the kernel tests
 # there; writes docs/compatibility.md.
 matrix: wheel
-	$(PYTHON_MAIN) tools/matrix.py --wheel dist/intune_tf-*.whl --minors $(TF_MINORS) --pythons $(MATRIX_PYTHONS) --write-docs
+	$(PYTHON_MAIN) tools/matrix.py --wheel dist/intune_tf-*.whl --minors $(TF_MINORS) --pythons $(MATRIX_PYTHONS) --jobs $(JOBS) --write-docs
 
 # CI: the smoke subset on the minors the two stacks do not cover.
 smoke: wheel

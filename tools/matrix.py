@@ -14,6 +14,7 @@ writes the table into docs/compatibility.md and a summary into the README.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime
 import os
@@ -224,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"run only {' '.join(SMOKE_TESTS)}")
   mode.add_argument("--write-docs", action="store_true",
                     help="write the table into docs and README")
+  parser.add_argument("--jobs", type=int, default=1,
+                      help="rows run at once (default 1)")
   parser.add_argument("--tests", nargs="+", default=None,
                       help="test files to run instead (default: the smoke "
                       "subset with --smoke, else the full list)")
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
   path = no_compiler_path()
   tests = args.tests or (SMOKE_TESTS if args.smoke else FULL_TESTS)
   wheel = os.path.abspath(args.wheel)
-  rows = []
+  pairs = []
   for spec in args.pythons:
     python, _, interpreter = spec.partition("=")
     # A bare name (`python3`, as `make smoke` passes PYTHON_MAIN) is looked
@@ -243,12 +246,18 @@ def main(argv: list[str] | None = None) -> int:
       print(f"Python {python}: no interpreter at {interpreter}, skipped",
             flush=True)
       continue
-    for minor in args.minors:
-      row = run_one(uv, wheel, python, interpreter, minor, tests, path)
-      rows.append(row)
-      print(f"TF {row.minor} ({row.tf_version}) Python {python}: "
-            f"{'passed' if row.ok else 'FAILED'} ({row.result}), install "
-            f"{row.install_s:.0f} s, tests {row.tests_s:.0f} s", flush=True)
+    pairs += [(python, interpreter, minor) for minor in args.minors]
+
+  def run(pair: tuple[str, str, str]) -> Row:
+    python, interpreter, minor = pair
+    row = run_one(uv, wheel, python, interpreter, minor, tests, path)
+    print(f"TF {row.minor} ({row.tf_version}) Python {python}: "
+          f"{'passed' if row.ok else 'FAILED'} ({row.result}), install "
+          f"{row.install_s:.0f} s, tests {row.tests_s:.0f} s", flush=True)
+    return row
+
+  with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+    rows = list(pool.map(run, pairs))  # in the order of the table
   print(table(rows))
   if args.write_docs:
     write_docs(rows, wheel, tests, args.minors)
