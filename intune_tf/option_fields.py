@@ -152,9 +152,9 @@ def graph_attrs(values: Mapping[str, Any]) -> dict[str, Any]:
 
   Args:
     values: the value of every option that has an `attr`, by option name.
-      The graph carries `ram_budget` in bytes: pass
-      `IntuneOptions.resolved_ram_budget()` (its attribute's 0, the
-      encoding of None, is no guard).
+      `ram_budget` None travels as 0: unset, resolved on the machine that
+      makes the iterator (`ops.session.set_default_ram_budget`), never
+      baked into the graph.
 
   Returns:
     {attribute name: value}, for the options that travel in the graph.

@@ -43,8 +43,10 @@ class IntuneOptions:
     ram_budget: bytes the pipeline's buffers and its policy's memory may
       hold. Default None: a share of half of the memory the process's
       sessions could use (available RAM, capped by the process's cgroup,
-      plus what they hold), re-read every second. The budget guard inside
-      the pipeline enforces it whatever the policy does. With `host_share`,
+      plus what they hold), resolved where the iterator is made (a tf.data
+      service worker budgets from its own memory) and re-read every second.
+      The budget guard inside the pipeline enforces it whatever the policy
+      does. With `host_share`,
       the default is this process's share of the host's pool instead.
     policy: name of the tuning policy. Default "intune": a measured search
       (proportional jumps first, each change kept only if faster) whose
@@ -210,12 +212,6 @@ class IntuneOptions:
       raise ValueError('IntuneOptions(policy="fixed") needs a `config` of '
                        "knob values.")
     policies.check_name(self.policy)
-
-  def resolved_ram_budget(self) -> int:
-    """The RAM budget in bytes: the given one, or a share of available RAM."""
-    if self.ram_budget is not None:
-      return int(self.ram_budget)
-    return max(1, int(DEFAULT_RAM_SHARE * host.available_memory()))
 
   def resolved_cpu_budget(self, usable_cpus: int | None = None) -> int:
     """The CPU budget now: the given one, capped by the usable CPUs.

@@ -19,9 +19,9 @@ tuned on every worker:
   option before `distribute`, not on the distributed dataset.
 - Budgets are per worker: `cpu_budget` is capped by each worker's usable
   CPUs at every step; a `ram_budget` left at None is resolved by each
-  worker's tuner from its own available memory (the client's value
-  baked into the graph is replaced within the tuner's first second), shared
-  among the worker's sessions (`tuner.default_budget_shares`).
+  worker's tuner from its own available memory when the worker makes the
+  iterator (the graph carries no bytes for it), then shared among the
+  worker's sessions (`tuner.default_budget_shares`).
 - Each worker writes a status file (`intune_tf.observe.status`) with the
   per-stage table of its sessions. `worker_status()` and
   `intune inspect --service` read them (same host, or a status dir shared by

@@ -15,8 +15,10 @@ import tensorflow as tf
 from tensorflow.core.framework import model_pb2
 
 import intune_tf
+from intune_tf.ops import loader as _kernels
 from intune_tf.ops import session as session_lib
 from intune_tf.tuning import arbiter
+from intune_tf.tuning import host
 
 _PAR = "ParallelMapV2"
 
@@ -283,6 +285,42 @@ def test_the_largest_ram_budget_is_pinned(live):
   session.set_ram_budget(session_lib.MAX_RAM_BUDGET)
   assert session.pinned_ram_budget == 2**63 - 1
   assert session.counters()["ram_budget"] == 2**63 - 1
+
+
+def test_a_pin_is_kept_by_the_kernels_session(live):
+  _, session = live
+  session.set_ram_budget(77 << 20)
+  raw = _kernels.ops().intune_session_counters(
+      tf.constant(session.id, tf.int64)).numpy()
+  assert raw[session_lib.COUNTERS.index("pinned_ram_budget")] == 77 << 20
+  assert session.pinned_ram_budget == 77 << 20
+  # The tuner's budget writes leave the pin as it is.
+  session._apply_ram_budget(5 << 20)  # noqa: SLF001
+  assert session.pinned_ram_budget == 77 << 20
+  assert session.counters()["ram_budget"] == 5 << 20
+
+
+def test_an_unset_budget_is_resolved_where_the_iterator_is_made(monkeypatch):
+  # The graph is built where 100 GiB are available and iterated where 2 GiB
+  # are (a tf.data service worker builds the client's graph): the session
+  # budgets from the 2 GiB, and the graph carries no bytes at all.
+  gib = 1 << 30
+  monkeypatch.setattr(host, "available_memory", lambda: 100 * gib)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="fixed", config={"none/parallelism": 1}, host_share=False)
+  ds = tf.data.Dataset.range(100).prefetch(1).with_options(options)
+  graph = tf.compat.v1.GraphDef.FromString(
+      ds._as_serialized_graph().numpy())  # noqa: SLF001
+  assert [n.attr["ram_budget"].i for n in graph.node
+          if n.op == "IntuneOptionsDataset"] == [0]
+  monkeypatch.setattr(host, "available_memory", lambda: 2 * gib)
+  it = iter(ds)
+  next(it)
+  # Half of the 2 GiB (options.DEFAULT_RAM_SHARE), or a share of that half.
+  assert 0 < intune_tf.session_of(it).counters()["ram_budget"] <= gib
+  del it
+  gc.collect()
 
 
 def test_apply_config_of_a_string_that_is_not_json_says_so(live):

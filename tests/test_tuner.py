@@ -301,18 +301,24 @@ def test_the_memory_a_policy_holds_is_taken_from_the_budget(how):
 
 def test_a_session_whose_budget_cannot_be_applied_stops_no_other(
     monkeypatch):
-  # A budget the kernel cannot take (2**63, no int64), pinned as
-  # TuningSession.set_ram_budget once did before it checked the range: the
-  # budget pass used to fail for every session from then on, logged once.
+  # A budget write that fails for one session (as a pin of 2**63, no int64,
+  # once did for every session from then on, logged once).
   mib = 1 << 20
   policies.register("holds-16mib-test", _Holds16MiB)
   errors = []
   monkeypatch.setattr(logging, "error", lambda *a, **k: errors.append(a))
+  write = session_lib.TuningSession._apply_ram_budget  # noqa: SLF001
   broken = good = None
   try:
-    broken, broken_session = _iterate("even")
-    monkeypatch.setitem(session_lib._PINNED_RAM_BUDGETS,  # noqa: SLF001
-                        broken_session.id, 2**63)
+    broken, broken_session = _iterate("holds-16mib-test", ram_budget=64 * mib)
+
+    def fails_for_broken(session, ram_budget, pin=False):
+      if session.id == broken_session.id:
+        raise OverflowError("int too large to convert")
+      return write(session, ram_budget, pin)
+
+    monkeypatch.setattr(session_lib.TuningSession, "_apply_ram_budget",
+                        fails_for_broken)
     good, good_session = _iterate("holds-16mib-test", ram_budget=48 * mib)
     # Only the budget pass writes 48 MiB - 16 MiB held by the policy.
     assert wait_for(

@@ -21,13 +21,14 @@ enum Counter : int {
   kCounterGuardOverBudget,
   kCounterCreatedUs,
   kCounterUnlowerableBytes,
+  kCounterPinnedRamBudget,
   kNumCounters,
 };
 inline constexpr const char* kCounterNames[kNumCounters] = {
     "elements",       "gap_time_us",         "gap_count",
     "get_next_time_us", "buffered_bytes",    "peak_buffered_bytes",
     "ram_budget",     "guard_shrinks",       "guard_over_budget",
-    "created_us",     "unlowerable_bytes"};
+    "created_us",     "unlowerable_bytes",   "pinned_ram_budget"};
 
 // Columns of the `stage_stats` output of IntuneObserve, one row per node.
 enum StageColumn : int {

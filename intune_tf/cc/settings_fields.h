@@ -23,7 +23,7 @@
   X(Tag, tag, std::string, string, "")                               \
   /* False when the option was set to False. */                      \
   X(Enabled, enabled, bool, bool, true)                              \
-  /* Bytes the pipeline's buffers may hold; 0: no guard. */          \
+  /* Bytes the buffers may hold; 0: the default where it runs. */   \
   X(RamBudget, ram_budget, int64_t, int, 0)                          \
   /* Size of a private runner pool; 0: the iterator's runner. */     \
   X(MaxCpus, max_cpus, int64_t, int, 0)                              \

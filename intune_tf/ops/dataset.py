@@ -30,8 +30,6 @@ def _settings(value: Any) -> dict[str, Any]:
     return {"enabled": False}
   values = {field.name: getattr(options, field.name)
             for field in option_fields.FIELDS}
-  # The graph carries the budget in bytes (0 would be no guard).
-  values["ram_budget"] = options.resolved_ram_budget()
   return {"tag": options.to_json(), "enabled": True,
           **option_fields.graph_attrs(values)}
 

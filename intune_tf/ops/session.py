@@ -38,7 +38,7 @@ _CONFIG_FORMAT = "intune_tf.config/1"
 COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
             "guard_shrinks", "guard_over_budget", "created_us",
-            "unlowerable_bytes")
+            "unlowerable_bytes", "pinned_ram_budget")
 # The counters `TuningSession.counters()` adds: this process's share of the
 # host.
 HOST_COUNTERS = ("host_cpu_share", "host_ram_share", "host_processes")
@@ -208,11 +208,6 @@ def _clean(message: str) -> str:
 # The largest RAM budget: it travels to the kernel as an int64.
 MAX_RAM_BUDGET = 2**63 - 1
 
-# Session id -> the RAM budget a user set (TuningSession.set_ram_budget): the
-# tuner no longer gives these sessions a share of the default budget. Ids are
-# never reused within a process.
-_PINNED_RAM_BUDGETS: dict[int, int] = {}
-
 
 class TuningSession:
   """A live tuned pipeline: list, read and set its knobs."""
@@ -270,12 +265,12 @@ class TuningSession:
   def alive(self) -> bool:
     return self._id in _live_ids()
 
-  def _call(self, fn, *args):
+  def _call(self, fn, *args, **attrs):
     try:
       with _on_host():
         if self._id_tensor is None:
           self._id_tensor = tf.constant(self._id, tf.int64)
-        return fn(self._id_tensor, *args)
+        return fn(self._id_tensor, *args, **attrs)
     except tf.errors.NotFoundError as e:
       if "is gone" in e.message:
         raise SessionGoneError(_clean(e.message)) from None
@@ -422,19 +417,20 @@ class TuningSession:
           f"TuningSession.set_ram_budget: ram_budget {ram_budget} is out of "
           f"its range 1..{MAX_RAM_BUDGET} (bytes, an int64). Pass at most "
           f"{MAX_RAM_BUDGET}; nothing was changed.")
-    # Applied first: a budget the kernel refuses is not pinned.
-    self._apply_ram_budget(ram_budget)
-    _PINNED_RAM_BUDGETS[self._id] = ram_budget
+    self._apply_ram_budget(ram_budget, pin=True)
 
   @property
   def pinned_ram_budget(self) -> int | None:
-    """The budget last given to `set_ram_budget` for this session (in this
-    process); None if it was never called."""
-    return _PINNED_RAM_BUDGETS.get(self._id)
+    """The budget last given to `set_ram_budget` for this session (kept by
+    the session itself: every handle of it sees it); None if it was never
+    called."""
+    return self.counters()["pinned_ram_budget"] or None
 
-  def _apply_ram_budget(self, ram_budget: int) -> None:
+  def _apply_ram_budget(self, ram_budget: int, pin: bool = False) -> None:
+    """Writes the budget in force; with `pin`, as the user's (the tuner's
+    budget service then keeps it instead of giving a share)."""
     self._call(_kernels.ops().intune_set_ram_budget,
-               tf.constant(ram_budget, tf.int64))
+               tf.constant(ram_budget, tf.int64), pin=pin)
 
   def config(self) -> dict[str, Any]:
     """The knob values in force, as a JSON-serializable configuration."""
@@ -477,6 +473,16 @@ class TuningSession:
               "TuningSession.config() does); nothing was changed.")
         values[name] = float(min(max(float(value), k.min), k.max))
     return self.set(values)
+
+
+def set_default_ram_budget(ram_budget: int) -> None:
+  """Sets the RAM budget, in bytes (>= 1), of the sessions made from now on
+  in this process whose options leave `ram_budget` unset: it is resolved
+  where the iterator is made, never carried in the graph. The tuner's
+  budget service sets it (`Tuner.publish_default_budget`)."""
+  with _on_host():
+    _kernels.ops().intune_set_default_ram_budget(
+        tf.constant(min(max(1, int(ram_budget)), MAX_RAM_BUDGET), tf.int64))
 
 
 def _live_ids() -> set[int]:

@@ -200,7 +200,10 @@ class Tuner:
       self._listeners.remove(fn)
 
   def start(self) -> None:
-    """Starts the background thread (once)."""
+    """Starts the background thread (once), after publishing the default
+    RAM budget (`publish_default_budget`): the iterator about to be made
+    takes it."""
+    self.publish_default_budget()
     with self._lock:
       if self._thread is None or not self._thread.is_alive():
         self._stop.clear()
@@ -280,12 +283,24 @@ class Tuner:
     now = time.monotonic()
     if now - self._budgets_shared_at >= _BUDGET_PERIOD_S:
       self._budgets_shared_at = now
+      self.publish_default_budget()
       self._apply_budgets(tuned)
     for t in tuned:
       if only_due and (now < t.next_step or t.session.id in self._driven):
         continue
       t.next_step = now + t.session.options.period_s
       self._step_one(t)
+
+  def publish_default_budget(self) -> None:
+    """Resolves, on this machine and now, the RAM budget of the sessions
+    made from now on that leave `ram_budget` unset:
+    `options.DEFAULT_RAM_SHARE` of the available memory (a new session's
+    share is re-split with the others at the next budget round)."""
+    try:
+      session_lib.set_default_ram_budget(
+          int(options_lib.DEFAULT_RAM_SHARE * host.available_memory()))
+    except Exception as e:  # noqa: BLE001
+      self._budget_failed(None, e)
 
   def _apply_budgets(self, tuned: list[_Tuned]) -> None:
     """Writes each session's buffer budget (`buffer_budget`): its RAM budget
@@ -312,8 +327,7 @@ class Tuner:
     default = []
     for t in tuned:
       s = t.session
-      user = (s.pinned_ram_budget if s.pinned_ram_budget is not None
-              else s.options.ram_budget)
+      user = (counters[s.id]["pinned_ram_budget"] or s.options.ram_budget)
       if user is not None:
         budgets[s.id] = user
       else:

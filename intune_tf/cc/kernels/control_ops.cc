@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "intune_tf/cc/kernels/session_registry.h"
+#include "intune_tf/cc/kernels/settings.h"
 #include "intune_tf/cc/layout.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -15,6 +16,7 @@ namespace intune {
 namespace {
 
 inline constexpr char kSessionId[] = "session_id";
+inline constexpr char kPin[] = "pin";
 
 // Looks up the session named by input 0; on failure sets the op's status
 // and returns false. Unlike OP_REQUIRES_OK this logs nothing: a session that
@@ -157,6 +159,7 @@ std::vector<int64_t> CounterFields(const TuningSession& session) {
   fields[kCounterGuardOverBudget] = c.guard_over_budget;
   fields[kCounterCreatedUs] = c.created_us;
   fields[kCounterUnlowerableBytes] = c.unlowerable_bytes;
+  fields[kCounterPinnedRamBudget] = c.pinned_ram_budget;
   return fields;
 }
 
@@ -248,21 +251,43 @@ class IntuneLayoutOp : public OpKernel {
   }
 };
 
+// Input `index`, a scalar RAM budget in bytes, else sets the op's status
+// (naming the input) and returns false.
+bool ReadRamBudget(OpKernelContext* ctx, int index, int64_t* bytes) {
+  if (!CheckRank(ctx, index, kRamBudget, 0)) return false;
+  *bytes = ctx->input(index).scalar<int64_t>()();
+  if (*bytes >= 0) return true;
+  ctx->SetStatus(errors::InvalidArgument(kRamBudget, " must be >= 0 bytes, got ",
+                                         *bytes, "."));
+  return false;
+}
+
 class IntuneSetRamBudgetOp : public OpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit IntuneSetRamBudgetOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kPin, &pin_));
+  }
   void Compute(OpKernelContext* ctx) override {
-    if (!CheckRank(ctx, 0, kSessionId, 0) ||
-        !CheckRank(ctx, 1, "ram_budget", 0)) {
+    int64_t budget;
+    if (!CheckRank(ctx, 0, kSessionId, 0) || !ReadRamBudget(ctx, 1, &budget)) {
       return;
     }
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    const int64_t budget = ctx->input(1).scalar<int64_t>()();
-    OP_REQUIRES(ctx, budget >= 0,
-                errors::InvalidArgument("ram_budget must be >= 0 bytes, got ",
-                                        budget, "."));
-    session->set_ram_budget(budget);
+    session->set_ram_budget(budget, pin_);
+  }
+
+ private:
+  bool pin_;
+};
+
+class IntuneSetDefaultRamBudgetOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    int64_t budget;
+    if (!ReadRamBudget(ctx, 0, &budget)) return;
+    SessionRegistry::Global()->SetDefaultRamBudget(budget);
   }
 };
 
@@ -282,6 +307,8 @@ REGISTER_KERNEL_BUILDER(Name("IntuneLayout").Device(DEVICE_CPU),
                         IntuneLayoutOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSetRamBudget").Device(DEVICE_CPU),
                         IntuneSetRamBudgetOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneSetDefaultRamBudget").Device(DEVICE_CPU),
+                        IntuneSetDefaultRamBudgetOp);
 
 }  // namespace
 }  // namespace intune

@@ -16,10 +16,16 @@ std::shared_ptr<TuningSession> SessionRegistry::Create(
     const std::string& tag, int64_t ram_budget,
     ModelPtr tf_model) {
   mutex_lock l(mu_);
-  auto session = std::make_shared<TuningSession>(next_id_++, tag, ram_budget,
-                                                 std::move(tf_model));
+  auto session = std::make_shared<TuningSession>(
+      next_id_++, tag, ram_budget > 0 ? ram_budget : default_ram_budget_,
+      std::move(tf_model));
   sessions_[session->id()] = session;
   return session;
+}
+
+void SessionRegistry::SetDefaultRamBudget(int64_t bytes) {
+  mutex_lock l(mu_);
+  default_ram_budget_ = bytes;
 }
 
 void SessionRegistry::Remove(int64_t id) {

@@ -22,10 +22,17 @@ class SessionRegistry {
  public:
   static SessionRegistry* Global();
 
+  // A new session, whose RAM budget is `ram_budget` bytes (the user's), or
+  // with 0 the default budget in force now (`SetDefaultRamBudget`; 0, no
+  // guard, until one is set).
   std::shared_ptr<TuningSession> Create(const std::string& tag,
                                         int64_t ram_budget,
                                         ModelPtr tf_model)
       TF_LOCKS_EXCLUDED(mu_);
+  // The budget of sessions made from now on without one of their own: the
+  // tuner's budget service resolves it from this process's machine and
+  // re-sets it as memory changes.
+  void SetDefaultRamBudget(int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
   void Remove(int64_t id) TF_LOCKS_EXCLUDED(mu_);
   // Live sessions, oldest first.
   std::vector<std::shared_ptr<TuningSession>> List() const
@@ -37,6 +44,7 @@ class SessionRegistry {
  private:
   mutable mutex mu_;
   int64_t next_id_ TF_GUARDED_BY(mu_) = 1;
+  int64_t default_ram_budget_ TF_GUARDED_BY(mu_) = 0;
   std::map<int64_t, std::weak_ptr<TuningSession>> sessions_ TF_GUARDED_BY(mu_);
 };
 

@@ -24,7 +24,7 @@ INTUNE_SETTINGS_FIELDS(INTUNE_SETTING_NAME)
 #undef INTUNE_SETTING_NAME
 
 // The attributes' values (SettingValues, settings_fields.h: ram_budget 0 is
-// no guard, max_cpus 0 keeps TF's runner, interleave_buffer 0 keeps TF's).
+// unset: the process default, SessionRegistry::Create), max_cpus 0 keeps TF's runner, interleave_buffer 0 keeps TF's).
 struct Settings : SettingValues {
   // Reads and checks the attributes above.
   static Status FromAttrs(OpKernelConstruction* ctx, Settings* settings);

@@ -482,7 +482,8 @@ void TuningSession::Observe(std::vector<Knob>* knobs,
   for (const WalkNode& w : walk) stages->push_back(Sample(*w.node, *w.stage));
 }
 
-void TuningSession::set_ram_budget(int64_t bytes) {
+void TuningSession::set_ram_budget(int64_t bytes, bool pin) {
+  if (pin) pinned_ram_budget_.store(bytes);
   ram_budget_.store(bytes);
   EnforceBudget();
 }
@@ -519,6 +520,7 @@ SessionCounters TuningSession::Counters() const {
   c.guard_over_budget = guard_over_budget_.load();
   c.unlowerable_bytes = unlowerable_bytes_.load();
   c.created_us = created_us_;
+  c.pinned_ram_budget = pinned_ram_budget_.load();
   return c;
 }
 

@@ -67,6 +67,7 @@ struct SessionCounters {
   // without a memory knob: shuffle, cache, fixed buffers).
   int64_t unlowerable_bytes = 0;
   int64_t created_us = 0;         // wall-clock microseconds since the epoch
+  int64_t pinned_ram_budget = 0;  // the user's pin (set_ram_budget); 0: none
 };
 
 class TuningSession {
@@ -129,7 +130,9 @@ class TuningSession {
   void EnforceBudget(bool thorough = true, const Proposal* proposal = nullptr)
       TF_LOCKS_EXCLUDED(mu_);
 
-  void set_ram_budget(int64_t bytes);
+  // The budget in force; with `pin`, also the user's pin, which the tuner's
+  // budget service keeps (it writes budgets without `pin`).
+  void set_ram_budget(int64_t bytes, bool pin = false);
   void RecordGetNext(int64_t start_us, int64_t end_us);
   SessionCounters Counters() const;
 
@@ -179,6 +182,7 @@ class TuningSession {
   const int64_t created_us_;
 
   std::atomic<int64_t> ram_budget_;
+  std::atomic<int64_t> pinned_ram_budget_{0};
   std::atomic<int64_t> elements_{0};
   std::atomic<int64_t> gap_time_us_{0};
   std::atomic<int64_t> gap_count_{0};

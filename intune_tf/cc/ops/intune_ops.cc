@@ -44,7 +44,9 @@ removes it.
 
 tag: the IntuneOptions JSON (shown by session listings).
 enabled: False when the option was set to False.
-ram_budget: bytes the pipeline's buffers may hold; 0 disables the guard.
+ram_budget: bytes the pipeline's buffers may hold; 0: unset, each session
+  takes the default in force where its iterator is made
+  (IntuneSetDefaultRamBudget).
 max_cpus: size of a private runner thread pool (the maximum of every
   parallelism knob); 0 keeps the runner of the iterator context.
 guard_period_us: how often the budget guard checks buffered bytes.
@@ -225,11 +227,26 @@ stage_stats columns (IntuneObserve), in output order.
 REGISTER_OP("IntuneSetRamBudget")
     .Input("session_id: int64")
     .Input("ram_budget: int64")
+    .Attr("pin: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
       return InputRank(c, 1, 0);
-    });
+    })
+    .Doc(R"doc(
+Sets a session's RAM budget (bytes, >= 0; 0: no guard); with `pin`, as the
+user's, which the tuner then keeps.
+)doc");
+
+REGISTER_OP("IntuneSetDefaultRamBudget")
+    .Input("ram_budget: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return InputRank(c, 0, 0); })
+    .Doc(R"doc(
+The RAM budget (bytes, >= 0) of the sessions made from now on whose options
+leave it unset (ram_budget 0 in the graph): the tuner resolves it on the
+machine that makes the iterator.
+)doc");
 
 }  // namespace intune
 }  // namespace tensorflow
