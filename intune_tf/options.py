@@ -10,7 +10,6 @@ from typing import Any, Mapping
 
 from intune_tf import option_fields as fields
 from intune_tf.tuning import host
-from intune_tf.tuning import policies
 
 # Share of the memory available when the iterator starts that the pipeline's
 # buffers may hold when `ram_budget` is None (TF's own autotuner uses 0.5).
@@ -59,7 +58,10 @@ class IntuneOptions:
       "coordinate", "plumber" (searches that keep a change only when the
       measured throughput rose, `intune_tf.tuning.search`), "unoptimized",
       "fixed" (applies `config`), "manual" (changes nothing: set knobs
-      yourself with `TuningSession.set`).
+      yourself with `TuningSession.set`), or one registered with
+      `intune_tf.register_policy`. The name is checked when the option is
+      set on a dataset (`with_options`, `tune`), against the policies
+      registered then.
     config: knob values for the "fixed" policy (and the starting point of
       the others), `{knob name: value}` as returned by `TuningSession.config()`.
       Default None.
@@ -211,7 +213,6 @@ class IntuneOptions:
     if self.policy == "fixed" and not self.config:
       raise ValueError('IntuneOptions(policy="fixed") needs a `config` of '
                        "knob values.")
-    policies.check_name(self.policy)
 
   def resolved_cpu_budget(self, usable_cpus: int | None = None) -> int:
     """The CPU budget now: the given one, capped by the usable CPUs.

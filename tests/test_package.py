@@ -201,11 +201,10 @@ _LAYERS = (
 # it imports) -> why they stay: each needs a larger move, listed in issue 33.
 _ALLOWED = {
     ("intune_tf.options", "intune_tf.tuning.host"):
-        "IntuneOptions reads the machine's CPUs and memory; the budgets' "
-        "one owner (issue 33 point 2) takes that out of the value",
-    ("intune_tf.options", "intune_tf.tuning.policies"):
-        "IntuneOptions checks the policy name against the registry; issue 33 "
-        "point 3 moves the check to where options meet the registry",
+        "IntuneOptions caps max_cpus by the machine's CPUs and resolves "
+        "cpu_budget against the usable ones",
+    ("intune_tf.ops.dataset", "intune_tf.tuning.policies"):
+        "the policy name is checked where the option meets a dataset",
     ("intune_tf.ops.dataset", "intune_tf.tuning.tuner"):
         "the root starts the process's tuner when it is made; the tuner's "
         "owner of its lifetime (issue 33 point 2) does not exist yet",

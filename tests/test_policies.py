@@ -139,7 +139,7 @@ def test_manual_policy_changes_nothing():
 
 def test_unknown_policy_lists_valid_names():
   with pytest.raises(ValueError, match=r"Unknown InTune policy 'best'.*even"):
-    IntuneOptions(policy="best")
+    policies.create(IntuneOptions(policy="best"))
 
 
 def test_registered_policy_is_selectable():
@@ -154,7 +154,7 @@ def test_registered_policy_is_selectable():
     policies.unregister("ones-test")
   assert "ones-test" not in policies.names()
   with pytest.raises(ValueError, match="Unknown InTune policy 'ones-test'"):
-    IntuneOptions(policy="ones-test")
+    policies.create(IntuneOptions(policy="ones-test"))
 
 
 # --- on a live pipeline ------------------------------------------------------

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf.ops import hooks as _tf_hooks
+from intune_tf.tuning import policies
 
 
 def _live():
@@ -73,6 +74,36 @@ def test_tune_sets_the_option_as_tf_data_options_would(args, fields, expected):
 def test_tune_refuses_options_and_fields_together(value):
   with pytest.raises(TypeError, match="either an IntuneOptions or its fields"):
     intune_tf.tune(_pipeline(), value, policy="even")
+
+
+def test_the_policy_name_is_checked_where_the_option_meets_a_dataset():
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(policy="nope")
+  with pytest.raises(ValueError, match=(
+      r"^IntuneOptions\.policy: Unknown InTune policy 'nope'\. Valid "
+      r"policies: \[.*'even'.*\]\. A policy of your own must be registered "
+      r"\(intune_tf\.register_policy\) before its option is set on a "
+      r"dataset\.$")):
+    _pipeline().with_options(options)
+  with pytest.raises(ValueError, match="Unknown InTune policy 'nope'"):
+    intune_tf.tune(_pipeline(), policy="nope")
+
+
+def test_options_made_before_their_policy_is_registered_work():
+  # IntuneOptions is a value: what was imported when it was made is moot.
+  options = intune_tf.IntuneOptions(policy="later-test")
+
+  class Later(intune_tf.Policy):
+    def step(self, obs):
+      return {}
+
+  intune_tf.register_policy("later-test", Later)
+  try:
+    ds = intune_tf.tune(tf.data.Dataset.range(5).map(
+        lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE), options)
+    assert list(ds.as_numpy_iterator()) == [0, 2, 4, 6, 8]
+  finally:
+    policies.unregister("later-test")
 
 
 def test_options_merge_keeps_it():

@@ -20,6 +20,7 @@ from tensorflow.python.framework import ops as tf_ops
 from intune_tf import option_fields
 from intune_tf import options as options_lib
 from intune_tf.ops import loader as _kernels
+from intune_tf.tuning import policies
 from intune_tf.tuning import tuner as tuner_lib
 
 
@@ -28,6 +29,14 @@ def _settings(value: Any) -> dict[str, Any]:
   options = options_lib.coerce(value)
   if options is None:
     return {"enabled": False}
+  try:
+    # Here, where the options meet a dataset: the registry as it is now,
+    # whatever was imported when the options were made.
+    policies.check_name(options.policy)
+  except ValueError as e:
+    raise ValueError(f"IntuneOptions.policy: {e} A policy of your own must "
+                     "be registered (intune_tf.register_policy) before its "
+                     "option is set on a dataset.") from None
   values = {field.name: getattr(options, field.name)
             for field in option_fields.FIELDS}
   return {"tag": options.to_json(), "enabled": True,
