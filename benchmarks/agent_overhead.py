@@ -22,9 +22,9 @@ import numpy as np
 import psutil
 
 import intune_tf
-from intune_tf.agent import dqn
 from intune_tf.agent import policy as agent_lib
 from intune_tf.bench import scenarios
+from intune_tf.tuning import mdp
 from intune_tf.tuning import observation
 
 
@@ -40,7 +40,7 @@ def main(seconds: float = 60.0):
   # One-off costs stay out of the figures: the DRAM bandwidth reading (first
   # observation) and the tracing of the gradient step (first learn).
   obs = builder.observe()
-  state, mask = dqn.features(obs), dqn.action_mask(obs)
+  state, mask = mdp.features(obs), mdp.action_mask(obs)
   for _ in range(policy.agent.batch_size):
     policy.agent.replay.add(state, 0, 0.5, state, mask, False)
   policy.agent.learn()
@@ -56,11 +56,11 @@ def main(seconds: float = 60.0):
     t0 = time.perf_counter()
     obs = builder.observe()
     t1 = time.perf_counter()
-    state, mask = dqn.features(obs), dqn.action_mask(obs)
+    state, mask = mdp.features(obs), mdp.action_mask(obs)
     config = {k.name: k.value for k in obs.knobs}
     mask = policy._avoid_known_worse(obs, config, mask)  # noqa: SLF001
     action = policy.agent.act(state, mask, policy.epsilon, policy.move_margin)
-    values = dqn.apply_action(obs, action)
+    values = mdp.apply_action(obs, action)
     t2 = time.perf_counter()
     session.set(values) if values else None
     t3 = time.perf_counter()

@@ -55,6 +55,7 @@ from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import pretrain
 from intune_tf.sim import simulator as sim_lib
+from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
@@ -77,7 +78,7 @@ class _MeasuredModel(_Ranking):
   K, OVERSUBSCRIPTION = 3.0, 0.15
 
   def rate(self, obs, values):
-    costs = dqn.stage_costs(obs)
+    costs = mdp.stage_costs(obs)
     if not costs:
       return None
     threads = {k.stage: k.value for k in obs.knobs

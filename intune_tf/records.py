@@ -271,7 +271,7 @@ def stage_utilization(cpu_per_element_s: float, rate: float,
   rate times `stage_cost` over the threads. 1 means its threads are
   saturated; the stage with the highest value is the bottleneck (the one
   whose extra thread can raise throughput). `intune inspect` shows it as
-  `utilization`; the agent's state (`dqn.features`) and the `climb` policy
+  `utilization`; the agent's state (`mdp.features`) and the `climb` policy
   call it "busy" (the agent's feature caps it at 2 and counts a stage as 0
   while the pipeline has returned nothing).
 

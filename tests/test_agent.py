@@ -10,12 +10,12 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf.agent import dqn
 from intune_tf.agent import policy as agent_lib
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import pretrain
 from intune_tf.sim import simulator as sim
+from intune_tf.tuning import mdp
 
 
 def test_project_to_budget_takes_threads_from_the_largest():
@@ -95,12 +95,12 @@ def test_policy_never_moves_into_a_known_worse_configuration():
                          "B/parallelism": 2.0}, rate, 4)
   obs = _obs(knobs)
   mask = policy._avoid_known_worse(  # noqa: SLF001
-      obs, {k.name: k.value for k in knobs}, dqn.action_mask(obs))
+      obs, {k.name: k.value for k in knobs}, mdp.action_mask(obs))
   # Flat actions: A -5, -1, +1, +5, B -5, -1, +1, +5, no-op. "A -1" (index 1)
   # leads to A = 1: masked; the others keep their validity.
   assert not mask[1]
   np.testing.assert_array_equal(np.delete(mask, 1),
-                                np.delete(dqn.action_mask(obs), 1))
+                                np.delete(mdp.action_mask(obs), 1))
 
 
 def test_policy_waits_for_enough_elements():
@@ -168,7 +168,7 @@ def test_tiny_agent_learns_a_two_stage_pipeline():
   Greedy means the argmax, without the live policy's move margin: this
   small agent's last moves beat staying put by less than `MOVE_MARGIN` on
   TF 2.16 (it stops at 6/6, 0.93 of the optimum, with the margin). With the
-  thread floor of 2 (`dqn.thread_floor`), 3,000 steps also stop at 6/6 on
+  thread floor of 2 (`mdp.thread_floor`), 3,000 steps also stop at 6/6 on
   TF 2.21; 4,000 reach 6/2."""
   agent, _ = pretrain.pretrain(seed=0, steps=4000, progress=False,
                                make_pipeline=lambda rng: _two_stage(),

@@ -1,28 +1,15 @@
-"""Tests of intune_tf.agent.dqn: reward, TD targets, masking, network,
-persistence."""
+"""Tests of intune_tf.agent.dqn: TD targets, the network, the replay buffer,
+learning, persistence."""
 
-import dataclasses
 import io
 import resource
 import zipfile
 
-from _observations import knob as _knob
-from _observations import obs as _obs
 import numpy as np
 import pytest
 
 from intune_tf.agent import dqn
-
-
-@pytest.mark.parametrize("rate,reference,memory,expected", [
-    (50, 100, 0.5, 0.5),        # 50/100 * 1
-    (50, 100, 0.95, 0.25),      # 0.5 * (1 - 0.95) / 0.1
-    (50, 100, 1.2, 0.0),        # memory over 100%: nothing
-    (300, 100, 0.0, 2.0),       # 3.0 capped at 2
-    (10, 0, 0.0, 0.0),          # no reference yet
-])
-def test_reward_by_hand(rate, reference, memory, expected):
-  assert dqn.reward(rate, reference, memory) == pytest.approx(expected)
+from intune_tf.tuning import mdp
 
 
 def test_td_targets_by_hand():
@@ -40,78 +27,6 @@ def test_td_targets_by_hand():
   online = np.array([[9.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
   y = dqn.td_targets(rewards, next_q, mask, dones, 0.9, online)
   np.testing.assert_allclose(y, [1.9, 0.5, 0.2])
-
-
-def test_action_mask_at_budget_edges():
-  knobs = [_knob("A/parallelism", "parallelism", 4),
-           _knob("B/parallelism", "parallelism", 4),
-           _knob("C/parallelism", "parallelism", 3),
-           _knob("D/parallelism", "parallelism", 3),
-           _knob("P/buffer_size", "buffer_size", 2, lo=0, hi=100)]
-  # 4 CPUs: each stage at most 4 threads, all at most 2 * (4 + 4 - 1) = 14,
-  # 14 in use. RAM: 2 x 10 MB of 40 MB.
-  mask = dqn.action_mask(_obs(knobs, cpu_budget=4))
-  expected = {
-      # A, B: 4 -> -1 below min; 3 ok; 5 > 4 CPUs; 9 no.
-      "A": [False, True, False, False],
-      "B": [False, True, False, False],
-      # C, D: 3 -> -2 no; 2 ok; 4 fits 4 CPUs but makes 15 > 14 threads; 8 no.
-      "C": [False, True, False, False],
-      "D": [False, True, False, False],
-      # P: 2 -> -3 no, 1 ok, 3 (30 MB) ok, 7 (70 MB > 40 MB) no.
-      "P": [False, True, True, False],
-  }
-  assert mask.tolist() == (expected["A"] + expected["B"] + expected["C"] +
-                           expected["D"] + expected["P"] + [True])
-  # One thread fewer in use (C at 2): C may grow to 3 (14 threads), not
-  # shrink to 1, below thread_floor(4) = min(4, 2) = 2.
-  knobs[2] = _knob("C/parallelism", "parallelism", 2)
-  mask = dqn.action_mask(_obs(knobs, cpu_budget=4))
-  assert mask[8:12].tolist() == [False, False, True, False]
-
-
-@pytest.mark.parametrize("cpus,value,expected", [
-    # 1 CPU: floor min(1, 2) = 1; 2 -> 1 ok, 3 > 1 CPU no.
-    (1, 2, [False, True, False, False]),
-    # 4 CPUs: floor 2; 2 -> 1 no, 3 ok; 7 > 4 CPUs no.
-    (4, 2, [False, False, True, False]),
-    # A stage below the floor (set by someone else) may grow, not shrink.
-    (4, 1, [False, False, True, False]),
-    # 8 CPUs: 3 -> 2 ok (the floor), 8 ok (2 * (8 + 1 - 1) = 16 threads).
-    (8, 3, [False, True, True, True]),
-])
-def test_action_mask_keeps_parallel_stages_at_the_thread_floor(
-    cpus, value, expected):
-  knobs = [_knob("A/parallelism", "parallelism", value, hi=64)]
-  assert dqn.action_mask(_obs(knobs, cpu_budget=cpus)).tolist() == (
-      expected + [True])
-
-
-def test_action_mask_keeps_buffers_at_one_element():
-  knobs = [_knob("P/buffer_size", "buffer_size", 1, lo=0, hi=100),
-           _knob("Q/buffer_size", "buffer_size", 0, lo=0, hi=100)]
-  mask = dqn.action_mask(_obs(knobs, bytes_per_element=0.0, ram_budget=1))
-  # P: 1 -> -4, 0 below MIN_BUFFER = 1 although the knob allows 0; 2, 6 ok.
-  # Q: 0 (set by someone else) -> may grow to 1 and 5, not shrink.
-  assert mask.tolist() == [False, False, True, True,
-                           False, False, True, True, True]
-
-
-def test_action_mask_unknown_element_size_allows_growth():
-  knobs = [_knob("P/buffer_size", "buffer_size", 2, lo=0, hi=100)]
-  mask = dqn.action_mask(_obs(knobs, bytes_per_element=0.0, ram_budget=1))
-  assert mask.tolist() == [False, True, True, True, True]
-
-
-def test_apply_and_describe_actions():
-  knobs = [_knob("A/parallelism", "parallelism", 2),
-           _knob("P/buffer_size", "buffer_size", 6, lo=0, hi=64)]
-  obs = _obs(knobs)
-  assert dqn.apply_action(obs, 3) == {"A/parallelism": 7.0}  # +5
-  assert dqn.apply_action(obs, 4) == {"P/buffer_size": 1.0}  # -5
-  assert dqn.apply_action(obs, 8) == {}
-  assert dqn.describe_action(obs, 6) == "P/buffer_size +1"
-  assert dqn.describe_action(obs, 8) == "no-op"
 
 
 def test_flat_q_layout():
@@ -146,46 +61,19 @@ def test_select_moves_only_beyond_the_margin(margin, expected):
   assert dqn.select(q, mask, 0.0, rng, margin) == expected
 
 
-def test_features_mark_the_bottleneck_and_gap():
-  knobs = [_knob("A/parallelism", "parallelism", 1),
-           _knob("B/parallelism", "parallelism", 3)]
-  obs = _obs(knobs, costs={"A": 0.03, "B": 0.01})
-  f = dqn.features(obs)
-  assert f.shape == (2, dqn.NUM_FEATURES)
-  # A: busy = 100/s * 0.03 s / 1 thread = 3 -> capped at 2; B: 100*.01/3.
-  assert f[0, 6] == pytest.approx(2.0)
-  assert f[1, 6] == pytest.approx(1 / 3)
-  assert f[:, 7].tolist() == [1.0, 0.0]
-  # Proportional share of 4 CPUs: A 3, B 1. Gap A (3 - 1)/3, B (1 - 3)/3.
-  assert f[0, 5] == pytest.approx(2 / 3)
-  assert f[1, 5] == pytest.approx(-2 / 3)
-
-
-def test_features_do_not_read_the_hosts_clock_or_bandwidth():
-  # The simulator models neither, so the network never learned from them: a
-  # live host (here 44 GB/s, 3.9 GHz) gets the state the simulator's gives.
-  knobs = [_knob("A/parallelism", "parallelism", 2),
-           _knob("B/buffer_size", "buffer", 4)]
-  trained = _obs(knobs, costs={"A": 0.02, "B": 0.01})
-  live = dataclasses.replace(trained, cpu_mhz=3900.0, dram_gbps=44.0)
-  np.testing.assert_array_equal(dqn.features(live), dqn.features(trained))
-  # 2500 MHz / 5000, 10 GB/s / 50: the two last pipeline-wide columns.
-  assert dqn.features(live)[0, -2:].tolist() == pytest.approx([0.5, 0.2])
-
-
 def test_replay_pads_and_refuses_too_many_knobs():
   replay = dqn.Replay(4)
-  state = np.ones((2, dqn.NUM_FEATURES), np.float32)
+  state = np.ones((2, mdp.NUM_FEATURES), np.float32)
   assert replay.add(state, 8, 1.0, state, np.ones(9, bool), False)
   # The no-op of a 2-knob pipeline (8) is the padded no-op.
-  assert replay.action[0] == dqn.MOVES_PER_KNOB * dqn.MAX_KNOBS
+  assert replay.action[0] == mdp.MOVES_PER_KNOB * dqn.MAX_KNOBS
   assert replay.knobs[0, :3].tolist() == [1, 1, 0]
   # Moves of the 2 knobs (8), then padding, then the no-op.
   assert replay.next_mask[0, :8].all() and replay.next_mask[0, -1]
   assert not replay.next_mask[0, 8:-1].any()
-  big = np.ones((dqn.MAX_KNOBS + 1, dqn.NUM_FEATURES), np.float32)
+  big = np.ones((dqn.MAX_KNOBS + 1, mdp.NUM_FEATURES), np.float32)
   assert not replay.add(big, 0, 0.0, big,
-                        np.ones(dqn.MOVES_PER_KNOB * len(big) + 1, bool),
+                        np.ones(mdp.MOVES_PER_KNOB * len(big) + 1, bool),
                         False)
   assert replay.size == 1
 
@@ -193,7 +81,7 @@ def test_replay_pads_and_refuses_too_many_knobs():
 def test_replay_counts_the_rows_it_has_written():
   replay = dqn.Replay(4)
   assert replay.nbytes == 0
-  state = np.ones((2, dqn.NUM_FEATURES), np.float32)
+  state = np.ones((2, mdp.NUM_FEATURES), np.float32)
   for _ in range(6):  # wraps round: 4 rows at most
     replay.add(state, 0, 1.0, state, np.ones(9, bool), False)
   # One row, at 32 knobs x 18 features: state and next_state 2 x 2304,
@@ -211,7 +99,7 @@ def test_weights_round_trip_and_bad_files(tmp_path):
   assert other.load(path) == {"seed": 1}
   for a, b in zip(agent.get_weights(), other.get_weights()):
     np.testing.assert_array_equal(a, b)
-  x = np.random.default_rng(0).random((3, dqn.NUM_FEATURES), np.float32)
+  x = np.random.default_rng(0).random((3, mdp.NUM_FEATURES), np.float32)
   np.testing.assert_allclose(dqn.forward(other.weights, x),
                              other.network(x[None]).numpy()[0], rtol=1e-4,
                              atol=1e-5)
@@ -279,7 +167,7 @@ def test_weights_that_are_not_finite_or_do_not_chain_are_refused(tmp_path):
 
 def test_learn_moves_q_towards_target():
   agent = dqn.Agent(seed=0, batch_size=8, learning_rate=1e-2)
-  state = np.ones((1, dqn.NUM_FEATURES), np.float32)
+  state = np.ones((1, mdp.NUM_FEATURES), np.float32)
   mask = np.array([False, False, False, False, True])
   for _ in range(8):
     agent.replay.add(state, 2, 1.0, state, mask, True)  # done: target 1.0

@@ -216,9 +216,6 @@ _ALLOWED = {
         "policies, loaded when one is made (a name checks without them)",
     ("intune_tf.tuning.policies", "intune_tf.agent.ranked"):
         "the registry's lazy table, as for intune_tf.agent.policy",
-    ("intune_tf.tuning.search", "intune_tf.agent.dqn"):
-        "the searches move in the agent's MDP (moves, bounds, action mask), "
-        "which lives in agent.dqn beside the network (the learner issue's)",
     ("intune_tf.tuning.warmstart", "intune_tf.agent.dqn"):
         "warm starts save and load the agent's weights (agent.dqn's format)",
 }
@@ -425,6 +422,7 @@ _NUMPY_ONLY = ("intune_tf", "intune_tf.records", "intune_tf.options",
                "intune_tf.sim.calibration", "intune_tf.sim.pretrain",
                "intune_tf.agent.dqn", "intune_tf.agent.ranked",
                "intune_tf.tuning.policies", "intune_tf.tuning.search",
+               "intune_tf.tuning.mdp",
                "intune_tf.tuning.change", "intune_tf.observe.inspect")
 
 
@@ -440,9 +438,10 @@ def test_policy_names_check_without_loading_the_policies(tmp_path):
   and its module is loaded only when such a policy is made."""
   result = _fresh(tmp_path, (
       "import sys, intune_tf; "
-      "o = intune_tf.IntuneOptions(policy='climb'); "
-      "print('intune_tf.tuning.search' in sys.modules); "
       "from intune_tf.tuning import policies; "
+      "policies.check_name('climb'); "
+      "print('intune_tf.tuning.search' in sys.modules); "
+      "o = intune_tf.IntuneOptions(policy='climb'); "
       "print(type(policies.create(o)).__name__); "
       f"{_PRINT_HEAVY}"))
   assert result.returncode == 0, result.stderr[-3000:]

@@ -12,6 +12,7 @@ import pytest
 
 from intune_tf.agent import dqn
 from intune_tf.sim import pretrain
+from intune_tf.tuning import mdp
 
 _INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
 
@@ -32,7 +33,7 @@ def test_guided_action_moves_towards_the_proportional_share():
   o = obs(knobs, cpu_budget=8, costs={"A": 0.03, "B": 0.01})
   # Shares of 8 CPUs at costs 3:1 are 6 and 2: A's gap +5 is the largest:
   # A +5 is flat action 3 (knob 0, move index 3).
-  a = pretrain.guided_action(o, dqn.action_mask(o), np.random.default_rng(0))
+  a = pretrain.guided_action(o, mdp.action_mask(o), np.random.default_rng(0))
   assert a == 3
 
 

@@ -10,10 +10,10 @@ from _observations import two_stages
 import numpy as np
 import pytest
 
-from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator
+from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
@@ -55,7 +55,7 @@ def test_the_ablated_network_output_is_a_constant():
   assert any(not np.allclose(learned[0], q) for q in learned[1:])
   for o in states:
     q = ablated.q_values(o)
-    assert q.shape == (dqn.MOVES_PER_KNOB * len(o.knobs) + 1,)
+    assert q.shape == (mdp.MOVES_PER_KNOB * len(o.knobs) + 1,)
     assert np.all(q == ranked.ABLATED_Q)
   # So its ranking is jump-climb's: evidence, then climb's order.
   o = at(two_stages(), 100.0)
@@ -66,8 +66,8 @@ def test_the_ablated_network_output_is_a_constant():
 def test_the_highest_q_move_is_tried_first():
   o = two_stages()
   q = np.zeros(9)
-  q[dqn.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
-  q[dqn.action_of(1, 5)] = 0.2   # B +5: climb's first
+  q[mdp.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
+  q[mdp.action_of(1, 5)] = 0.2   # B +5: climb's first
   policy = _policy(q)
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
 
@@ -75,8 +75,8 @@ def test_the_highest_q_move_is_tried_first():
 def test_a_rejected_move_is_not_retried_at_the_same_base():
   o = two_stages()
   q = np.zeros(9)
-  q[dqn.action_of(0, 1)] = 0.5
-  q[dqn.action_of(1, 5)] = 0.2
+  q[mdp.action_of(0, 1)] = 0.5
+  q[mdp.action_of(1, 5)] = 0.2
   policy = _policy(q, evidence_weight=0.0)  # the prior's order alone
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
   # 100 is not above the base's 100 x 1.02: reverted.
@@ -103,13 +103,13 @@ def test_masked_moves_are_never_tried():
            knob("B/buffer_size", "buffer_size", 1, lo=0, hi=64)],
           cpu_budget=2, ram_budget=40 * mb, bytes_per_element=10 * mb,
           costs={"A": 0.02, "B": 0.001})
-  mask = dqn.action_mask(o)
+  mask = mdp.action_mask(o)
   # On 2 CPUs A cannot move; B +5 would commit 60 MB > 40 MB.
-  assert not mask[dqn.action_of(0, 1)] and not mask[dqn.action_of(1, 5)]
+  assert not mask[mdp.action_of(0, 1)] and not mask[mdp.action_of(1, 5)]
   q = np.zeros(9)
-  q[dqn.action_of(0, 1)] = 9.0
-  q[dqn.action_of(1, 5)] = 8.0
-  q[dqn.action_of(1, 1)] = 0.1
+  q[mdp.action_of(0, 1)] = 9.0
+  q[mdp.action_of(1, 5)] = 8.0
+  q[mdp.action_of(1, 1)] = 0.1
   policy = _policy(q)
   assert policy.step(at(o, 100.0)) == {"B/buffer_size": 2.0}
   for label, values, _ in policy.ranked(o):
@@ -130,7 +130,7 @@ def test_moves_the_prior_rules_out_are_not_tried():
   o = two_stages()
   q = np.full(9, -1.0)
   q[-1] = 0.0
-  q[dqn.action_of(0, -1)] = 0.0  # A -1 is not allowed (floor 2) anyway
+  q[mdp.action_of(0, -1)] = 0.0  # A -1 is not allowed (floor 2) anyway
   policy = _policy(q, prior_margin=0.5)
   # Every allowed move is 1.0 below the no-op: nothing to try.
   assert policy.step(at(o, 100.0)) == {}
@@ -140,8 +140,8 @@ def test_moves_the_prior_rules_out_are_not_tried():
 def test_rank_scores_transfers_by_the_sum_of_their_moves():
   o = two_stages()
   q = np.zeros(9)
-  q[dqn.action_of(0, -1)] = -0.1
-  q[dqn.action_of(1, 1)] = 0.3
+  q[mdp.action_of(0, -1)] = -0.1
+  q[mdp.action_of(1, 1)] = 0.3
   q[-1] = 0.1
   out = ranked.rank([("B +1", {"B/parallelism": 3.0}),
                      ("A -1, B +1", {"A/parallelism": 1.0,
@@ -165,14 +165,14 @@ def test_move_gains_try_each_valid_move_and_restore_the_state():
   gains, mask = pretrain.move_gains(sim, o)
   assert (list(sim.parallelism), list(sim.buffers), sim.true_rate()) == before
   # The deployed mask is the training mask.
-  np.testing.assert_array_equal(mask.astype(bool), dqn.action_mask(o))
+  np.testing.assert_array_equal(mask.astype(bool), mdp.action_mask(o))
   assert gains[-1] == 0 and np.all(gains[~mask.astype(bool)] == 0)
 
 
 def test_the_jump_search_tries_its_jumps_first_then_the_ranked_moves():
   o = two_stages()
   q = np.zeros(9)
-  q[dqn.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
+  q[mdp.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
   policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0, 0.5))
   policy.q_values = lambda obs: q
   # The first jump (f = 1: A 3, B 5), measured against the base's 100.
@@ -224,8 +224,8 @@ def test_jumps_are_made_again_when_the_cpu_budget_changes():
 def test_rank_adds_each_candidates_bonus():
   o = two_stages()
   q = np.zeros(9)
-  q[dqn.action_of(0, 1)] = 0.5
-  q[dqn.action_of(1, 1)] = 0.2
+  q[mdp.action_of(0, 1)] = 0.5
+  q[mdp.action_of(1, 1)] = 0.2
   out = ranked.rank([("A +1", {"A/parallelism": 3.0}),
                      ("B +1", {"B/parallelism": 3.0})], o, q, [0.0, 0.4])
   # B +1: 0.2 + 0.4 = 0.6 over A +1's 0.5.
@@ -243,8 +243,8 @@ def test_rank_adds_each_candidates_bonus():
 def test_measured_gains_reorder_the_moves_at_later_bases(weight, after_keep):
   o = two_stages()
   q = np.zeros(9)
-  q[dqn.action_of(0, 1)] = 0.5   # A +1 first
-  q[dqn.action_of(1, 5)] = 0.2   # then B +5
+  q[mdp.action_of(0, 1)] = 0.5   # A +1 first
+  q[mdp.action_of(1, 5)] = 0.2   # then B +5
   policy = _policy(q, evidence_weight=weight)
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
   # 101 against the base's 100: +1%, reverted (threshold 2%).
@@ -279,8 +279,8 @@ def _jump_search(q, cls=ranked.JumpSearchPolicy, **kwargs):
 def test_intune_makes_one_proposal_then_follows_jump_climbs_order():
   o = two_stages()
   q = np.zeros(9)
-  q[dqn.action_of(0, 1)] = 0.5   # A +1: the network's proposal
-  q[dqn.action_of(0, 5)] = 0.4   # A +5: its second choice, never first
+  q[mdp.action_of(0, 1)] = 0.5   # A +1: the network's proposal
+  q[mdp.action_of(0, 5)] = 0.4   # A +5: its second choice, never first
   policy = _jump_search(q)
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
   # 100 is not above 102: reverted at once.
@@ -304,7 +304,7 @@ def test_without_a_positive_advantage_intune_is_jump_climb(cls, q_a):
   q = np.full(9, -1.0)
   q[-1] = 0.0
   if q_a is not None:
-    q[dqn.action_of(0, 1)] = q_a
+    q[mdp.action_of(0, 1)] = q_a
   policy = _jump_search(q, cls)
   climb = search.JumpClimbPolicy(IntuneOptions(), jumps=())
   for state in (at(o, 100.0), at(o, 100.0, B=7), at(o, 100.0)):
@@ -315,7 +315,7 @@ def test_a_reopened_search_gets_a_new_proposal():
   o = obs([knob("A/parallelism", "parallelism", 2, hi=8)], cpu_budget=8,
           costs={"A": 0.02})
   q = np.zeros(5)
-  q[dqn.action_of(0, 1)] = 0.5   # A +1 proposed (climb: A +5 first)
+  q[mdp.action_of(0, 1)] = 0.5   # A +1 proposed (climb: A +5 first)
   policy = _jump_search(q, patience=1)
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
   # Reverted, and with patience 1 the search settles.

@@ -11,9 +11,9 @@ from _observations import two_stages
 import numpy as np
 import pytest
 
-from intune_tf.agent import dqn
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim_lib
+from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
@@ -61,8 +61,8 @@ def test_climb_moves_threads_from_the_least_busy_stage_at_the_limit():
   # at 100/s: A 0.125, B 0.25, C 2.5. C +5 would be 9 > 8 CPUs (out of
   # range); C +1 exceeds the limit, so one thread moves from A, the least
   # busy: A 7, C 5 (20 threads).
-  mask = dqn.action_mask(o)
-  assert not mask[dqn.action_of(2, 1)] and mask[dqn.action_of(0, -1)]
+  mask = mdp.action_mask(o)
+  assert not mask[mdp.action_of(2, 1)] and mask[mdp.action_of(0, -1)]
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 7.0,
                                         "C/parallelism": 5.0}
 
@@ -155,8 +155,8 @@ def test_single_moves_stay_within_the_agents_mask(cls):
                         for n in values))
         current = o
         for move, name in moves:
-          mask = dqn.action_mask(current)
-          assert mask[dqn.action_of(index[name], int(move))], (name, move)
+          mask = mdp.action_mask(current)
+          assert mask[mdp.action_of(index[name], int(move))], (name, move)
           current = search._moved(current, {name: values[name]})  # noqa: SLF001
       sim.set(values)
       sim.advance()
@@ -174,14 +174,14 @@ def test_plumber_stays_within_the_agents_limits():
         tried += 1
         parallel = [k for k in o.knobs if k.kind == "parallelism"]
         for k in o.knobs:
-          lo, hi = dqn.knob_bounds(k, o.cpu_budget)
+          lo, hi = mdp.knob_bounds(k, o.cpu_budget)
           assert lo <= values[k.name] <= hi
-        assert sum(values[k.name] for k in parallel) <= dqn.cpu_limit(
+        assert sum(values[k.name] for k in parallel) <= mdp.cpu_limit(
             len(parallel), o.cpu_budget)
-        floor = {k.name: dqn.knob_bounds(k, o.cpu_budget)[0]
+        floor = {k.name: mdp.knob_bounds(k, o.cpu_budget)[0]
                  for k in o.knobs}
-        assert (dqn.committed_bytes(o, values) <= o.ram_budget or
-                dqn.committed_bytes(o, floor) > o.ram_budget)
+        assert (mdp.committed_bytes(o, values) <= o.ram_budget or
+                mdp.committed_bytes(o, floor) > o.ram_budget)
       sim.set(values)
       sim.advance()
   assert tried > 12

@@ -1,32 +1,19 @@
-"""The InTune DQN: state features, actions, reward, TD targets, the network.
+"""The InTune DQN: TD targets, the Q-network, its replay buffer and agent.
 
-State. The paper's factors (pipeline latency, free CPUs, free memory, model
-latency, DRAM bandwidth, CPU speed), computed per knob: every knob gets a row
-of `NUM_FEATURES` features (its kind and value, its stage's share of the
-pipeline's CPU time, how busy the stage is, the gap to a proportional share,
-buffer fill and bytes) followed by the pipeline-wide factors. One network,
-shared by all knobs, maps a row to the Q-values of that knob's moves, so
-one agent serves pipelines of any length (no padding at inference; padding to
-`MAX_KNOBS` only inside training batches). Sharing also means what is learned
-on one stage transfers to every other stage and pipeline size.
-
-Actions. Per knob: -5, -1, +1, +5 (`MOVES`: threads for parallelism knobs,
-elements for buffer knobs: our prefetch knobs count elements, not MB), plus
-one shared no-op: 4n + 1 actions for n knobs (`MOVES_PER_KNOB` = 4). Flat
-index `MOVES_PER_KNOB * k + j` for knob k and move `MOVES[j]`, and
-`MOVES_PER_KNOB * n` for the no-op. The no-op's value is the mean over
-knobs of each knob's "stay" output.
-
-Reward. `reward()`: throughput relative to the work ceiling, times a memory
-factor that is 1 up to `MEMORY_SAFE` of memory in use and falls linearly to 0
-at 100% (the paper's shape).
+It acts in the tuning MDP (`intune_tf.tuning.mdp`: actions, mask, state
+features, reward). One network, shared by all knobs, maps a knob's row of
+`mdp.NUM_FEATURES` features to the Q-values of that knob's moves and of
+"stay", so one agent serves pipelines of any length (no padding at
+inference; padding to `MAX_KNOBS` only inside training batches). Sharing
+also means what is learned on one stage transfers to every other stage and
+pipeline size. The no-op's value is the mean over knobs of each knob's
+"stay" output.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import re
 from typing import TYPE_CHECKING, Sequence
@@ -35,77 +22,22 @@ import zipfile
 import numpy as np
 
 from intune_tf import files
-from intune_tf import records
+from intune_tf.tuning import mdp
 
 if TYPE_CHECKING:
-  from intune_tf.records import Knob
-  from intune_tf.records import Observation
+  pass
 
-# Knob moves of the action space, in knob units.
-MOVES = (-5, -1, 1, 5)
-# Flat actions per knob (the no-op is one more, shared by all knobs).
-MOVES_PER_KNOB = len(MOVES)
 # Network outputs per knob: the moves and "stay" (index 2).
 _OUTPUTS = (-5, -1, 0, 1, 5)
 _STAY = 2
-# The outputs of the moves, in the order of `MOVES`: [0, 1, 3, 4].
-_MOVE_OUTPUTS = [_OUTPUTS.index(m) for m in MOVES]
-NUM_FEATURES = 18
+# The outputs of the moves, in the order of `mdp.MOVES`: [0, 1, 3, 4].
+_MOVE_OUTPUTS = [_OUTPUTS.index(m) for m in mdp.MOVES]
 # Knobs per pipeline a training batch holds (inference has no limit).
 MAX_KNOBS = 32
-# The agent never takes a buffer below one element: a prefetch of 0 does not
-# overlap the pipeline with its consumer at all, a loss the simulator's
-# jitter model does not price (measured live: Criteo L4 spent half a
-# benchmark at 0). A buffer already below it may still grow.
-MIN_BUFFER = 1
-# The agent never takes a parallel stage below min(CPUs, MIN_THREADS)
-# threads: a tf.data thread blocked on its input or output costs no CPU, and
-# a stage with one thread has nothing in flight while it hands an element
-# over (Criteo L4 on 2 CPUs: 35,840 rows/s with one thread per stage, 54,272
-# with two; the simulator prices every thread, idle or not).
-MIN_THREADS = 2
-# Largest buffer the agent sets, elements.
-MAX_BUFFER = 64
-# Memory-use fraction above which the reward starts to fall.
-MEMORY_SAFE = 0.9
 HIDDEN = 64
-# The CPU clock (MHz) and DRAM bandwidth (GB/s) the state gives the network:
-# the machine of the simulator, which models neither, so the shipped
-# networks learned nothing from them. The observation still reports the
-# host's values; the state holds these so that a live host (44 GB/s here)
-# does not feed the network inputs it never saw in training.
-SIM_CPU_MHZ = 2500.0
-SIM_DRAM_GBPS = 10.0
 
 
-# --- reward and targets ------------------------------------------------------
-def memory_factor(memory_fraction: float) -> float:
-  """1 up to `MEMORY_SAFE` (0.9) of memory in use, then linearly to 0 at 1.0.
-
-  memory_factor(0.95) == 0.5: (1 - 0.95) / (1 - 0.9).
-  """
-  if memory_fraction <= MEMORY_SAFE:
-    return 1.0
-  return max(0.0, (1.0 - memory_fraction) / (1.0 - MEMORY_SAFE))
-
-
-def reward(rate: float, reference_rate: float, memory_fraction: float) -> float:
-  """The agent's reward for a step.
-
-  Args:
-    rate: output elements/s measured over the step.
-    reference_rate: the work ceiling estimate (usable CPUs / CPU-seconds per
-      output element), so rewards compare across pipelines; <= 0 gives 0.
-    memory_fraction: memory in use / memory available to the job.
-
-  Returns:
-    min(rate / reference_rate, 2) * memory_factor(memory_fraction).
-  """
-  if reference_rate <= 0:
-    return 0.0
-  return min(rate / reference_rate, 2.0) * memory_factor(memory_fraction)
-
-
+# --- targets -----------------------------------------------------------------
 def td_targets(rewards: np.ndarray, next_q_target: np.ndarray,
                next_mask: np.ndarray, dones: np.ndarray, gamma: float,
                next_q_online: np.ndarray | None = None) -> np.ndarray:
@@ -123,188 +55,11 @@ def td_targets(rewards: np.ndarray, next_q_target: np.ndarray,
   return rewards + gamma * (1.0 - dones) * value
 
 
-# --- actions -----------------------------------------------------------------
-def cpu_limit(parallel_knobs: int, cpu_budget: int) -> int:
-  """Most threads all parallel stages together may hold: 2 (C + n - 1),
-  twice the C CPUs plus each stage's first thread, since tf.data's threads
-  also wait on their inputs and outputs (Criteo L4, 4 parallel stages, runs
-  fastest with 2 threads on every stage: 8 threads on 2 cores)."""
-  return 2 * (int(cpu_budget) + max(int(parallel_knobs), 1) - 1)
-
-
-def thread_floor(cpu_budget: int) -> int:
-  """Fewest threads the agent leaves a parallel stage: min(C, MIN_THREADS)."""
-  return max(1, min(int(cpu_budget), MIN_THREADS))
-
-
-def knob_bounds(knob: "Knob", cpu_budget: int) -> tuple[float, float]:
-  """`(lowest, highest)` value the agent may give `knob`.
-
-  A parallelism: from `thread_floor` to `cpu_budget` threads; a buffer:
-  from `MIN_BUFFER` to `MAX_BUFFER` elements; both within the knob's own
-  range. Totals (`cpu_limit`, the RAM budget) are limits on top.
-  """
-  if knob.kind == "parallelism":
-    return max(knob.min, thread_floor(cpu_budget)), min(knob.max, cpu_budget)
-  return max(knob.min, MIN_BUFFER), min(knob.max, MAX_BUFFER)
-
-
-def committed_bytes(obs: "Observation",
-                    values: dict[str, float] | None = None) -> float:
-  """Bytes the buffers may hold: buffer size times element size, over all
-  buffer knobs (an unknown element size counts as 0 bytes), with `values`
-  (knob name -> value) in place of the values in force."""
-  values = values or {}
-  bpe = obs.bytes_per_element
-  return sum(max(values.get(k.name, k.value), 0) * bpe.get(k.stage, 0.0)
-             for k in obs.knobs if k.kind == "buffer_size")
-
-
-def action_mask(obs: "Observation") -> np.ndarray:
-  """Valid flat actions (bool, length 4n + 1) for the knobs of `obs`.
-
-  A move is valid when the new value stays within `knob_bounds` (a buffer
-  at least `MIN_BUFFER`, a parallelism at least `thread_floor` and at most
-  `cpu_budget`), a move that adds threads keeps all parallel stages
-  together at most `cpu_limit`, and a move that grows a buffer keeps
-  `committed_bytes` within the RAM budget. The no-op is always valid.
-  """
-  knobs = obs.knobs
-  parallel = [k for k in knobs if k.kind == "parallelism"]
-  threads = sum(k.value for k in parallel)
-  limit = cpu_limit(len(parallel), obs.cpu_budget)
-  bpe = obs.bytes_per_element
-  committed = committed_bytes(obs)
-  mask = np.zeros(MOVES_PER_KNOB * len(knobs) + 1, dtype=bool)
-  for i, k in enumerate(knobs):
-    lo, hi = knob_bounds(k, obs.cpu_budget)
-    for j, move in enumerate(MOVES):
-      new = k.value + move
-      if new < lo:
-        continue
-      if k.kind == "parallelism":
-        ok = new <= hi and (move < 0 or threads + move <= limit)
-      else:
-        ok = (new <= hi and
-              (move < 0 or committed + move * bpe.get(k.stage, 0.0)
-               <= obs.ram_budget))
-      mask[MOVES_PER_KNOB * i + j] = ok
-  mask[-1] = True
-  return mask
-
-
-def action_of(knob_index: int, move: int) -> int:
-  """The flat action that moves knob `knob_index` by `move` (in `MOVES`)."""
-  return MOVES_PER_KNOB * knob_index + MOVES.index(move)
-
-
-def apply_action(obs: "Observation", action: int) -> dict[str, float]:
-  """The knob values an action sets ({} for the no-op)."""
-  knobs = obs.knobs
-  if action >= MOVES_PER_KNOB * len(knobs):
-    return {}
-  k = knobs[action // MOVES_PER_KNOB]
-  return {k.name: float(k.value + MOVES[action % MOVES_PER_KNOB])}
-
-
-def describe_action(obs: "Observation", action: int) -> str:
-  if action >= MOVES_PER_KNOB * len(obs.knobs):
-    return "no-op"
-  move = MOVES[action % MOVES_PER_KNOB]
-  return f"{obs.knobs[action // MOVES_PER_KNOB].name} {move:+d}"
-
-
-# --- state -------------------------------------------------------------------
-def stage_costs(obs: "Observation") -> dict[str, float]:
-  """CPU-seconds each stage spends per output element (`records.stage_cost`;
-  {} before the pipeline returned anything)."""
-  if obs.output_rate <= 0:
-    return {}
-  return {st.name: records.stage_cost(st.cpu_per_element_s, st.rate,
-                                      obs.output_rate)
-          for st in obs.stages}
-
-
-def reference_rate(obs: "Observation") -> float:
-  """The work-ceiling estimate: usable CPUs / CPU-seconds per output element
-  summed over stages (0 before anything was measured)."""
-  total = sum(stage_costs(obs).values())
-  return obs.usable_cpus / total if total > 0 else 0.0
-
-
-def memory_fraction(obs: "Observation") -> float:
-  """Memory in use: the larger of the host's share in use and the buffered
-  bytes' share of the RAM budget (so the budget counts as the job's limit)."""
-  host = 1.0 - obs.free_memory / obs.total_memory if obs.total_memory else 0.0
-  budget = obs.buffered_bytes / obs.ram_budget if obs.ram_budget else 0.0
-  return max(host, budget)
-
-
-def features(obs: "Observation") -> np.ndarray:
-  """The state: one row of `NUM_FEATURES` per knob, shape [n, NUM_FEATURES]."""
-  knobs = obs.knobs
-  out = np.zeros((len(knobs), NUM_FEATURES), dtype=np.float32)
-  if not knobs:
-    return out
-  costs = stage_costs(obs)
-  total_cost = sum(costs.values())
-  cpus = max(1, obs.cpu_budget)
-  parallel = [k for k in knobs if k.kind == "parallelism"]
-  threads = sum(k.value for k in parallel)
-  limit = cpu_limit(len(parallel), cpus)
-  par_by_stage = {k.stage: max(k.value, 1.0) for k in parallel}
-  knob_cost = sum(costs.get(k.stage, 0.0) for k in parallel)
-  # Each knob's stage's utilization (`records.stage_utilization`) at its
-  # parallelism knob's value, capped at 2; 0 until the pipeline returns.
-  busy = {}
-  for k in knobs:
-    st = obs.stage(k.stage)
-    busy[k.stage] = (min(2.0, records.stage_utilization(
-        st.cpu_per_element_s, st.rate, par_by_stage.get(k.stage, 1.0)))
-                     if costs and st is not None else 0.0)
-  bottleneck = max(busy, key=busy.get) if busy else None
-  ref = obs.usable_cpus / total_cost if total_cost > 0 else 0.0
-  bpe = obs.bytes_per_element
-  ram = max(1.0, float(obs.ram_budget))
-  globals_ = [
-      (limit - threads) / cpus,
-      threads / cpus,
-      min(2.0, obs.buffered_bytes / ram),
-      1.0 - obs.free_memory / obs.total_memory if obs.total_memory else 0.0,
-      min(2.0, (obs.model_step_s or 0.0) * obs.output_rate),
-      math.log2(cpus) / 7.0,
-      min(2.0, obs.output_rate / ref) if ref > 0 else 0.0,
-      SIM_CPU_MHZ / 5000.0,
-      SIM_DRAM_GBPS / 50.0,
-  ]
-  out[:, 9:] = globals_
-  for i, k in enumerate(knobs):
-    cost = costs.get(k.stage, 0.0)
-    share = cost / total_cost if total_cost > 0 else 0.0
-    st = obs.stage(k.stage)
-    row = out[i]
-    if k.kind == "parallelism":
-      ideal = cpus * (cost / knob_cost if knob_cost > 0 else 1 / len(parallel))
-      row[0] = 1.0
-      row[2] = k.value / cpus
-      row[5] = (ideal - k.value) / max(1.0, ideal, k.value)
-    else:
-      row[1] = 1.0
-      row[2] = k.value / MAX_BUFFER
-      row[5] = st.buffer_fill if st else 0.0
-    row[3] = math.log1p(max(k.value, 0.0)) / math.log1p(128)
-    row[4] = share
-    row[6] = busy.get(k.stage, 0.0)
-    row[7] = 1.0 if k.stage == bottleneck else 0.0
-    row[8] = min(2.0, max(k.value, 0) * bpe.get(k.stage, 0.0) / ram)
-  return out
-
-
 # --- network -----------------------------------------------------------------
 def build_network(hidden: int = HIDDEN, seed: int = 0):
   """The Q-network: a 3-layer ReLU MLP applied to every knob's row.
 
-  Input [batch, knobs, NUM_FEATURES] -> output [batch, knobs, 5] (the
+  Input [batch, knobs, mdp.NUM_FEATURES] -> output [batch, knobs, 5] (the
   Q-values of -5, -1, stay, +1, +5).
   """
   # Deferred: Keras only to build the network: acting and the simulator use
@@ -312,7 +67,7 @@ def build_network(hidden: int = HIDDEN, seed: int = 0):
   import keras  # noqa: PLC0415
   init = keras.initializers.GlorotUniform(seed=seed)
   return keras.Sequential([
-      keras.Input((None, NUM_FEATURES)),
+      keras.Input((None, mdp.NUM_FEATURES)),
       keras.layers.Dense(hidden, activation="relu", kernel_initializer=init),
       keras.layers.Dense(hidden, activation="relu", kernel_initializer=init),
       keras.layers.Dense(len(_OUTPUTS), kernel_initializer=init),
@@ -361,8 +116,8 @@ def select(q: np.ndarray, mask: np.ndarray, epsilon: float,
 
 def pad_action(action: int, knobs: int) -> int:
   """A flat action of an n-knob pipeline -> its index at `MAX_KNOBS` knobs."""
-  if action >= MOVES_PER_KNOB * knobs:
-    return MOVES_PER_KNOB * MAX_KNOBS
+  if action >= mdp.MOVES_PER_KNOB * knobs:
+    return mdp.MOVES_PER_KNOB * MAX_KNOBS
   return action
 
 
@@ -373,7 +128,7 @@ class Replay:
     self.capacity = capacity
     self.size = 0
     self._next = 0
-    k, f, a = MAX_KNOBS, NUM_FEATURES, MOVES_PER_KNOB * MAX_KNOBS + 1
+    k, f, a = MAX_KNOBS, mdp.NUM_FEATURES, mdp.MOVES_PER_KNOB * MAX_KNOBS + 1
     self.state = np.zeros((capacity, k, f), np.float32)
     self.knobs = np.zeros((capacity, k), np.float32)
     self.action = np.zeros(capacity, np.int64)
@@ -400,7 +155,8 @@ class Replay:
     self.next_knobs[i] = 0
     self.next_knobs[i, :m] = 1
     self.next_mask[i] = False
-    self.next_mask[i, :MOVES_PER_KNOB * m] = next_mask[:MOVES_PER_KNOB * m]
+    moves = mdp.MOVES_PER_KNOB * m
+    self.next_mask[i, :moves] = next_mask[:moves]
     self.next_mask[i, -1] = True
     self.done[i] = float(done)
     self._next = (i + 1) % self.capacity
@@ -653,13 +409,14 @@ def load_weights(path: str) -> tuple[list[np.ndarray], dict]:
   except (zipfile.BadZipFile, ValueError, KeyError, EOFError) as e:
     raise ValueError(
         f"{path} is not an InTune agent weights file ({e}).") from e
-  if len(weights) != 6 or weights[0].shape[0] != NUM_FEATURES:
+  if len(weights) != 6 or weights[0].shape[0] != mdp.NUM_FEATURES:
     raise ValueError(
         f"{path} holds {len(weights)} arrays (first "
         f"{weights[0].shape if weights else None}); "
-        f"an InTune agent has 6, the first of shape ({NUM_FEATURES}, hidden).")
+        f"an InTune agent has 6, the first of shape ({mdp.NUM_FEATURES}, "
+        "hidden).")
   # Dense layers: kernel (n, m) then bias (m,), each layer's n the last m.
-  expected_in = NUM_FEATURES
+  expected_in = mdp.NUM_FEATURES
   for layer in range(3):
     kernel, bias = weights[2 * layer], weights[2 * layer + 1]
     if (kernel.ndim != 2 or kernel.shape[0] != expected_in or

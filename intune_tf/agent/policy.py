@@ -22,7 +22,7 @@ the knob values. Around the agent:
   steps before exploring again.
 - Floors: a buffer below one element (a prefetch that registers at 0 after
   the first step) is raised to one; when the CPU budget grows, parallel
-  stages below `dqn.thread_floor` (one thread each on 1 CPU, say) are raised
+  stages below `mdp.thread_floor` (one thread each on 1 CPU, say) are raised
   to it at once. The agent never lowers either below its floor.
 - Warm start: `bind(session)` loads the configuration (and fine-tuned
   weights) saved for the same pipeline on the same machine
@@ -42,6 +42,7 @@ import numpy as np
 
 from intune_tf import records
 from intune_tf.agent import dqn
+from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
 from intune_tf.tuning import warmstart
@@ -79,7 +80,7 @@ def project_to_budget(obs: "Observation") -> dict[str, float]:
   """Parallelism values that fit the CPU budget, taken from the largest
   stages one thread at a time ({} when the allocation already fits)."""
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
-  limit = dqn.cpu_limit(len(parallel), obs.cpu_budget)
+  limit = mdp.cpu_limit(len(parallel), obs.cpu_budget)
   values = {k.name: min(k.value, max(k.min, obs.cpu_budget)) for k in parallel}
   while sum(values.values()) > limit:
     name = max(values, key=values.get)
@@ -97,13 +98,13 @@ def start_allocation(obs: "Observation") -> dict[str, float]:
   A live pipeline's initial knob values (a prefetch of 0, one thread per
   stage) are arbitrary, and on a machine with fewer CPUs than stages the
   even split is one thread each, which starves stages that wait on each
-  other (measured on Criteo L4: `dqn.MIN_THREADS`). Examples: 4 stages
+  other (measured on Criteo L4: `mdp.MIN_THREADS`). Examples: 4 stages
   on 2 CPUs: [2, 2, 2, 2]; 2 stages on 5 CPUs: [3, 2]. Two threads per
-  stage always fit `dqn.cpu_limit`.
+  stage always fit `mdp.cpu_limit`.
   """
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
   buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
-  floor = dqn.thread_floor(obs.cpu_budget)
+  floor = mdp.thread_floor(obs.cpu_budget)
   shares = policies.even_split(obs.cpu_budget, len(parallel))
   values = {k.name: float(min(max(share, floor, k.min), k.max))
             for k, share in zip(parallel, shares)}
@@ -112,16 +113,16 @@ def start_allocation(obs: "Observation") -> dict[str, float]:
 
 
 def raise_low_buffers(obs: "Observation") -> dict[str, float]:
-  """Buffers below `dqn.MIN_BUFFER` (e.g. a prefetch registered at 0 after
+  """Buffers below `mdp.MIN_BUFFER` (e.g. a prefetch registered at 0 after
   the start) raised to it ({} when none is)."""
-  return {k.name: float(dqn.MIN_BUFFER) for k in obs.knobs
-          if k.kind == "buffer_size" and k.value < dqn.MIN_BUFFER <= k.max}
+  return {k.name: float(mdp.MIN_BUFFER) for k in obs.knobs
+          if k.kind == "buffer_size" and k.value < mdp.MIN_BUFFER <= k.max}
 
 
 def raise_low_threads(obs: "Observation") -> dict[str, float]:
-  """Parallel stages below `dqn.thread_floor` (one thread each after the
+  """Parallel stages below `mdp.thread_floor` (one thread each after the
   usable CPUs grew from 1 to 2, say) raised to it ({} when none is)."""
-  floor = dqn.thread_floor(obs.cpu_budget)
+  floor = mdp.thread_floor(obs.cpu_budget)
   return {k.name: float(floor) for k in obs.knobs
           if k.kind == "parallelism" and k.value < floor <= k.max}
 
@@ -273,7 +274,7 @@ class IntunePolicy(policies.Policy):
   def _reference_rate(self, obs) -> float:
     if obs.usable_cpus != self._reference_cpus:
       self._reference_cpus, self._reference = obs.usable_cpus, 0.0
-    self._reference = max(self._reference, dqn.reference_rate(obs))
+    self._reference = max(self._reference, mdp.reference_rate(obs))
     return self._reference
 
   def _measured(self, obs: "Observation") -> "Observation | None":
@@ -303,7 +304,7 @@ class IntunePolicy(policies.Policy):
       return mask
     mask = mask.copy()
     for a in np.flatnonzero(mask[:-1]):
-      if config_key({**config, **dqn.apply_action(obs, int(a))}) in worse:
+      if config_key({**config, **mdp.apply_action(obs, int(a))}) in worse:
         mask[a] = False
     return mask
 
@@ -316,8 +317,8 @@ class IntunePolicy(policies.Policy):
     values = {**raise_low_buffers(obs), **self._step(obs)}
     # Held, reverted or warm-start values obey the floor too.
     floored = {k.name for k in obs.knobs
-               if k.kind == "buffer_size" and k.max >= dqn.MIN_BUFFER}
-    return {name: max(v, dqn.MIN_BUFFER) if name in floored else v
+               if k.kind == "buffer_size" and k.max >= mdp.MIN_BUFFER}
+    return {name: max(v, mdp.MIN_BUFFER) if name in floored else v
             for name, v in values.items()}
 
   def _step(self, obs: "Observation") -> dict[str, float]:
@@ -376,7 +377,7 @@ class IntunePolicy(policies.Policy):
     """Phase 3, on a measured observation: learn from the last move, then
     revert to the best, hold, or move as the agent chooses."""
     self.steps += 1
-    state, mask = dqn.features(obs), dqn.action_mask(obs)
+    state, mask = mdp.features(obs), mdp.action_mask(obs)
     r, loss = self._learn(obs, state, mask)
     config = {k.name: k.value for k in obs.knobs}
     revert = self.best_configs.update(config, obs.output_rate,
@@ -395,7 +396,7 @@ class IntunePolicy(policies.Policy):
     else:
       mask = self._avoid_known_worse(obs, config, mask)
       a = self.agent.act(state, mask, self.epsilon, self.move_margin)
-      values, action = dqn.apply_action(obs, a), dqn.describe_action(obs, a)
+      values, action = mdp.apply_action(obs, a), mdp.describe_action(obs, a)
       self._prev = (state, a)
     self.last_decision = records.Decision(
         self.steps, action, rate=obs.output_rate, reward=r, loss=loss,
@@ -406,8 +407,8 @@ class IntunePolicy(policies.Policy):
              mask: np.ndarray) -> tuple[float, float | None]:
     """The reward of the last move, stored with its transition; a gradient
     step every `LEARN_EVERY` steps. Returns (reward, loss or None)."""
-    r = dqn.reward(obs.output_rate, self._reference_rate(obs),
-                   dqn.memory_fraction(obs))
+    r = mdp.reward(obs.output_rate, self._reference_rate(obs),
+                   mdp.memory_fraction(obs))
     loss = None
     if self._prev is not None:
       prev_state, prev_action = self._prev

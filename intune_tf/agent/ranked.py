@@ -5,7 +5,7 @@ The learned prior decides what to try first; measurement decides what to
 keep. The search loop is `search.MeasuredSearch`'s (measure the base, try a
 change, keep it when its rate beats the base's by more than the threshold,
 else revert); the candidate changes are `search.ClimbPolicy`'s (each knob's
-+-1 and +-5 that `dqn.action_mask` allows, and threads moved from the least
++-1 and +-5 that `mdp.action_mask` allows, and threads moved from the least
 busy stage when the thread limit forbids adding them). Each candidate is
 scored by the Q-network: a single move by its advantage over the no-op,
 Q(s, a) - Q(s, no-op); a transfer of threads by the sum of its two moves'
@@ -54,6 +54,7 @@ import numpy as np
 
 from intune_tf import records
 from intune_tf.agent import dqn
+from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
@@ -85,17 +86,17 @@ ABLATED_Q = 0.0
 
 def candidate_actions(obs: "Observation",
                       values: dict[str, float]) -> list[int] | None:
-  """The flat actions (`dqn.action_of`) a candidate's `values` are made of,
-  one per knob it changes, or None when a change is not one of `dqn.MOVES`.
+  """The flat actions (`mdp.action_of`) a candidate's `values` are made of,
+  one per knob it changes, or None when a change is not one of `mdp.MOVES`.
   """
   index = {k.name: i for i, k in enumerate(obs.knobs)}
   out = []
   for name, value in values.items():
     i = index[name]
     move = int(round(value - obs.knobs[i].value))
-    if move not in dqn.MOVES:
+    if move not in mdp.MOVES:
       return None
-    out.append(dqn.action_of(i, move))
+    out.append(mdp.action_of(i, move))
   return out
 
 
@@ -108,7 +109,7 @@ def rank(candidates: Sequence[tuple[str, dict[str, float]]],
   order of `candidates`.
 
   A candidate's score is the sum over its moves of Q(s, a) - Q(s, no-op),
-  plus its `bonus` (default none); one that is not made of `dqn.MOVES`
+  plus its `bonus` (default none); one that is not made of `mdp.MOVES`
   scores -inf.
   """
   noop = q[-1]
@@ -164,7 +165,7 @@ class RankedSearchPolicy(search.JumpClimbPolicy):
 
   def q_values(self, obs: "Observation") -> np.ndarray:
     """The flat Q-values of `obs` (`dqn.flat_q`)."""
-    return dqn.flat_q(dqn.forward(self.weights, dqn.features(obs)))
+    return dqn.flat_q(dqn.forward(self.weights, mdp.features(obs)))
 
   def ranked(self, obs: "Observation"
              ) -> list[tuple[str, dict[str, float], float]]:
@@ -294,7 +295,7 @@ class AblatedSearchPolicy(JumpSearchPolicy):
 
   def q_values(self, obs: "Observation") -> np.ndarray:
     """`ABLATED_Q` for each of the 4n + 1 actions of `obs`."""
-    return np.full(dqn.MOVES_PER_KNOB * len(obs.knobs) + 1, ABLATED_Q,
+    return np.full(mdp.MOVES_PER_KNOB * len(obs.knobs) + 1, ABLATED_Q,
                    np.float32)
 
 

@@ -26,6 +26,7 @@ from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim_lib
+from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
@@ -52,7 +53,7 @@ def guided_action(obs, mask: np.ndarray, rng: np.random.Generator) -> int:
   still learns from rewards (off-policy), so it can beat the guide.
   """
   parallel = [i for i, k in enumerate(obs.knobs) if k.kind == "parallelism"]
-  costs = dqn.stage_costs(obs)
+  costs = mdp.stage_costs(obs)
   if not parallel or not costs:
     return int(rng.choice(np.flatnonzero(mask)))
   target = policies.proportional_allocation(
@@ -64,8 +65,8 @@ def guided_action(obs, mask: np.ndarray, rng: np.random.Generator) -> int:
     if gap == 0:
       break
     move = (5 if gap >= 5 else 1) if gap > 0 else (-5 if gap <= -5 else -1)
-    if mask[dqn.action_of(i, move)]:
-      return dqn.action_of(i, move)
+    if mask[mdp.action_of(i, move)]:
+      return mdp.action_of(i, move)
   return int(rng.choice(np.flatnonzero(mask)))
 
 
@@ -131,14 +132,14 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
     _start(sim, rng)
     obs = sim.observe()
     ref, ref_cpus = 0.0, None
-    state, mask = dqn.features(obs), dqn.action_mask(obs)
+    state, mask = mdp.features(obs), mdp.action_mask(obs)
     for _ in range(EPISODE_STEPS):
       eps = epsilon_at(step, steps)
       if rng.random() < eps * GUIDED_SHARE:
         a = guided_action(obs, mask, rng)
       else:
         a = agent.act(state, mask, eps * (1 - GUIDED_SHARE))
-      sim.set(dqn.apply_action(obs, a))
+      sim.set(mdp.apply_action(obs, a))
       sim.advance()
       fix = _fit(sim.observe())
       if fix:
@@ -146,9 +147,9 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
       obs = sim.observe()
       if obs.usable_cpus != ref_cpus:
         ref, ref_cpus = 0.0, obs.usable_cpus
-      ref = max(ref, dqn.reference_rate(obs))
-      r = dqn.reward(obs.output_rate, ref, dqn.memory_fraction(obs))
-      state2, mask2 = dqn.features(obs), dqn.action_mask(obs)
+      ref = max(ref, mdp.reference_rate(obs))
+      r = mdp.reward(obs.output_rate, ref, mdp.memory_fraction(obs))
+      state2, mask2 = mdp.features(obs), mdp.action_mask(obs)
       agent.replay.add(state, a, r, state2, mask2, sim.oom)
       state, mask = state2, mask2
       step += 1
@@ -180,12 +181,12 @@ def move_gains(sim: sim_lib.Simulator, obs) -> tuple[np.ndarray, np.ndarray]:
   Returns:
     (gains, mask), both of length 4n + 1 (the no-op's gain is 0).
   """
-  mask = dqn.action_mask(obs)
+  mask = mdp.action_mask(obs)
   gains = np.zeros(len(mask), np.float32)
   restore = {k.name: k.value for k in obs.knobs}
   now = max(sim.true_rate(), 1e-12)
   for a in np.flatnonzero(mask[:-1]):
-    sim.set(dqn.apply_action(obs, int(a)))
+    sim.set(mdp.apply_action(obs, int(a)))
     gains[a] = search.GAIN_SCALE * (
         (0.0 if sim.oom else sim.true_rate()) / now - 1)
     sim.oom = False
@@ -233,8 +234,8 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
   network = dqn.build_network(seed=seed)
   network.set_weights(dqn.load_weights(init or ranked.AGENT_WEIGHTS)[0])
   optimizer = keras.optimizers.Adam(1e-3)
-  k, actions = dqn.MAX_KNOBS, dqn.MOVES_PER_KNOB * dqn.MAX_KNOBS + 1
-  states = np.zeros((capacity, k, dqn.NUM_FEATURES), np.float32)
+  k, actions = dqn.MAX_KNOBS, mdp.MOVES_PER_KNOB * dqn.MAX_KNOBS + 1
+  states = np.zeros((capacity, k, mdp.NUM_FEATURES), np.float32)
   knobs = np.zeros((capacity, k), np.float32)
   gains = np.zeros((capacity, actions - 1), np.float32)
   masks = np.zeros((capacity, actions - 1), np.float32)
@@ -280,7 +281,7 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
       if 0 < n <= k:
         g, m = move_gains(sim, obs)
         states[slot] = 0
-        states[slot, :n] = dqn.features(obs)
+        states[slot, :n] = mdp.features(obs)
         knobs[slot] = 0
         knobs[slot, :n] = 1
         gains[slot] = 0

@@ -39,10 +39,10 @@ from typing import Sequence
 import numpy as np
 
 from intune_tf import records
-from intune_tf.agent.dqn import MAX_BUFFER
-from intune_tf.agent.dqn import SIM_CPU_MHZ
-from intune_tf.agent.dqn import SIM_DRAM_GBPS
-from intune_tf.agent.dqn import cpu_limit
+from intune_tf.tuning.mdp import MAX_BUFFER
+from intune_tf.tuning.mdp import SIM_CPU_MHZ
+from intune_tf.tuning.mdp import SIM_DRAM_GBPS
+from intune_tf.tuning.mdp import cpu_limit
 
 MB = 1 << 20
 

@@ -15,9 +15,9 @@ They are the non-learning baselines `intune simulate` scores the agent
 against, and they run live like any policy (`IntuneOptions(policy="climb")`,
 `intune bench --policies climb,...`). They move within the agent's limits:
 `climb`, `coordinate` and `jump-climb`'s moves are the agent's own moves
-(`dqn.MOVES`) that `dqn.action_mask` allows; `plumber` and `jump-climb`'s
-jumps set whole configurations, every knob within `dqn.knob_bounds`, the
-threads within `dqn.cpu_limit` (and `plumber`'s buffers within the RAM
+(`mdp.MOVES`) that `mdp.action_mask` allows; `plumber` and `jump-climb`'s
+jumps set whole configurations, every knob within `mdp.knob_bounds`, the
+threads within `mdp.cpu_limit` (and `plumber`'s buffers within the RAM
 budget).
 
 Measurement and accept/revert (`MeasuredSearch`): a measurement is the
@@ -51,8 +51,8 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from intune_tf import records
-from intune_tf.agent import dqn
 from intune_tf.tuning import change
+from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ def held_signals(obs: "Observation", rate: float) -> dict[str, float | None]:
   """What a settled search watches (`change.ChangeMonitor` streams): the
   log of the measured `rate`, of each stage's cost per output element
   (`records.stage_cost`), of the consumer's step time and of the usable
-  CPUs, and the share of memory in use (`dqn.memory_fraction`); None for
+  CPUs, and the share of memory in use (`mdp.memory_fraction`); None for
   what is not measured."""
 
   def log(x: float | None) -> float | None:
@@ -267,7 +267,7 @@ def held_signals(obs: "Observation", rate: float) -> dict[str, float | None]:
   out: dict[str, float | None] = {
       "rate": log(rate), "usable CPUs": log(obs.usable_cpus),
       "consumer": log(obs.model_step_s),
-      "memory": dqn.memory_fraction(obs)}
+      "memory": mdp.memory_fraction(obs)}
   for st in obs.stages:
     out[f"cost {st.name}"] = log(records.stage_cost(
         st.cpu_per_element_s, st.rate, obs.output_rate))
@@ -302,11 +302,11 @@ class ClimbPolicy(MeasuredSearch):
   """A bottleneck-first hill climber with measured accept/revert.
 
   Candidates, in order, from the base configuration (only the moves
-  `dqn.action_mask` allows; each tried once per base):
+  `mdp.action_mask` allows; each tried once per base):
 
   1. for each stage from the busiest down (`stage_utilizations`: output
      rate x CPU-seconds per element / threads; ties: the costlier stage):
-     its parallelism +5, +1, or, when the thread limit (`dqn.cpu_limit`)
+     its parallelism +5, +1, or, when the thread limit (`mdp.cpu_limit`)
      forbids them, the same number of threads moved from the least busy
      stage that can give them (-5 there, +5 here; then -1, +1); then its
      buffer +5, +1;
@@ -330,16 +330,16 @@ class ClimbPolicy(MeasuredSearch):
                                                          dict[str, float]]]:
     """Every candidate change from `obs`, in the order they are tried."""
     busy = stage_utilizations(obs)
-    costs = dqn.stage_costs(obs)
+    costs = mdp.stage_costs(obs)
     order = sorted(busy, key=lambda s: (-busy[s], -costs.get(s, 0.0), s))
-    mask = dqn.action_mask(obs)
+    mask = mdp.action_mask(obs)
     index = {k.name: i for i, k in enumerate(obs.knobs)}
     by_stage: dict[str, dict[str, records.Knob]] = {}
     for k in obs.knobs:
       by_stage.setdefault(k.stage, {})[k.kind] = k
 
     def single(knob, move):
-      if mask[dqn.action_of(index[knob.name], move)]:
+      if mask[mdp.action_of(index[knob.name], move)]:
         return [(_move_label(knob, move), {knob.name: knob.value + move})]
       return []
 
@@ -349,7 +349,7 @@ class ClimbPolicy(MeasuredSearch):
       if knob is not None:
         for move in (5, 1):
           ups = single(knob, move)
-          if not ups and knob.value + move <= dqn.knob_bounds(
+          if not ups and knob.value + move <= mdp.knob_bounds(
               knob, obs.cpu_budget)[1]:
             ups = self._transfers(obs, knob, move, order[::-1], by_stage,
                                   mask, index)
@@ -372,10 +372,10 @@ class ClimbPolicy(MeasuredSearch):
       donor = by_stage[stage].get("parallelism")
       if donor is None or donor.name == knob.name:
         continue
-      if not mask[dqn.action_of(index[donor.name], -move)]:
+      if not mask[mdp.action_of(index[donor.name], -move)]:
         continue
       after = _moved(obs, {donor.name: donor.value - move})
-      if dqn.action_mask(after)[dqn.action_of(index[knob.name], move)]:
+      if mdp.action_mask(after)[mdp.action_of(index[knob.name], move)]:
         return [(f"{donor.name} {-move:+d}, {knob.name} {move:+d}",
                  {donor.name: donor.value - move,
                   knob.name: knob.value + move})]
@@ -393,7 +393,7 @@ class CoordinatePolicy(MeasuredSearch):
   """A coordinate climber with measured accept/revert.
 
   Goes over the knobs in their order (input first), trying on each +step
-  then -step (moves `dqn.action_mask` forbids are skipped); a kept move is
+  then -step (moves `mdp.action_mask` forbids are skipped); a kept move is
   tried again in the same direction, a reverted one gives way to the other
   direction, then to the next knob. A pass over all knobs without a kept
   move lowers the step from 5 to 1; a pass at 1 without one converges.
@@ -432,13 +432,13 @@ class CoordinatePolicy(MeasuredSearch):
 
   def propose(self, obs):
     n = len(obs.knobs)
-    mask = dqn.action_mask(obs)
+    mask = mdp.action_mask(obs)
     for _ in range(2 * n + 1):
       if self._size >= len(self.STEPS):
         return None
       knob = obs.knobs[self._knob]
       move = self.STEPS[self._size] * (1, -1)[self._direction]
-      if mask[dqn.action_of(self._knob, move)]:
+      if mask[mdp.action_of(self._knob, move)]:
         return _move_label(knob, move), {knob.name: knob.value + move}
       self._advance(n)
     return None
@@ -451,13 +451,13 @@ class PlumberPolicy(MeasuredSearch):
   (CPU-seconds per output element, `records.stage_cost`, smoothed over
   measurements of the base), for a total T of threads
   (`policies.proportional_allocation`, each stage within
-  `dqn.knob_bounds`). The buffers share the RAM budget evenly, each at most
-  `dqn.MAX_BUFFER` elements. The first change tried is that allocation at
+  `mdp.knob_bounds`). The buffers share the RAM budget evenly, each at most
+  `mdp.MAX_BUFFER` elements. The first change tried is that allocation at
   T = the CPU budget; then T is searched with accept/revert on the measured
   rate: T + s, and while kept, further up; else T - s, and while kept,
   further down; then s is halved, down to 1 (s starts at a quarter of the
   CPU budget, at least 1). T ranges from the fewest threads the stages may
-  hold to `dqn.cpu_limit`, the agent's limit.
+  hold to `mdp.cpu_limit`, the agent's limit.
 
   Args: as `MeasuredSearch` (defaults: threshold 0.02, 1 step per
   measurement).
@@ -477,7 +477,7 @@ class PlumberPolicy(MeasuredSearch):
     """Knob values for `total` threads at the smoothed costs."""
     parallel = [k for k in obs.knobs if k.kind == "parallelism"]
     buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
-    bounds = [dqn.knob_bounds(k, obs.cpu_budget) for k in parallel]
+    bounds = [mdp.knob_bounds(k, obs.cpu_budget) for k in parallel]
     costs = [self._cost.get(k.stage, 0.0) for k in parallel]
     if any(c <= 0 for c in costs):
       costs = [0.0] * len(parallel)
@@ -487,7 +487,7 @@ class PlumberPolicy(MeasuredSearch):
               for k, p, (lo, hi) in zip(parallel, shares, bounds)}
     bpe = obs.bytes_per_element
     for k in buffers:
-      lo, hi = dqn.knob_bounds(k, obs.cpu_budget)
+      lo, hi = mdp.knob_bounds(k, obs.cpu_budget)
       n = policies.buffer_elements(obs.ram_budget / len(buffers),
                                    bpe.get(k.stage, 0.0), int(hi))
       values[k.name] = float(min(max(n, lo), hi))
@@ -495,8 +495,8 @@ class PlumberPolicy(MeasuredSearch):
 
   def _limits(self, obs: "Observation") -> tuple[int, int]:
     parallel = [k for k in obs.knobs if k.kind == "parallelism"]
-    low = int(sum(dqn.knob_bounds(k, obs.cpu_budget)[0] for k in parallel))
-    return low, dqn.cpu_limit(len(parallel), obs.cpu_budget)
+    low = int(sum(mdp.knob_bounds(k, obs.cpu_budget)[0] for k in parallel))
+    return low, mdp.cpu_limit(len(parallel), obs.cpu_budget)
 
   def _measure_costs(self, obs: "Observation") -> None:
     for st in obs.stages:
@@ -549,12 +549,12 @@ class PlumberPolicy(MeasuredSearch):
 def fit_threads(obs: "Observation",
                 values: dict[str, float]) -> dict[str, float]:
   """Parallelism `values` (knob name -> threads) rounded and made to fit
-  the agent's limits: each within `dqn.knob_bounds`, then the largest taken
-  down one thread at a time until the total is within `dqn.cpu_limit`.
+  the agent's limits: each within `mdp.knob_bounds`, then the largest taken
+  down one thread at a time until the total is within `mdp.cpu_limit`.
   Knobs of `obs` missing from `values` keep their value."""
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
-  limit = dqn.cpu_limit(len(parallel), obs.cpu_budget)
-  bounds = {k.name: dqn.knob_bounds(k, obs.cpu_budget) for k in parallel}
+  limit = mdp.cpu_limit(len(parallel), obs.cpu_budget)
+  bounds = {k.name: mdp.knob_bounds(k, obs.cpu_budget) for k in parallel}
   out = {}
   for k in parallel:
     lo, hi = bounds[k.name]
@@ -572,12 +572,12 @@ def proportional_jumps(obs: "Observation",
                        ) -> list[tuple[str, dict[str, float]]]:
   """Whole-configuration jumps: for each f of `fractions` (default
   `JUMP_FRACTIONS`), threads in proportion to each parallel stage's cost
-  (`dqn.stage_costs`, `policies.proportional_allocation`) at a total of
+  (`mdp.stage_costs`, `policies.proportional_allocation`) at a total of
   round(f x the CPU budget), made to fit (`fit_threads`). Each as (label,
   the knob values it changes); jumps that change nothing and repeats are
   left out; [] without parallel knobs or measured costs."""
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
-  costs = dqn.stage_costs(obs)
+  costs = mdp.stage_costs(obs)
   if not parallel or not costs:
     return []
   c = [costs.get(k.stage, 0.0) for k in parallel]
