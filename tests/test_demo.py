@@ -10,12 +10,14 @@ import re
 import subprocess
 import sys
 import time
+import types
 
 from absl import logging
 import pytest
 
 import intune_tf
 from intune_tf.bench import demo
+from intune_tf.criteo import models
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -74,6 +76,20 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, override,
                                              message):
   assert demo.main(_args(tmp_path, **override)) == 2
   assert message in capsys.readouterr().out
+
+
+def test_legacy_keras_exits_2_saying_what_to_do(tmp_path, capsys,
+                                              monkeypatch):
+  # tf.keras as tf_keras makes (TF_USE_LEGACY_KERAS=1): another Model class.
+  monkeypatch.setattr(models, "keras",
+                      types.SimpleNamespace(Model=type("Model", (), {})))
+  monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+  assert demo.main(_args(tmp_path)) == 2
+  assert capsys.readouterr().out.strip() == (
+      "intune demo: it trains with Keras 3, but tf.keras is the legacy "
+      "tf_keras in this process (TF_USE_LEGACY_KERAS='1'). Run it where "
+      "TF_USE_LEGACY_KERAS is unset, e.g. `env -u TF_USE_LEGACY_KERAS intune "
+      "demo`.")
 
 
 def test_knob_labels_name_criteo_stages():
@@ -167,6 +183,9 @@ def test_the_demo_command_prints_no_intune_log_line(tmp_path):
   # `make demo` runs `intune demo`: its whole output, the kernel's C++ log
   # and TF's included, as a user sees it between the progress bars.
   env = {**os.environ, "INTUNE_WARMSTART_DIR": str(tmp_path / "warmstart")}
+  # As a shell runs it: tensorflow_transform, which the compat stack's TFX
+  # tests import, sets TF_USE_LEGACY_KERAS=1 in this process.
+  env.pop("TF_USE_LEGACY_KERAS", None)
   done = subprocess.run(
       [sys.executable, "-m", "intune_tf", "demo", "--minutes", "0.3",
        "--repeats", "1", "--rows", "20000", "--batch-size", "1024",

@@ -361,6 +361,23 @@ def check_arguments(minutes: float, repeats: int, level: int,
     policies.check_name(policy)
 
 
+def keras_problem() -> str | None:
+  """Why the demo cannot train in this process, or None.
+
+  The demo trains with Keras 3 (its optimizer, loss and callbacks), while
+  the DLRM is built on `tf.keras` (`criteo.models`): where `tf.keras` is the
+  legacy tf_keras (TF_USE_LEGACY_KERAS set, as tensorflow_transform sets it
+  on import), the two do not mix.
+  """
+  if models.keras.Model is keras.Model:
+    return None
+  return ("it trains with Keras 3, but tf.keras is the legacy tf_keras in "
+          "this process (TF_USE_LEGACY_KERAS="
+          f"{os.environ.get('TF_USE_LEGACY_KERAS', '')!r}). Run it where "
+          "TF_USE_LEGACY_KERAS is unset, e.g. `env -u TF_USE_LEGACY_KERAS "
+          "intune demo`.")
+
+
 def run(minutes: float = DEFAULT_MINUTES, *, repeats: int = DEFAULT_REPEATS,
         policy: str | None = None, level: int = 4, batch_size: int = 4096,
         rows: int = 200_000, ceiling_seconds: float = 2.0) -> DemoResult:
@@ -513,6 +530,10 @@ def main(args) -> int:
     check_arguments(args.minutes, args.repeats, args.level, args.policy)
   except ValueError as e:
     print(f"intune demo: {e}")
+    return 2
+  problem = keras_problem()
+  if problem:
+    print(f"intune demo: {problem}")
     return 2
   print(f"InTune demo: model.fit of a tiny DLRM on the Criteo L{args.level} "
         f"pipeline, AUTOTUNE vs InTune, interleaved; {host.usable_cpus()} "
