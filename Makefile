@@ -78,17 +78,17 @@ setup: setup-main setup-compat
 # (editable), the compat stack installed. A source build left in place
 # (`make build`) would be loaded first, so it is removed.
 setup-main: $(MAIN)/.deps $(LIB_DIR)/tf2_$(MAIN_TF_MINOR)/_intune_ops.so
-	rm -rf intune_tf/ops/_intune_ops.so intune_tf/ops/_intune_ops.tfversion build/lib
+	rm -rf intune_tf/ops/_intune_ops.so intune_tf/ops/_intune_ops.tfversion build/lib build/lib.*
 	INTUNE_PREBUILT=1 VIRTUAL_ENV=$(MAIN) $(UV) pip install -q --no-build-isolation -e .
 
 setup-compat: $(COMPAT)/.deps $(LIB_DIR)/tf2_$(COMPAT_TF_MINOR)/_intune_ops.so
-	rm -rf build/lib
+	rm -rf build/lib build/lib.*
 	INTUNE_PREBUILT=1 VIRTUAL_ENV=$(COMPAT) $(UV) pip install -q --no-build-isolation --reinstall-package intune-tf .
 
 # A source build against the main stack's TensorFlow (in place), as
 # `pip install --no-build-isolation -e .` does for a user.
 build: $(MAIN)/.deps
-	rm -rf build/lib
+	rm -rf build/lib build/lib.*
 	VIRTUAL_ENV=$(MAIN) $(UV) pip install -q --no-build-isolation -e .
 
 # The TensorFlow whose headers and flags build each minor's library: the
@@ -116,7 +116,7 @@ $(WHEEL_TOOLS)/.deps: | uv
 # auditwheel (TensorFlow's own libraries excluded) to the lowest manylinux
 # tag the libraries allow (docs/install.md).
 wheel: $(LIBS) $(WHEEL_TOOLS)/.deps
-	rm -rf build/lib build/bdist.* build/raw-wheel dist/intune_tf-*.whl
+	rm -rf build/lib build/lib.* build/bdist.* build/raw-wheel dist/intune_tf-*.whl
 	INTUNE_PREBUILT=1 $(WHEEL_TOOLS)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w build/raw-wheel .
 	PATH=$(abspath $(WHEEL_TOOLS))/bin:$$PATH $(WHEEL_TOOLS)/bin/auditwheel repair -w dist --exclude libtensorflow_framework.so.2 --exclude libtensorflow_cc.so.2 build/raw-wheel/intune_tf-*.whl
 	@ls dist/intune_tf-*.whl
