@@ -242,10 +242,16 @@ absl::StatusOr<std::vector<double>> TuningSession::SetKnobs(
 
 void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   std::vector<WalkNode> walk;
+  // Copied under mu_: `WalkNode::stage` points into `nodes_`, whose entries a
+  // SyncLocked on another thread erases once their node leaves the model
+  // (an epoch's end), and the pass below runs without mu_.
+  std::vector<std::string> stages;
   {
     mutex_lock l(mu_);
     walk = Walk();
     SyncLocked(&walk);
+    stages.reserve(walk.size());
+    for (const WalkNode& w : walk) stages.push_back(*w.stage);
   }
   if (walk.empty()) return;
   // The value a parameter is about to have: proposed, else its own.
@@ -354,7 +360,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
       fixed_bytes += node->buffered_bytes();
       continue;
     }
-    knobs.push_back({node, knob, bpe, absl::StrCat(*w.stage, "/", knob->name)});
+    knobs.push_back({node, knob, bpe, absl::StrCat(stages[i], "/", knob->name)});
   }
   unlowerable_bytes_.store(static_cast<int64_t>(fixed_bytes));
   // Far below the budget, with no interleave to bound: nothing to plan (the

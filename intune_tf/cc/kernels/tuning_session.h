@@ -146,7 +146,9 @@ class TuningSession {
     int position;  // among the parent's inputs
     int siblings;  // the parent's number of inputs
     int64_t id;    // the node's id, or the id of the node left out above it
-    const std::string* stage = nullptr;  // set by SyncLocked
+    // Set by SyncLocked; valid only while mu_ is held (it points into
+    // `nodes_`, whose entries a later SyncLocked erases).
+    const std::string* stage = nullptr;
   };
   // What the session remembers of a knob name.
   struct KnownKnob {
