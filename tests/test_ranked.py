@@ -332,6 +332,27 @@ def test_a_reopened_search_gets_a_new_proposal():
   assert policy.last_decision.action.startswith("re-open")
 
 
+def test_a_decision_is_seen_only_when_its_step_is_done(monkeypatch):
+  # The Keras callback reads `last_decision` on its own thread: mid-step
+  # (here, while the state is saved) it still sees the last whole step's.
+  monkeypatch.setattr(ranked, "SAVE_EVERY", 1)
+  o = two_stages()
+  q = np.zeros(9)
+  q[mdp.action_of(0, 1)] = 0.5
+  policy = _jump_search(q)
+  policy.session = "a session"
+  seen = []
+  monkeypatch.setattr(policy, "_save",
+                      lambda obs: seen.append(policy.last_decision))
+  policy.step(at(o, 100.0))           # try A +1: on trial, nothing saved
+  tried = policy.last_decision
+  assert tried.action == "try A/parallelism +1" and tried.seconds >= 0
+  policy.step(at(o, 100.0, A=3))      # reverted, then saved
+  assert seen == [tried]
+  assert policy.last_decision.action == "revert A/parallelism +1"
+  assert policy.last_decision.seconds >= 0
+
+
 def _trajectory(policy, pipeline, params, steps=80):
   """The configurations `policy` applies on a seeded simulator."""
   sim = simulator.Simulator(pipeline, seed=7, params=params)

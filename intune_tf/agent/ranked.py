@@ -193,7 +193,9 @@ class JumpSearchPolicy(RankedSearchPolicy):
   pipeline on the same machine (`intune_tf.tuning.warmstart`) is applied
   at the first step and the search goes on from there; the configuration
   in force is saved when the search settles and every `SAVE_EVERY` steps
-  when no trial is on.
+  when no trial is on. `last_decision` changes only when a step is done,
+  with the step's time in it: another thread (the Keras callback's logs,
+  a test) never reads a decision without it.
 
   Args: as `RankedSearchPolicy` (defaults: weights `JUMP_WEIGHTS`, jumps
   `search.JUMP_FRACTIONS`); `evidence_weight` and `order` are not used.
@@ -206,6 +208,18 @@ class JumpSearchPolicy(RankedSearchPolicy):
     self.session = None
     self.steps = 0
     self._warm: dict[str, float] | None = None
+    self._decided: "records.Decision | None" = None
+
+  @property
+  def last_decision(self) -> "records.Decision | None":
+    return self._published
+
+  @last_decision.setter
+  def last_decision(self, decision: "records.Decision | None") -> None:
+    # The searches set it mid-step; `step` publishes it, timed, at its end.
+    self._decided = decision
+
+  _published: "records.Decision | None" = None
 
   def _reset(self, context: tuple | None) -> None:
     # Whether this search's local moves have begun (the network's one
@@ -272,17 +286,22 @@ class JumpSearchPolicy(RankedSearchPolicy):
       values = {n: v for n, v in self._warm.items() if n in names}
       self._warm = None
       if values:
-        self.last_decision = records.Decision(0, "warm-start")
+        self._decided = records.Decision(0, "warm-start")
+        self._publish(start)
         return values
     settled = self.converged
     values = super().step(obs)
     if self.session is not None and not self.on_trial and (
         (self.converged and not settled) or self.steps % SAVE_EVERY == 0):
       self._save(obs)
-    if self.last_decision is not None:
-      self.last_decision = dataclasses.replace(
-          self.last_decision, seconds=time.perf_counter() - start)
+    self._publish(start)
     return values
+
+  def _publish(self, start: float) -> None:
+    if self._decided is not None:
+      self._published = dataclasses.replace(
+          self._decided, seconds=time.perf_counter() - start)
+      self._decided = None
 
 
 class AblatedSearchPolicy(JumpSearchPolicy):
