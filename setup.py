@@ -126,6 +126,7 @@ setuptools.setup(
     description="InTune: reinforcement-learning tuning of tf.data pipelines",
     python_requires=">=3.10",
     packages=["intune_tf", "intune_tf.ops", "intune_tf.tuning",
+              "intune_tf.live", "intune_tf.tfdata",
               "intune_tf.agent", "intune_tf.sim", "intune_tf.observe",
               "intune_tf.bench", "intune_tf.tfx", "intune_tf.rewrites",
               "intune_tf.criteo"],

@@ -24,8 +24,8 @@ import psutil
 import intune_tf
 from intune_tf.agent import policy as agent_lib
 from intune_tf.bench import scenarios
+from intune_tf.live import observation
 from intune_tf.tuning import mdp
-from intune_tf.tuning import observation
 
 
 def main(seconds: float = 60.0):

@@ -26,9 +26,9 @@ import time
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import host
 from intune_tf.bench import demo
 import intune_tf.keras as intune_keras
-from intune_tf.tuning import host
 
 
 def _fit(model, ds, steps: int, callbacks) -> tuple[float, float]:

@@ -35,12 +35,12 @@ _PUBLIC = {
     "TuningSession": ("intune_tf.ops.session", "TuningSession"),
     "SessionGoneError": ("intune_tf.ops.session", "SessionGoneError"),
     "StageStats": ("intune_tf.records", "StageStats"),
-    "global_tuner": ("intune_tf.tuning.tuner", "global_tuner"),
-    "register_policy": ("intune_tf.tuning.policies", "register"),
-    "report_step_time": ("intune_tf.tuning.observation", "report_step_time"),
+    "global_tuner": ("intune_tf.live.tuner", "global_tuner"),
+    "register_policy": ("intune_tf.live.registry", "register"),
+    "report_step_time": ("intune_tf.live.observation", "report_step_time"),
     "session_of": ("intune_tf.ops.session", "session_of"),
     "sessions": ("intune_tf.ops.session", "sessions"),
-    "tune": ("intune_tf.ops.hooks", "tune"),
+    "tune": ("intune_tf.tfdata.hooks", "tune"),
 }
 
 __all__ = list(_PUBLIC)
@@ -62,10 +62,10 @@ def __dir__() -> list[str]:
 
 
 def _install_hooks() -> None:
-  """Adds the option to tf.data (`intune_tf.ops.hooks.install`)."""
+  """Adds the option to tf.data (`intune_tf.tfdata.hooks.install`)."""
   # Deferred: the hooks import TensorFlow, which the package loads only when
   # the program imports it.
-  from intune_tf.ops import hooks  # noqa: PLC0415
+  from intune_tf.tfdata import hooks  # noqa: PLC0415
   hooks.install()
 
 

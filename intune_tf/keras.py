@@ -26,10 +26,10 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import records
-from intune_tf.ops.hooks import tune  # noqa: F401  intune_tf.keras.tune, as documented
-from intune_tf.tuning import observation as observation_lib
-from intune_tf.tuning import tuner as tuner_lib
-from intune_tf.tuning import warmstart
+from intune_tf.agent import warmstart
+from intune_tf.live import observation as observation_lib
+from intune_tf.live import tuner as tuner_lib
+from intune_tf.tfdata.hooks import tune  # noqa: F401  intune_tf.keras.tune, as documented
 
 # Seconds between two readings of the session (counters and knobs): each
 # reading costs a few TF op calls (~0.5-1.5 ms each on this machine), so

@@ -2,7 +2,7 @@
 
 Each option's type, range, default, graph attribute and one doc line live
 here and nowhere else in Python: `IntuneOptions` takes its defaults and its
-type checks from `FIELDS`, and `intune_tf.ops.dataset` builds the attributes
+type checks from `FIELDS`, and `intune_tf.tfdata.dataset` builds the attributes
 of the `IntuneOptionsDataset` op with `graph_attrs`. The C++ side declares
 the same attributes once, in `intune_tf/cc/settings_fields.h`;
 tests/test_option_fields.py checks that this table, that list, the op
@@ -28,9 +28,9 @@ MAX_INTERLEAVE_BUFFER = 256
 # per CPU, and Linux supports at most 8192 CPUs (NR_CPUS with MAXSMP).
 MAX_CPUS = 8192
 # Shortest `period_s`: the tuner thread never waits less between steps
-# (`tuning.tuner`), and a step's op calls take about as long.
+# (`live.tuner`), and a step's op calls take about as long.
 MIN_PERIOD_S = 0.005
-# The largest `host_weight` (`intune_tf.tuning.arbiter.MAX_WEIGHT`).
+# The largest `host_weight` (`intune_tf.arbiter.MAX_WEIGHT`).
 MAX_HOST_WEIGHT = 1e6
 # The largest `cpu_budget` and `ram_budget`: they travel as int64.
 INT64_MAX = 2**63 - 1

@@ -8,8 +8,8 @@ import math
 import numbers
 from typing import Any, Mapping
 
+from intune_tf import host
 from intune_tf import option_fields as fields
-from intune_tf.tuning import host
 
 # Share of the memory available when the iterator starts that the pipeline's
 # buffers may hold when `ram_budget` is None (TF's own autotuner uses 0.5).
@@ -107,9 +107,9 @@ class IntuneOptions:
     name: a label for the pipeline, shown in session listings. Default "".
     warm_start: start from the configuration (and fine-tuned agent) saved by
       earlier runs of the same pipeline on the same kind of machine, and save
-      them for the next run (`intune_tf.tuning.warmstart`). Default True.
+      them for the next run (`intune_tf.agent.warmstart`). Default True.
     host_share: share one CPU budget and one RAM budget with the other
-      InTune processes of this host (`intune_tf.tuning.arbiter`): the
+      InTune processes of this host (`intune_tf.arbiter`): the
       budgets left at None become this process's share of the host. A
       `cpu_budget` or `ram_budget` set by the user is kept as it is.
       Default True; False budgets as if the process were alone.

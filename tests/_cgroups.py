@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from intune_tf.tuning import host
+from intune_tf import host
 
 # Memory a child Python process needs to import TensorFlow (about 250 MiB of
 # its own, plus the page cache of its libraries, which the cgroup counts).

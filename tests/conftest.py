@@ -8,7 +8,7 @@ import pytest
 
 # Each test process shares the host only with the processes it starts: the
 # suites that other checkouts or the other stack run at the same time keep
-# their own leases (`intune_tf.tuning.arbiter`).
+# their own leases (`intune_tf.arbiter`).
 os.environ.setdefault("INTUNE_HOST_DIR",
                       tempfile.mkdtemp(prefix="intune-host-test-"))
 # Nor do they share warm-start state or status files, with each other or with

@@ -227,7 +227,7 @@ def test_intune_is_the_default_and_decides_live(tmp_path, monkeypatch):
   del it
 
   # The next run of the same pipeline starts at the saved configuration.
-  from intune_tf.tuning import warmstart  # noqa: PLC0415
+  from intune_tf.agent import warmstart  # noqa: PLC0415
   it = iter(_pipeline().with_options(options))
   next(it)
   session = intune_tf.session_of(it)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from intune_tf.tuning import arbiter
+from intune_tf import arbiter
 
 INF = math.inf
 
@@ -431,7 +431,7 @@ def _alone(line, cpus):
 @pytest.mark.slow
 def test_a_new_process_gets_its_share_and_a_killed_one_gives_it_back(
     tmp_path, children):
-  from intune_tf.tuning import host  # noqa: PLC0415 (only this test)
+  from intune_tf import host  # noqa: PLC0415 (only this test)
   cpus = host.usable_cpus()
   if cpus < 2:
     pytest.skip("needs 2 usable CPUs to split")
@@ -473,7 +473,7 @@ def test_a_new_process_gets_its_share_and_a_killed_one_gives_it_back(
 @pytest.mark.slow
 def test_a_process_that_opts_out_keeps_per_process_budgets(tmp_path,
                                                            children):
-  from intune_tf.tuning import host  # noqa: PLC0415 (only this test)
+  from intune_tf import host  # noqa: PLC0415 (only this test)
   cpus = host.usable_cpus()
   a = children(tmp_path, share=True)
   out = children(tmp_path, share=False)

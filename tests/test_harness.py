@@ -10,7 +10,7 @@ import intune_tf
 from intune_tf import records
 from intune_tf.bench import harness
 from intune_tf.bench import scenarios
-from intune_tf.tuning import policies
+from intune_tf.live import registry
 
 
 def test_ceiling_arithmetic():
@@ -166,9 +166,9 @@ def test_each_scenarios_oracle_steps_to_its_own_table():
   h.oracle = {"a": {"table": {1: {"Map/parallelism": 2.0},
                               2: {"Map/parallelism": 3.0}}},
               "b": {"table": {1: {"Map/parallelism": 5.0}}}}
-  oracle_a = policies.create(intune_tf.IntuneOptions(policy="oracle",
+  oracle_a = registry.create(intune_tf.IntuneOptions(policy="oracle",
                                                      name="a"))
-  oracle_b = policies.create(intune_tf.IntuneOptions(policy="oracle",
+  oracle_b = registry.create(intune_tf.IntuneOptions(policy="oracle",
                                                      name="b"))
   knob = records.Knob("Map/parallelism", "parallelism", 1.0, 1.0, 6.0)
   obs = types.SimpleNamespace(usable_cpus=2, knobs=(knob,))
@@ -182,11 +182,11 @@ def test_each_scenarios_oracle_steps_to_its_own_table():
   assert oracle_a.step(obs) == {"Map/parallelism": 3.0}
   # The oracle made for "b" after its new search steps to the new table,
   # clamped to the knob's range (9 -> 6); the one made before keeps its own.
-  assert policies.create(intune_tf.IntuneOptions(
+  assert registry.create(intune_tf.IntuneOptions(
       policy="oracle", name="b")).step(obs) == {"Map/parallelism": 6.0}
   assert oracle_b.step(obs) == {"Map/parallelism": 5.0}
   # A scenario never searched has an oracle that changes nothing.
-  assert policies.create(intune_tf.IntuneOptions(
+  assert registry.create(intune_tf.IntuneOptions(
       policy="oracle", name="c")).step(obs) == {}
 
 
@@ -293,7 +293,7 @@ def test_cli_rejects_unknown_names(tmp_path, capsys):
 
 
 def test_budget_larger_than_the_machine_warns(caplog):
-  from intune_tf.tuning import host  # noqa: PLC0415
+  from intune_tf import host  # noqa: PLC0415
   with caplog.at_level("WARNING"):
     harness.Harness(cpu_budget=host.usable_cpus() + 64,
                     ram_budget=host.total_memory() * 4)

@@ -9,7 +9,7 @@ import _cgroups
 import psutil
 import pytest
 
-from intune_tf.tuning import host
+from intune_tf import host
 
 
 def test_memory_readings_are_consistent():
@@ -213,7 +213,7 @@ def test_meminfo_falls_back_to_psutil(monkeypatch, tmp_path, text):
 
 
 _CHILD_PROBE = """
-from intune_tf.tuning import host
+from intune_tf import host
 limit, usage = host.cgroup_memory()
 print(limit, host.total_memory())
 """

@@ -18,12 +18,13 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import arbiter
 from intune_tf import files
 from intune_tf import records
 from intune_tf.bench import demo
+from intune_tf.live import registry
 from intune_tf.observe import inspect as inspect_lib
 from intune_tf.observe import status
-from intune_tf.tuning import arbiter
 from intune_tf.tuning import policies
 
 _TIMEOUT_S = 240.0
@@ -46,7 +47,7 @@ class _Deciding(policies.EvenPolicy):
     return super().step(obs)
 
 
-policies.register("test_deciding", _Deciding)
+registry.register("test_deciding", _Deciding)
 
 
 _wait = functools.partial(wait_until, timeout=_TIMEOUT_S)

@@ -4,7 +4,7 @@ tf.data's AUTOTUNE sizes its prefetch buffers from the host's RAM, not from
 the memory cgroup a job runs in, so under a bursty consumer it grows them
 past the job's limit and the kernel kills the job (the paper's OOM). InTune
 with default options budgets the buffers from the cgroup's limit
-(`intune_tf/tuning/host.py`) and its guard holds them to that budget.
+(`intune_tf/host.py`) and its guard holds them to that budget.
 
 The same pipeline runs in a child Python process inside a new child memory
 cgroup (`_cgroups.memory_cgroup`), alternately with the option off and on.
@@ -17,7 +17,7 @@ import sys
 import _cgroups
 import pytest
 
-from intune_tf.tuning import host
+from intune_tf import host
 
 MB = 1 << 20
 # The job's memory limit: TensorFlow's import (about 450 MB counted by the

@@ -12,11 +12,11 @@ import tensorflow as tf
 from tensorflow.core.framework import model_pb2
 
 import intune_tf
+from intune_tf import arbiter
+from intune_tf import host
 from intune_tf import records
+from intune_tf.live import observation
 from intune_tf.ops import session as session_lib
-from intune_tf.tuning import arbiter
-from intune_tf.tuning import host
-from intune_tf.tuning import observation
 
 
 def test_observation_of_a_running_pipeline():

@@ -16,10 +16,10 @@ from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import op_def_registry
 
 import intune_tf
+from intune_tf import host
 from intune_tf import option_fields
 from intune_tf import rewrites
 from intune_tf.ops import loader as _kernels
-from intune_tf.tuning import host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS_HEADER = os.path.join(ROOT, "intune_tf", "cc", "settings_fields.h")

@@ -3,8 +3,8 @@
 import pytest
 
 import intune_tf
+from intune_tf import host
 from intune_tf import options as options_lib
-from intune_tf.tuning import host
 
 
 @pytest.mark.parametrize("kwargs,error,match", [

@@ -151,7 +151,7 @@ def test_the_graph_sees_the_package(graph):
   # A check over an empty or misread graph would pass anything.
   assert {"intune_tf", "intune_tf.ops.session", "intune_tf.sim.simulator",
           "intune_tf.rewrites", "intune_tf.criteo.pipelines"} <= set(graph)
-  targets = {i.target for i in graph["intune_tf.tuning.observation"]}
+  targets = {i.target for i in graph["intune_tf.live.observation"]}
   assert {"intune_tf.ops.session", "intune_tf.records", "numpy"} <= targets
 
 
@@ -177,19 +177,24 @@ _PACKAGE = "intune_tf"
 # resolve on first use, from above, and are not edges (counted, they would
 # make every module import the whole package).
 _LAYERS = (
-    # Leaves: values, file helpers, the TensorFlow version table.
+    # Leaves: values, file helpers, the TensorFlow version table, the host's
+    # readings and its arbiter.
     ("intune_tf.tf_versions", "intune_tf._require_tf", _PACKAGE,
      "intune_tf.option_fields", "intune_tf.records", "intune_tf.files",
-     "intune_tf.arguments"),
+     "intune_tf.arguments", "intune_tf.host", "intune_tf.arbiter"),
     ("intune_tf.options",),
-    # The kernel side: the root dataset, its session, the hooks, the loader.
+    # The kernel side: the loader and the tuning session; the rewrites.
     ("intune_tf.ops", "intune_tf.rewrites"),
     # Status files of the running jobs, and `intune inspect`.
     ("intune_tf.observe",),
-    # The host's budgets, the policies' registry, the searches, the tuner.
+    # The policy interface, the MDP and the searches (numpy only).
     ("intune_tf.tuning",),
-    # The learned policies (built on the searches).
+    # The learned policies (built on the searches) and their warm starts.
     ("intune_tf.agent",),
+    # The tuner of a live process: the registry, observations, the thread.
+    ("intune_tf.live",),
+    # The option in tf.data: the hooks and the root dataset.
+    ("intune_tf.tfdata",),
     ("intune_tf.sim",),
     # Users of the public API.
     ("intune_tf.keras", "intune_tf.bench", "intune_tf.criteo"),
@@ -198,27 +203,8 @@ _LAYERS = (
 )
 
 # Imports that still go up a layer (and so close a cycle), as (module, module
-# it imports) -> why they stay: each needs a larger move, listed in issue 33.
-_ALLOWED = {
-    ("intune_tf.options", "intune_tf.tuning.host"):
-        "IntuneOptions caps max_cpus by the machine's CPUs and resolves "
-        "cpu_budget against the usable ones",
-    ("intune_tf.ops.dataset", "intune_tf.tuning.policies"):
-        "the policy name is checked where the option meets a dataset",
-    ("intune_tf.ops.dataset", "intune_tf.tuning.tuner"):
-        "the root starts the process's tuner when it is made; the tuner's "
-        "owner of its lifetime (issue 33 point 2) does not exist yet",
-    ("intune_tf.observe.inspect", "intune_tf.tuning.arbiter"):
-        "`intune inspect` reads the host arbiter's leases; it sits beside the "
-        "status the tuner writes until point 5 splits observe",
-    ("intune_tf.tuning.policies", "intune_tf.agent.policy"):
-        "the registry's lazy table names the modules of the built-in "
-        "policies, loaded when one is made (a name checks without them)",
-    ("intune_tf.tuning.policies", "intune_tf.agent.ranked"):
-        "the registry's lazy table, as for intune_tf.agent.policy",
-    ("intune_tf.tuning.warmstart", "intune_tf.agent.dqn"):
-        "warm starts save and load the agent's weights (agent.dqn's format)",
-}
+# it imports) -> why they stay.
+_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _node(module: str) -> str:
@@ -324,9 +310,9 @@ def test_the_subpackage_graph_sees_the_package(subpackages):
   assert {"intune_tf.ops", "intune_tf.tuning", "intune_tf.agent",
           "intune_tf.cli", "intune_tf.sim"} <= nodes
   # A named import (the policies' lazy table) and a deferred one count.
-  assert ("intune_tf.tuning.policies", "intune_tf.agent.ranked",
-          "intune_tf.tuning.policies (named)") in (
-              subpackages["intune_tf.tuning"]["intune_tf.agent"])
+  assert ("intune_tf.live.registry", "intune_tf.agent.ranked",
+          "intune_tf.live.registry (named)") in (
+              subpackages["intune_tf.live"]["intune_tf.agent"])
   assert any(w.startswith("intune_tf.observe.status:")
              for _, _, w in subpackages["intune_tf.observe"]["intune_tf.ops"])
 
@@ -423,7 +409,9 @@ _NUMPY_ONLY = ("intune_tf", "intune_tf.records", "intune_tf.options",
                "intune_tf.agent.dqn", "intune_tf.agent.ranked",
                "intune_tf.tuning.policies", "intune_tf.tuning.search",
                "intune_tf.tuning.mdp",
-               "intune_tf.tuning.change", "intune_tf.observe.inspect")
+               "intune_tf.tuning.change", "intune_tf.observe.inspect",
+               "intune_tf.live.registry", "intune_tf.host",
+               "intune_tf.arbiter")
 
 
 @pytest.mark.parametrize("module", _NUMPY_ONLY)
@@ -438,24 +426,25 @@ def test_policy_names_check_without_loading_the_policies(tmp_path):
   and its module is loaded only when such a policy is made."""
   result = _fresh(tmp_path, (
       "import sys, intune_tf; "
-      "from intune_tf.tuning import policies; "
-      "policies.check_name('climb'); "
+      "from intune_tf.live import registry; "
+      "registry.check_name('climb'); "
       "print('intune_tf.tuning.search' in sys.modules); "
       "o = intune_tf.IntuneOptions(policy='climb'); "
-      "print(type(policies.create(o)).__name__); "
+      "print(type(registry.create(o)).__name__); "
       f"{_PRINT_HEAVY}"))
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.splitlines()[-3:] == ["False", "ClimbPolicy", "[]"]
 
 
 @pytest.mark.slow
-def test_every_lazy_policy_is_registered_by_its_module(tmp_path):
+def test_every_built_in_policy_is_made_by_its_listed_class(tmp_path):
   result = _fresh(tmp_path, (
-      "import json; from intune_tf.tuning import policies; "
+      "import json; from intune_tf.live import registry; "
       "from intune_tf.options import IntuneOptions; "
-      "table = dict(policies._LAZY); "
-      "made = {n: type(policies.create(IntuneOptions(policy=n))).__module__ "
-      "for n in table}; print(json.dumps([table, made]))"))
+      "table = dict(registry._BUILT_IN); "
+      "made = {n: [type(p).__module__, type(p).__name__] for n in table "
+      "for p in [registry.create(IntuneOptions(policy=n, config={'a': 1}))]}; "
+      "print(json.dumps([table, made]))"))
   assert result.returncode == 0, result.stderr[-3000:]
   table, made = json.loads(result.stdout.splitlines()[-1])
   assert {"intune", "intune-dqn", "climb", "plumber"} <= set(table)

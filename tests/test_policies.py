@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf.live import registry
 from intune_tf.options import IntuneOptions
 from intune_tf.records import Knob
 from intune_tf.records import Observation
@@ -81,7 +82,7 @@ _KNOBS = [
 
 
 def test_even_policy_splits_cpus_and_memory():
-  policy = policies.create(IntuneOptions(policy="even"))
+  policy = registry.create(IntuneOptions(policy="even"))
   values = policy.step(_obs(_KNOBS, [_stage("P", 0, bpe=4e6)]))
   # 7 CPUs over 3 stages -> 3, 2, 2; the interleave's max is 2.
   assert values["P.Map.Map.Interleave/parallelism"] == 2
@@ -92,7 +93,7 @@ def test_even_policy_splits_cpus_and_memory():
 
 
 def test_analytic_policy_follows_measured_costs():
-  policy = policies.create(IntuneOptions(policy="analytic"))
+  policy = registry.create(IntuneOptions(policy="analytic"))
   stages = [_stage("P.Map.Map.Interleave", 0.001),
             _stage("P.Map.Map", 0.004),
             _stage("P.Map", 0.002)]
@@ -104,13 +105,13 @@ def test_analytic_policy_follows_measured_costs():
 
 
 def test_analytic_policy_is_even_until_measured():
-  policy = policies.create(IntuneOptions(policy="analytic"))
+  policy = registry.create(IntuneOptions(policy="analytic"))
   values = policy.step(_obs(_KNOBS, [], cpu_budget=4))
   assert [values[k.name] for k in _KNOBS[:3]] == [2, 1, 1]
 
 
 def test_unoptimized_policy():
-  values = policies.create(IntuneOptions(policy="unoptimized")).step(
+  values = registry.create(IntuneOptions(policy="unoptimized")).step(
       _obs(_KNOBS))
   assert set(values.values()) == {1}
 
@@ -122,7 +123,7 @@ def test_fixed_policy_applies_its_config_clamped(monkeypatch):
       "P.Map/parallelism": 3,
       "P.Map.Map.Interleave/parallelism": 5,  # max is 2
       "NotHere/parallelism": 1})
-  policy = policies.create(options)
+  policy = registry.create(options)
   for _ in range(2):
     values = policy.step(_obs(_KNOBS))
     assert values == {"P.Map/parallelism": 3,
@@ -133,28 +134,8 @@ def test_fixed_policy_applies_its_config_clamped(monkeypatch):
 
 
 def test_manual_policy_changes_nothing():
-  assert policies.create(IntuneOptions(policy="manual")).step(
+  assert registry.create(IntuneOptions(policy="manual")).step(
       _obs(_KNOBS)) == {}
-
-
-def test_unknown_policy_lists_valid_names():
-  with pytest.raises(ValueError, match=r"Unknown InTune policy 'best'.*even"):
-    policies.create(IntuneOptions(policy="best"))
-
-
-def test_registered_policy_is_selectable():
-  class Ones(policies.Policy):
-    def step(self, obs):
-      return {k.name: 1 for k in obs.knobs}
-
-  policies.register("ones-test", Ones)
-  try:
-    assert isinstance(policies.create(IntuneOptions(policy="ones-test")), Ones)
-  finally:
-    policies.unregister("ones-test")
-  assert "ones-test" not in policies.names()
-  with pytest.raises(ValueError, match="Unknown InTune policy 'ones-test'"):
-    policies.create(IntuneOptions(policy="ones-test"))
 
 
 # --- on a live pipeline ------------------------------------------------------

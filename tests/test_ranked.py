@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from intune_tf.agent import ranked
+from intune_tf.live import registry
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator
 from intune_tf.tuning import mdp
-from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
 
@@ -31,7 +31,7 @@ def _policy(q, **kwargs):
     ("intune-ablated", ranked.AblatedSearchPolicy),
     ("intune-search", ranked.RankedSearchPolicy)])
 def test_registered(name, cls):
-  policy = policies.create(IntuneOptions(policy=name))
+  policy = registry.create(IntuneOptions(policy=name))
   assert type(policy) is cls
   if cls is not ranked.RankedSearchPolicy:
     assert policy.jumps == search.JUMP_FRACTIONS
@@ -39,7 +39,7 @@ def test_registered(name, cls):
 
 def test_the_default_is_the_q_ranked_jump_search():
   assert IntuneOptions().policy == "intune"
-  assert type(policies.create(IntuneOptions())) is ranked.JumpSearchPolicy
+  assert type(registry.create(IntuneOptions())) is ranked.JumpSearchPolicy
 
 
 def test_the_ablated_network_output_is_a_constant():

@@ -7,8 +7,8 @@ from _waiting import wait_for
 import psutil
 import pytest
 
+from intune_tf import host
 from intune_tf.bench import resize
-from intune_tf.tuning import host
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")

@@ -15,8 +15,8 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.data.ops import dataset_ops
 
 from intune_tf import rewrites
+from intune_tf.agent import warmstart
 from intune_tf.ops import loader as _kernels
-from intune_tf.tuning import warmstart
 
 AUTOTUNE = tf.data.AUTOTUNE
 PREFETCH = "PrefetchDataset"

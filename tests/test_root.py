@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf.tuning import tuner
+from intune_tf.live import tuner
 
 AUTOTUNE = tf.data.AUTOTUNE
 

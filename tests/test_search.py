@@ -11,10 +11,10 @@ from _observations import two_stages
 import numpy as np
 import pytest
 
+from intune_tf.live import registry
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim_lib
 from intune_tf.tuning import mdp
-from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
 
@@ -23,7 +23,7 @@ from intune_tf.tuning import search
                                       ("plumber", search.PlumberPolicy),
                                       ("jump-climb", search.JumpClimbPolicy)])
 def test_registered(name, cls):
-  assert isinstance(policies.create(IntuneOptions(policy=name)), cls)
+  assert isinstance(registry.create(IntuneOptions(policy=name)), cls)
 
 
 def test_climb_tries_the_busiest_stage_first_and_reverts_what_did_not_help():

@@ -15,10 +15,10 @@ import tensorflow as tf
 from tensorflow.core.framework import model_pb2
 
 import intune_tf
+from intune_tf import arbiter
+from intune_tf import host
 from intune_tf.ops import loader as _kernels
 from intune_tf.ops import session as session_lib
-from intune_tf.tuning import arbiter
-from intune_tf.tuning import host
 
 _PAR = "ParallelMapV2"
 

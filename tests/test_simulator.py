@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from intune_tf import records
+from intune_tf.live import registry
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim
-from intune_tf.tuning import policies
 
 MB = 1 << 20
 TWO = (sim.SimStage("A", 0.01), sim.SimStage("B", 0.02))
@@ -160,7 +160,7 @@ def test_baseline_policies_run_unchanged_on_the_simulator(policy):
   rng = np.random.default_rng(0)
   pipeline = sim.random_pipeline(rng, cpus=(8, 8), events=False)
   s = sim.Simulator(pipeline, seed=0)
-  p = policies.create(IntuneOptions(policy=policy))
+  p = registry.create(IntuneOptions(policy=policy))
   for _ in range(5):
     s.set(p.step(s.observe()))
     s.advance()

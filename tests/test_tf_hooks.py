@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
-from intune_tf.ops import hooks as _tf_hooks
-from intune_tf.tuning import policies
+from intune_tf.live import registry
+from intune_tf.tfdata import hooks as _tf_hooks
 
 
 def _live():
@@ -103,7 +103,7 @@ def test_options_made_before_their_policy_is_registered_work():
         lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE), options)
     assert list(ds.as_numpy_iterator()) == [0, 2, 4, 6, 8]
   finally:
-    policies.unregister("later-test")
+    registry.unregister("later-test")
 
 
 def test_options_merge_keeps_it():

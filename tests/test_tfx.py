@@ -220,19 +220,19 @@ def test_apply_tuned_config_then_another_policy_and_bad_fields():
 
 
 def test_tuned_policy_starts_at_the_config_then_hands_over():
+  from intune_tf.live import registry  # noqa: PLC0415
   from intune_tf.tfx import tuned_config  # noqa: PLC0415
-  from intune_tf.tuning import policies  # noqa: PLC0415
   knobs = (_knob("Prefetch.ParallelMapV2/parallelism", hi=4),
            _knob("Prefetch/buffer_size", lo=0, hi=8))
   obs = types.SimpleNamespace(knobs=knobs)
   config = {"Prefetch.ParallelMapV2/parallelism": 3.0,
             "Prefetch/buffer_size": 4.0}
   options = intune_tf.IntuneOptions(policy="tuned", config=config)
-  held = policies.create(options)
+  held = registry.create(options)
   assert held.static and held.step(obs) == config and held.step(obs) == {}
   tuned_config.apply_tuned_config(_pipeline(), {
       "format": "intune_tf.config/1", "knobs": config}, then="unoptimized")
-  handing = policies.create(dataclasses.replace(
+  handing = registry.create(dataclasses.replace(
       options, policy="tuned+unoptimized"))
   assert handing.step(obs) == config
   assert handing.step(obs) == {"Prefetch.ParallelMapV2/parallelism": 1.0,

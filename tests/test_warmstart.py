@@ -1,4 +1,4 @@
-"""Tests of intune_tf.tuning.warmstart: fingerprints, save/load, bad files."""
+"""Tests of intune_tf.agent.warmstart: fingerprints, save/load, bad files."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf.agent import dqn
-from intune_tf.tuning import warmstart
+from intune_tf.agent import warmstart
 
 
 def _pipeline(path):

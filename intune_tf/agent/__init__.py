@@ -1,3 +1,3 @@
-"""The learning agent: the MDP (features, actions, reward, mask), the DQN
-learner and its weights, and the online policy.
+"""The learning agent: the DQN learner and its weights, the online and the
+Q-ranked policies, and warm starts (the MDP is `intune_tf.tuning.mdp`).
 """

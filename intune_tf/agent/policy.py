@@ -26,7 +26,7 @@ the knob values. Around the agent:
   to it at once. The agent never lowers either below its floor.
 - Warm start: `bind(session)` loads the configuration (and fine-tuned
   weights) saved for the same pipeline on the same machine
-  (`intune_tf.tuning.warmstart`) and starts there.
+  (`intune_tf.agent.warmstart`) and starts there.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ import numpy as np
 
 from intune_tf import records
 from intune_tf.agent import dqn
+from intune_tf.agent import warmstart
 from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
-from intune_tf.tuning import warmstart
 
 if TYPE_CHECKING:
   from intune_tf.options import IntuneOptions
@@ -416,6 +416,3 @@ class IntunePolicy(policies.Policy):
       if self.learn and self.steps % LEARN_EVERY == 0:
         loss = self.agent.learn()
     return r, loss
-
-
-policies.register("intune-dqn", IntunePolicy)

@@ -55,7 +55,6 @@ import numpy as np
 from intune_tf import records
 from intune_tf.agent import dqn
 from intune_tf.tuning import mdp
-from intune_tf.tuning import policies
 from intune_tf.tuning import search
 
 if TYPE_CHECKING:
@@ -190,7 +189,7 @@ class JumpSearchPolicy(RankedSearchPolicy):
   (module docstring) and the jump-search ranker (`JUMP_WEIGHTS`).
 
   Live (`bind`), it warm-starts: the configuration saved for the same
-  pipeline on the same machine (`intune_tf.tuning.warmstart`) is applied
+  pipeline on the same machine (`intune_tf.agent.warmstart`) is applied
   at the first step and the search goes on from there; the configuration
   in force is saved when the search settles and every `SAVE_EVERY` steps
   when no trial is on. `last_decision` changes only when a step is done,
@@ -262,7 +261,7 @@ class JumpSearchPolicy(RankedSearchPolicy):
     """Loads the warm-start configuration saved for `session`'s pipeline."""
     # Deferred: warmstart fingerprints graphs with the kernel library
     # (TensorFlow); the simulator's policies must not load it at import.
-    from intune_tf.tuning import warmstart  # noqa: PLC0415
+    from intune_tf.agent import warmstart  # noqa: PLC0415
     self.session = session
     state = warmstart.load(session)
     if state is not None:
@@ -270,7 +269,7 @@ class JumpSearchPolicy(RankedSearchPolicy):
 
   def _save(self, obs: "Observation") -> None:
     # Deferred: as in `bind`.
-    from intune_tf.tuning import warmstart  # noqa: PLC0415
+    from intune_tf.agent import warmstart  # noqa: PLC0415
     try:
       warmstart.save(self.session, {k.name: k.value for k in obs.knobs},
                      self.base_rate or 0.0)
@@ -316,9 +315,3 @@ class AblatedSearchPolicy(JumpSearchPolicy):
     """`ABLATED_Q` for each of the 4n + 1 actions of `obs`."""
     return np.full(mdp.MOVES_PER_KNOB * len(obs.knobs) + 1, ABLATED_Q,
                    np.float32)
-
-
-policies.register("intune", JumpSearchPolicy)
-policies.register("intune-ablated", AblatedSearchPolicy)
-policies.register("intune-search", RankedSearchPolicy)
-policies.register("intune-jump", JumpSearchPolicy)

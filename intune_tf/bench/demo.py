@@ -31,6 +31,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 import intune_tf
+from intune_tf import host
 from intune_tf import keras as intune_keras
 from intune_tf import records
 from intune_tf.bench import harness
@@ -39,8 +40,7 @@ from intune_tf.bench import scenarios
 from intune_tf.criteo import files as files_lib
 from intune_tf.criteo import models
 from intune_tf.criteo import pipelines
-from intune_tf.tuning import host
-from intune_tf.tuning import policies
+from intune_tf.live import registry
 
 AUTOTUNE = "autotune"
 INTUNE = "intune"
@@ -358,7 +358,7 @@ def check_arguments(minutes: float, repeats: int, level: int,
     raise ValueError(f"level must be 3, 4 or 5 (the levels that parse rows "
                      f"into model features), got {level!r}.")
   if policy:
-    policies.check_name(policy)
+    registry.check_name(policy)
 
 
 def keras_problem() -> str | None:

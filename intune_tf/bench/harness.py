@@ -33,12 +33,13 @@ from tqdm import tqdm
 import intune_tf
 from intune_tf import arguments
 from intune_tf import files
+from intune_tf import host
 from intune_tf import records
 from intune_tf.bench import meter as meter_lib
 from intune_tf.bench import resize as resize_lib
 from intune_tf.bench import scenarios as scenarios_lib
+from intune_tf.live import registry
 from intune_tf.ops import session as session_lib
-from intune_tf.tuning import host
 from intune_tf.tuning import policies
 
 # The option off: tf.data's own AUTOTUNE, with each of its algorithms
@@ -71,7 +72,7 @@ TUNING_PERIOD_S = 0.25
 
 
 def valid_policies() -> list[str]:
-  extra = [p for p in policies.names()
+  extra = [p for p in registry.names()
            if p not in ("fixed", "manual", "oracle") and p not in BASELINES]
   return list(BASELINES) + sorted(extra)
 
@@ -352,7 +353,7 @@ class Harness:
       logging.warning("--ram-budget %d bytes is larger than this machine's "
                       "memory (%d bytes): it cannot prevent an OOM.",
                       ram_budget, host.total_memory())
-    policies.register("oracle", self._oracle_policy)
+    registry.register("oracle", self._oracle_policy)
 
   def _oracle_policy(self, options: intune_tf.IntuneOptions) -> _OraclePolicy:
     """The oracle of the scenario `options.name` names (the harness names

@@ -5,7 +5,7 @@ Reads the status files that tuned processes write
 pipeline stage: parallelism, buffer (and fill), elements/s, CPUs busy, CPU
 share, thread utilization and which stage is the bottleneck. `--watch SECONDS`
 refreshes the table until Ctrl-C. Above the tables, how the host is split
-among the InTune processes that share it (`intune_tf.tuning.arbiter`): one
+among the InTune processes that share it (`intune_tf.arbiter`): one
 line per process with its weight, CPU and RAM budgets and demand. With
 nothing running it says so and exits with status 1.
 """
@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
 
+from intune_tf import arbiter as arbiter_lib
 from intune_tf.observe import status as status_lib
-from intune_tf.tuning import arbiter as arbiter_lib
 
 NOTHING_RUNNING = "no running InTune job found (looked in {dir})"
 _CLEAR = "\x1b[H\x1b[2J"

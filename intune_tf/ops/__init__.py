@@ -1,3 +1,3 @@
-"""The kernel side: the library loader, the hooks into tf.data, the root
-dataset and the session (every use of TensorFlow's private API lives here).
+"""The kernel side: the library loader and the tuning session (the uses of
+TensorFlow's private API outside the hooks into tf.data, `intune_tf.tfdata`).
 """

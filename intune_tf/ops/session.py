@@ -43,7 +43,7 @@ COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
 # host.
 HOST_COUNTERS = ("host_cpu_share", "host_ram_share", "host_processes")
 # Reads this process's share of the host: set by the tuner, which owns the
-# host arbiter (`intune_tf.tuning.arbiter`, a layer above this module).
+# host arbiter (`intune_tf.arbiter`, a layer above this module).
 _host_share: list[Callable[[], Any] | None] = [None]
 
 

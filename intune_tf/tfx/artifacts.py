@@ -10,7 +10,7 @@ Layout of the artifact's uri directory:
 * `benchmark.json`: the figures of the tuning run (rows/s under the tuned
   configuration and under plain AUTOTUNE, per interleaved repeat and their
   medians, the speedup, and the settings of the run).
-* `agent/` (when `intune_tf.tuning.warmstart` saved a state for the pipeline,
+* `agent/` (when `intune_tf.agent.warmstart` saved a state for the pipeline,
   see `executor.export_agent`): `<key>.json` (the warm-start configuration)
   and `<key>.npz` (the fine-tuned agent's weights, when the agent learned):
   copy them into `$INTUNE_WARMSTART_DIR` to warm-start the same pipeline on

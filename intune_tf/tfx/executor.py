@@ -39,13 +39,13 @@ from tfx.types import artifact_utils
 from tfx.types import standard_artifact_utils
 
 import intune_tf
+from intune_tf import host
+from intune_tf.agent import warmstart
 from intune_tf.bench import meter as meter_lib
+from intune_tf.live import registry
+from intune_tf.live import tuner as tuner_lib
 from intune_tf.tfx import artifacts
 from intune_tf.tfx import tuned_config
-from intune_tf.tuning import host
-from intune_tf.tuning import policies
-from intune_tf.tuning import tuner as tuner_lib
-from intune_tf.tuning import warmstart
 
 # Keys of the component spec.
 EXAMPLES_KEY = "examples"
@@ -216,13 +216,13 @@ def export_agent(session: "intune_tf.TuningSession", config: dict[str, Any],
                  rows_per_s: float, directory: str) -> list[str]:
   """Saves the warm-start state of the tuning run into the artifact.
 
-  The hook: with `intune_tf.tuning.warmstart` present, the tuned configuration
+  The hook: with `intune_tf.agent.warmstart` present, the tuned configuration
   and, when the policy has a fine-tuned agent (`policy.agent.get_weights()`
   after gradient steps), its weights are saved with `warmstart.save` (into the
   machine's warm-start folder, so the next run of this pipeline here starts
   from them) and the files it wrote (`<key>.json`, `<key>.npz`) are copied into
   `directory`. Copy them into `$INTUNE_WARMSTART_DIR` of another machine of the
-  same kind to warm-start there. Without `intune_tf.tuning.warmstart`, or for a
+  same kind to warm-start there. Without `intune_tf.agent.warmstart`, or for a
   session with no graph fingerprint, nothing is written.
 
   Args:
@@ -413,7 +413,7 @@ class Executor(base_executor.BaseExecutor):
     split = exec_properties.get(SPLIT_KEY) or DEFAULT_SPLIT
     policy = (exec_properties.get(POLICY_KEY) or
               intune_tf.IntuneOptions().policy)
-    policies.check_name(policy)
+    registry.check_name(policy)
     batch_size = _positive(exec_properties, BATCH_SIZE_KEY,
                            DEFAULT_BATCH_SIZE, int)
     tune_seconds = _positive(exec_properties, TUNE_SECONDS_KEY,

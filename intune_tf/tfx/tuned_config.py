@@ -32,9 +32,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import tensorflow as tf
 
 from intune_tf import records
-from intune_tf.ops import hooks
+from intune_tf.live import registry
 from intune_tf.options import IntuneOptions
 from intune_tf.records import Knob
+from intune_tf.tfdata import hooks
 from intune_tf.tuning import policies
 
 CONFIG_FILE = "config.json"
@@ -171,7 +172,7 @@ class TunedConfigPolicy(policies.Policy):
     super().__init__(options)
     self._then = None
     if then:
-      self._then = policies.create(dataclasses.replace(options, policy=then))
+      self._then = registry.create(dataclasses.replace(options, policy=then))
     self.static = self._then is None or self._then.static
     self._started_with: tuple[str, ...] | None = None
 
@@ -190,17 +191,17 @@ class TunedConfigPolicy(policies.Policy):
     return self._then.step(obs) if self._then is not None else {}
 
 
-policies.register(TUNED_POLICY, TunedConfigPolicy)
+registry.register(TUNED_POLICY, TunedConfigPolicy)
 
 
 def _register_then(then: str) -> str:
-  policies.check_name(then)
+  registry.check_name(then)
   if then == TUNED_POLICY or then.startswith(TUNED_POLICY + "+"):
     raise ValueError(f"then={then!r}: the tuned configuration is already "
                      "where the session starts; name the policy to continue "
                      "with (e.g. 'even'), or None to hold it.")
   name = f"{TUNED_POLICY}+{then}"
-  policies.register(name, lambda options: TunedConfigPolicy(options, then))
+  registry.register(name, lambda options: TunedConfigPolicy(options, then))
   return name
 
 

@@ -1,3 +1,3 @@
-"""Tuning: the policy interface, registry and baseline policies, the
-observation builder, the tuner thread, warm start and host readings.
+"""Tuning: the policy interface and baseline policies, the MDP and the
+measured searches (numpy only: no TensorFlow).
 """

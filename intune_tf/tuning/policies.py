@@ -1,16 +1,15 @@
 """Tuning policies: what value each knob of a pipeline should have.
 
 A policy sees a session's knobs, per-stage statistics and budgets at every
-tuning step and returns the knob values it wants. Register new policies with
-`register`; `IntuneOptions(policy=NAME)` selects one.
+tuning step and returns the knob values it wants. The registry
+(`intune_tf.live.registry`) maps the names `IntuneOptions(policy=NAME)`
+selects to policies.
 """
 
 from __future__ import annotations
 
 import abc
-import importlib
-import sys
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from absl import logging
 
@@ -244,81 +243,3 @@ class ManualPolicy(Policy):
 
   def step(self, obs):
     return {}
-
-
-_REGISTRY: dict[str, Callable[[IntuneOptions], Policy]] = {
-    "analytic": AnalyticPolicy,
-    "even": EvenPolicy,
-    "fixed": FixedPolicy,
-    "manual": ManualPolicy,
-    "unoptimized": UnoptimizedPolicy,
-}
-# Built-in policies defined outside this module: name -> the module whose
-# import registers it. Named, not imported: the agent's modules import this
-# one, and a name is loaded only when a policy of that name is made, so that
-# checking or listing names loads neither the agent nor TensorFlow.
-_LAZY: dict[str, str] = {
-    "intune-dqn": "intune_tf.agent.policy",
-    "intune": "intune_tf.agent.ranked",
-    "intune-ablated": "intune_tf.agent.ranked",
-    "intune-search": "intune_tf.agent.ranked",
-    "intune-jump": "intune_tf.agent.ranked",
-    "climb": "intune_tf.tuning.search",
-    "coordinate": "intune_tf.tuning.search",
-    "plumber": "intune_tf.tuning.search",
-    "jump-climb": "intune_tf.tuning.search",
-}
-
-
-def _load(name: str) -> None:
-  """Imports the module that registers the built-in policy `name`, if it is
-  one still to load."""
-  module = _LAZY.get(name)
-  if module is None:
-    return
-  listed = [n for n, m in _LAZY.items() if m == module]
-  for n in listed:
-    del _LAZY[n]
-  importlib.import_module(module)
-  missing = [n for n in listed if n not in _REGISTRY]
-  if missing:
-    raise RuntimeError(f"InTune: importing {module} registered no policy "
-                       f"{missing}, which intune_tf.tuning.policies._LAZY "
-                       "lists for it; fix that table.")
-
-
-def register(name: str, factory: Callable[[IntuneOptions], Policy]) -> None:
-  """Makes `IntuneOptions(policy=name)` use policies made by `factory`.
-
-  A built-in of the same name is replaced: its module is loaded first (unless
-  it is the module registering), so that loading it later cannot undo this.
-  """
-  module = _LAZY.get(name)
-  if module is not None and module not in sys.modules:
-    _load(name)
-  _LAZY.pop(name, None)
-  _REGISTRY[name] = factory
-
-
-def unregister(name: str) -> None:
-  """Forgets a name given to `register` (nothing if it is unknown)."""
-  _LAZY.pop(name, None)
-  _REGISTRY.pop(name, None)
-
-
-def names() -> list[str]:
-  """Every policy name `IntuneOptions(policy=...)` accepts, built-ins
-  included (loading none)."""
-  return sorted(set(_REGISTRY) | set(_LAZY))
-
-
-def check_name(name: str) -> None:
-  if name not in _REGISTRY and name not in _LAZY:
-    raise ValueError(f"Unknown InTune policy {name!r}. Valid policies: "
-                     f"{names()}.")
-
-
-def create(options: IntuneOptions) -> Policy:
-  check_name(options.policy)
-  _load(options.policy)
-  return _REGISTRY[options.policy](options)

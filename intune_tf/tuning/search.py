@@ -719,9 +719,3 @@ class JumpClimbPolicy(ClimbPolicy):
                        for n, v in values.items() if v != current[n]}
         return label, values
     return None
-
-
-policies.register("climb", ClimbPolicy)
-policies.register("coordinate", CoordinatePolicy)
-policies.register("plumber", PlumberPolicy)
-policies.register("jump-climb", JumpClimbPolicy)

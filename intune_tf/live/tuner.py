@@ -15,12 +15,13 @@ from absl import logging
 import numpy as np
 from tensorflow.python.eager import context
 
+from intune_tf import arbiter as arbiter_lib
+from intune_tf import host
 from intune_tf import options as options_lib
+from intune_tf.live import observation as observation_lib
+from intune_tf.live import registry
 from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
-from intune_tf.tuning import arbiter as arbiter_lib
-from intune_tf.tuning import host
-from intune_tf.tuning import observation as observation_lib
 from intune_tf.tuning import policies
 
 # Longest wait for the tuner thread's current step at interpreter exit.
@@ -120,7 +121,7 @@ class _Tuned:
     if session.options_error is not None:
       raise ValueError(
           f"its options could not be read ({session.options_error})")
-    self.policy = policies.create(session.options)
+    self.policy = registry.create(session.options)
     try:
       self.policy.bind(session)
     except Exception as e:  # noqa: BLE001

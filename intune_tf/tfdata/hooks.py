@@ -4,7 +4,7 @@ place that sets the option on a dataset.
 
 `import intune_tf` adds the `experimental_intune` option to `tf.data.Options`
 and makes every iterator creation of a dataset with the option on go through
-`intune_tf.ops.dataset.apply_root`. The hooks are pinned to the tested TF
+`intune_tf.tfdata.dataset.apply_root`. The hooks are pinned to the tested TF
 versions and `check()` fails loudly when TensorFlow moves them.
 
 - `tf.data.Options.experimental_intune`: a property storing its value in
@@ -35,8 +35,8 @@ from tensorflow.python.data.ops import options as options_lib
 from tensorflow.python.data.util import options as options_base
 
 from intune_tf import options as intune_options
-from intune_tf.ops import dataset as dataset_lib
 from intune_tf.ops import session as session_lib
+from intune_tf.tfdata import dataset as dataset_lib
 
 TESTED_TF = ("2.16", "2.21")
 _OPTION = "experimental_intune"

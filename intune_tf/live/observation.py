@@ -16,8 +16,8 @@ These are the InTune paper's factors, each with its source and unit:
 | `output_rate` | elements/s | root op: elements returned in the step |
 | `output_latency_s` | s/element | root op: time inside `GetNext` per element in the step |
 | `consumer_wait_s` | s/element | root op: gap between `GetNext` calls (the consumer's own time) |
-| `usable_cpus` | CPUs | affinity, re-read every step, and cgroup quota, re-read at most every `host.CGROUP_LIMITS_REFRESH_S` (1 s) (`intune_tf.tuning.host`) |
-| `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus`; when it is None and `host_share` is on, this process's share of the host (`intune_tf.tuning.arbiter`) |
+| `usable_cpus` | CPUs | affinity, re-read every step, and cgroup quota, re-read at most every `host.CGROUP_LIMITS_REFRESH_S` (1 s) (`intune_tf.host`) |
+| `cpu_budget` | CPUs | `IntuneOptions.cpu_budget` capped by `usable_cpus`; when it is None and `host_share` is on, this process's share of the host (`intune_tf.arbiter`) |
 | `free_memory`, `total_memory` | bytes | /proc/meminfo `MemAvailable`, `MemTotal` (psutil where there is none), re-read every step, capped by the cgroup memory limit (re-read at most every `host.CGROUP_LIMITS_REFRESH_S`) |
 | `ram_budget`, `buffered_bytes` | bytes | root op |
 | `cpu_mhz` | MHz | psutil `cpu_freq()`, else /proc/cpuinfo, re-read every 10 s; 0 if unknown |
@@ -36,11 +36,11 @@ import time
 import numpy as np
 import psutil
 
+from intune_tf import arbiter
+from intune_tf import host
 from intune_tf.ops import session as session_lib
 from intune_tf.records import Observation
 from intune_tf.records import StageObservation
-from intune_tf.tuning import arbiter
-from intune_tf.tuning import host
 
 _step_time = {"value": None}
 _step_lock = threading.Lock()

@@ -25,10 +25,10 @@ from absl import logging
 import numpy as np
 
 from intune_tf import files
+from intune_tf import host
 from intune_tf import rewrites
 from intune_tf.agent import dqn
 from intune_tf.observe import status
-from intune_tf.tuning import host
 
 FORMAT_VERSION = 1
 

@@ -19,9 +19,9 @@ from tensorflow.python.framework import ops as tf_ops
 
 from intune_tf import option_fields
 from intune_tf import options as options_lib
+from intune_tf.live import registry
+from intune_tf.live import tuner as tuner_lib
 from intune_tf.ops import loader as _kernels
-from intune_tf.tuning import policies
-from intune_tf.tuning import tuner as tuner_lib
 
 
 def _settings(value: Any) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def _settings(value: Any) -> dict[str, Any]:
   try:
     # Here, where the options meet a dataset: the registry as it is now,
     # whatever was imported when the options were made.
-    policies.check_name(options.policy)
+    registry.check_name(options.policy)
   except ValueError as e:
     raise ValueError(f"IntuneOptions.policy: {e} A policy of your own must "
                      "be registered (intune_tf.register_policy) before its "

@@ -1,0 +1,3 @@
+"""The option in tf.data: the hooks that add `experimental_intune` to
+`tf.data.Options`, and the root dataset they put on a pipeline.
+"""
