@@ -60,6 +60,43 @@ def test_step_can_be_driven_by_hand():
   gc.collect()
 
 
+class _CountingStatic(policies.Policy):
+  static = True
+  steps = 0
+
+  def step(self, obs):
+    type(self).steps += 1
+    return {k.name: k.min for k in obs.knobs}
+
+
+def test_a_static_policy_is_stepped_once_while_listeners_see_every_step():
+  registry.register("counting-static-test", _CountingStatic)
+  seen = []
+  tuner = intune_tf.global_tuner()
+  def listener(session, obs, applied):
+    del obs
+    seen.append((session.id, applied))
+
+  tuner.add_listener(listener)  # as the status file always is
+  it = None
+  try:
+    it, session = _iterate("counting-static-test", period_s=1000)
+    for _ in range(5):
+      tuner.step()
+      next(it)
+    mine = [applied for sid, applied in seen if sid == session.id]
+    assert _CountingStatic.steps == 1
+    assert len(mine) >= 5
+    assert not any(mine[1:])  # the held steps apply nothing
+    assert {k.name: k.value for k in session.knobs()} == {
+        k.name: k.min for k in session.knobs()}
+  finally:
+    tuner.remove_listener(listener)
+    registry.unregister("counting-static-test")
+    del it
+    gc.collect()
+
+
 class _Exploding(policies.Policy):
   calls = 0
 

@@ -488,15 +488,21 @@ class Tuner:
             100 * held / max(1, obs.ram_budget), obs.ram_budget / (1 << 20))
 
   def _step_one_unguarded(self, t: _Tuned) -> None:
-    if t.policy.static and not self._listeners:
+    # A static policy is stepped again only when the set of knobs changes;
+    # listeners (the status file, the Keras logs) still see every step.
+    held = False
+    if t.policy.static:
       names = tuple(k.name for k in t.session.knobs())
-      if names == t.static_knobs:
+      held, t.static_knobs = names == t.static_knobs, names
+      if held and not self._listeners:
         return
-      t.static_knobs = names
     obs = t.observations.observe()
     t.last_obs = obs
     self._tell_unlowerable(t, obs)
     if not obs.knobs:
+      return
+    if held:
+      self._call_listeners(t, obs, {})
       return
     try:
       wanted = t.policy.step(obs)
