@@ -373,3 +373,19 @@ def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
   assert exit_info.value.code == 2
   assert (f"error: argument {flag}: {tmp_path} is a folder: pass the path of "
           "a file to write.") in capsys.readouterr().err
+
+
+def test_autotune_knobs_are_named_as_intune_names_its_own():
+  # TF's model of a plain AUTOTUNE pipeline (map and batch fused by TF's
+  # own optimization), named by the kernel's grammar with TF's "Root" left
+  # out: the names InTune gives the same stages.
+  ds = tf.data.Dataset.range(10**6).map(
+      lambda x: x + 1, num_parallel_calls=tf.data.AUTOTUNE).batch(4).prefetch(
+          tf.data.AUTOTUNE)
+  it = iter(ds)
+  for _ in range(50):
+    next(it)
+  knobs = harness._autotune_knobs(harness._autotune_model(it))  # noqa: SLF001
+  assert set(knobs) == {"Prefetch/buffer_size",
+                        "Prefetch.MapAndBatch/parallelism"}
+  assert all(value >= 1 for value in knobs.values())

@@ -524,7 +524,9 @@ def test_branches_of_multi_input_stages_are_distinct():
   del it
 
 
-def test_kernel_names_agree_with_proto_stage_names():
+def test_live_names_agree_with_names_of_the_whole_model():
+  # A live session names nodes as it first sees them; IntuneStageNames names
+  # a whole model at once: the same grammar gives the same names.
   make, _ = _REPEATS["batched_epochs"]
   it = iter(_tuned(tf.data.Dataset.zip((make(), make()))))
   for _ in range(20):
@@ -562,6 +564,34 @@ def _proto(output, nodes):
 def test_bounded_stage_names_are_the_nodes_below_a_release(nodes, expected):
   names = session_lib.bounded_stage_names(_proto(1, nodes))
   assert names == expected
+
+
+def test_stats_inputs_pass_through_a_release_node(tmp_path):
+  # Batch <- IntuneBufferRelease <- ParallelInterleaveV4: the release node is
+  # no stage; the batch's input is the bounded interleave.
+  ds = tf.data.Dataset.list_files(_files(tmp_path), shuffle=False).interleave(
+      tf.data.TFRecordDataset, cycle_length=3, num_parallel_calls=_AUTOTUNE)
+  it = iter(_tuned(ds.batch(4).prefetch(_AUTOTUNE)))
+  next(it)
+  session = intune_tf.session_of(it)
+  proto = session.model_proto()
+  assert "IntuneBufferRelease" in {n.name for n in proto.nodes.values()}
+  interleave = "Prefetch.BatchV2.ParallelInterleaveV4"
+  stats = {s.name: s for s in session.stats()}
+  assert stats["Prefetch.BatchV2"].inputs == (interleave,)
+  assert stats[interleave].inputs[0] == f"{interleave}.TensorSlice"
+  assert session_lib.bounded_stage_names(proto) == {interleave}
+  del it
+
+
+@pytest.mark.parametrize("model,root,message", [
+    (b"\xff\xff", "Intune", "model_proto is not a serialized ModelProto"),
+    ([b""], "Intune", "model_proto must be a scalar"),
+    (b"", ["Intune"], "root must be a scalar"),
+])
+def test_stage_names_op_names_a_bad_input(model, root, message):
+  with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+    _kernels.ops().intune_stage_names(tf.constant(model), tf.constant(root))
 
 
 # --- an interleave's per-element datasets: one knob per stage ---------------
@@ -718,6 +748,8 @@ def _int64(value):
     ("intune_set_knobs", lambda: (_int64(1), [["a"]], [1.0])),
     ("intune_set_knobs", lambda: (_int64(1), ["a", "b"], [1.0])),
     ("intune_set_ram_budget", lambda: (_int64(1), _int64([5]))),
+    ("intune_stage_names", lambda: ([b""], "Intune")),
+    ("intune_stage_names", lambda: (b"", ["Intune"])),
 ])
 def test_shape_functions_check_ranks(op, args):
   from intune_tf.ops import loader as _kernels  # noqa: PLC0415

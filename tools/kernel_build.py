@@ -42,6 +42,7 @@ KERNEL_SOURCES = [
     "intune_tf/cc/kernels/node_access.cc",
     "intune_tf/cc/kernels/session_registry.cc",
     "intune_tf/cc/kernels/stage_names.cc",
+    "intune_tf/cc/kernels/stage_names_op.cc",
     "intune_tf/cc/kernels/tuning_session.cc",
     "intune_tf/cc/kernels/untracked_dataset_op.cc",
     "intune_tf/cc/kernels/options_dataset_op.cc",

@@ -24,7 +24,6 @@ from tensorflow.python.eager import context
 
 from intune_tf.ops import loader as _kernels
 from intune_tf.options import IntuneOptions
-from intune_tf.records import EACH
 from intune_tf.records import KINDS
 from intune_tf.records import Knob
 from intune_tf.records import StageStats
@@ -77,82 +76,57 @@ class SessionGoneError(RuntimeError):
   """The session's iterator was destroyed; its knobs no longer exist."""
 
 
-_INTERLEAVE_LIKE = ("FlatMap", "GroupByWindow")
-_MULTI_INPUT = ("Zip", "Concatenate", "DirectedInterleave", "ChooseFastest",
-                "ChooseFastestBranch", "WeightedFlatMap")
+@dataclasses.dataclass(frozen=True)
+class _NamedNode:
+  """A model node named by the kernel's grammar (the IntuneStageNames op)."""
+  node_id: int
+  stage: str
+  parent: int  # the node it was reached from, past release nodes; -1: output
+  bounded: bool  # an interleave whose records a release node bounds
 
 
-# The model node of a bounded interleave's release op, which stage names
-# leave out (rewrites/graph_utils.h kBufferReleaseNode).
-_RELEASE_NODE = "IntuneBufferRelease"
-
-
-def _below_release(nodes, nid: int) -> int:
-  """`nid`, or the node below it if it is a release node."""
-  while (nid in nodes and nodes[nid].name == _RELEASE_NODE and
-         len(nodes[nid].inputs) == 1):
-    nid = nodes[nid].inputs[0]
-  return nid
+def _stage_names(proto: model_pb2.ModelProto, root: str) -> list[_NamedNode]:
+  """The nodes of `proto` reachable from its output, named."""
+  with _on_host():
+    columns = _kernels.ops().intune_stage_names(
+        tf.constant(proto.SerializeToString()), tf.constant(root))
+  ids, names, parents, bounded = (c.numpy().tolist() for c in columns)
+  return [_NamedNode(i, n.decode(), p, b)
+          for i, n, p, b in zip(ids, names, parents, bounded)]
 
 
 def proto_stage_names(proto: model_pb2.ModelProto,
                       root: str = "Intune") -> dict[int, str]:
-  """Stage names of the nodes of a `ModelProto`, by node id, with the
-  kernel's rules (for models the kernel does not name, such as TF
-  AUTOTUNE's). A top node named `root` is left out of the names below it.
+  """Stage names of the nodes of a `ModelProto`, by node id, as a live
+  session names them (for models no session names, such as TF AUTOTUNE's).
 
-  The kernel fixes each node's index among several inputs when it first sees
-  the node; from one proto the index is the node's position among its
-  parent's inputs now.
+  Args:
+    proto: the model.
+    root: a top node of this name is left out of the names below it.
+      Default: "Intune", the root dataset's node.
+
+  A live session fixes a node's index among several inputs when it first
+  sees the node; from one proto the index is the node's position now.
   """
-  nodes = dict(proto.nodes.items())
-  if proto.output not in nodes:
-    return {}
-  clean = lambda n: re.sub(r"[^A-Za-z0-9_]", "_", n)
-  names = {proto.output: clean(nodes[proto.output].name)}
-  todo = collections.deque([proto.output])
-  while todo:
-    pid = todo.popleft()
-    parent = nodes[pid]
-    inputs = [i for i in parent.inputs if i in nodes]
-    top = pid == proto.output and parent.name == root
-    for position, cid in enumerate(inputs):
-      first = cid == pid + 1
-      cid = _below_release(nodes, cid)
-      if cid in names:
-        continue
-      ptype = parent.name
-      if ptype != "DirectedInterleave" and (
-          "Interleave" in ptype or ptype in _INTERLEAVE_LIKE):
-        label = "" if first else f"[{EACH}]"
-      elif ptype == "Concatenate":
-        label = "[0]" if first else "[1]"
-      elif ptype in _MULTI_INPUT or len(inputs) > 1:
-        label = f"[{position}]"
-      else:
-        label = ""
-      own = clean(nodes[cid].name)
-      names[cid] = own if top else f"{names[pid]}{label}.{own}"
-      todo.append(cid)
-  return names
+  return {n.node_id: n.stage for n in _stage_names(proto, root)}
 
 
 def bounded_stage_names(proto: model_pb2.ModelProto,
                         root: str = "Intune") -> frozenset[str]:
   """Stage names of the bounded interleaves of a `ModelProto`: the nodes
-  right below a release node (`_RELEASE_NODE`). The budget guard lowers
-  the records such an interleave holds through its per-input limits
+  right below a buffer release node. The budget guard lowers the records
+  such an interleave holds through its per-input limits
   (intune_tf/cc/kernels/bounded_buffers.h), though the interleave has no
   buffer knob of its own.
 
   Example: Prefetch <- IntuneBufferRelease <- ParallelInterleaveV4 <- Range
   -> {"Prefetch.ParallelInterleaveV4"}.
+
+  Args:
+    proto: the model.
+    root: as for `proto_stage_names`. Default: "Intune".
   """
-  nodes = dict(proto.nodes.items())
-  names = proto_stage_names(proto, root)
-  below = {_below_release(nodes, nid) for nid, node in nodes.items()
-           if node.name == _RELEASE_NODE}
-  return frozenset(names[nid] for nid in below if nid in names)
+  return frozenset(n.stage for n in _stage_names(proto, root) if n.bounded)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,6 +344,10 @@ class TuningSession:
     nodes = dict(proto.nodes.items())  # one pass over the proto map
     ids = snap.stage_stats[:, NODE_ID_COLUMN].tolist()
     names = dict(zip(ids, snap.stage_names))
+    # Each node's inputs in the walk, past release nodes, in input order.
+    below = collections.defaultdict(list)
+    for named in _stage_names(proto, "Intune"):
+      below[named.parent].append(named.node_id)
     result = []
     for nid, name, row in zip(ids, snap.stage_names,
                               snap.stage_stats.tolist()):
@@ -378,10 +356,7 @@ class TuningSession:
           name, *row[:NODE_ID_COLUMN],
           parameters=({p.name: p.value for p in node.parameters}
                       if node is not None else {}),
-          inputs=(tuple(names[j] for j in
-                        (_below_release(nodes, i) for i in node.inputs)
-                        if j in names)
-                  if node is not None else ()),
+          inputs=tuple(names[j] for j in below[nid] if j in names),
           display=f"{node.name}(id:{nid})" if node is not None else ""))
     return result
 

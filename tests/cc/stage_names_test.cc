@@ -6,6 +6,8 @@
 // "<passed> passed, <failed> failed" and exits non-zero on a failure.
 #include "intune_tf/cc/kernels/stage_names.h"
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "tests/cc/unit_test.h"
@@ -16,6 +18,9 @@ using tensorflow::intune::InputLabel;
 using tensorflow::intune::InputStageName;
 using tensorflow::intune::IsInterleaveLike;
 using tensorflow::intune::IsMultiInput;
+using tensorflow::intune::ModelNode;
+using tensorflow::intune::NamedStage;
+using tensorflow::intune::NameModelStages;
 using tensorflow::intune::OutputStageName;
 using tensorflow::intune::Sanitize;
 using tensorflow::intune::StagePlace;
@@ -31,14 +36,15 @@ using unit_test::Check;
 StagePlace Below(const std::string& parent_stage,
                  const std::string& parent_type, bool first = true,
                  int position = 0, int siblings = 1) {
-  return {parent_stage, parent_type, /*parent_is_output=*/false, first,
+  return {parent_stage, parent_type, /*parent_is_root=*/false, first,
           position, siblings};
 }
 
-// A node right below the pipeline's output, whose node is `output_type`.
+// A node right below the pipeline's output, whose node is `output_type` (the
+// root, left out, if it is "Intune").
 StagePlace BelowOutput(const std::string& output_type) {
   return {OutputStageName(output_type), output_type,
-          /*parent_is_output=*/true, /*first=*/true, 0, 1};
+          /*parent_is_root=*/output_type == "Intune", /*first=*/true, 0, 1};
 }
 
 void TheRootIsLeftOut() {
@@ -191,6 +197,125 @@ void Classification() {
   }
 }
 
+// The stage names and bounded flags of a whole model, as "<stage>" or
+// "<stage>!" (bounded), by node id; checks that each node's parent is the
+// node whose name its own extends.
+std::map<int64_t, std::string> Named(int64_t output,
+                                     const std::map<int64_t, ModelNode>& nodes,
+                                     const std::string& root = "Intune") {
+  std::map<int64_t, std::string> out;
+  const std::map<int64_t, NamedStage> all =
+      NameModelStages(output, nodes, root, "IntuneBufferRelease");
+  for (const auto& [id, named] : all) {
+    out[id] = named.stage + (named.bounded ? "!" : "");
+  }
+  for (const auto& [id, named] : all) {
+    if (named.parent < 0) {
+      CHECK(id == output);
+      continue;
+    }
+    const std::string& above = all.at(named.parent).stage;
+    CHECK(above == root ||
+          named.stage.compare(0, above.size(), above) == 0);
+  }
+  return out;
+}
+
+void AWholeModelIsNamedAsALiveSessionNamesIt() {
+  // Intune(1) <- Prefetch(2) <- Zip(3) <- {ParallelMapV2(4) <- Range(5),
+  // ParallelMapV2(6) <- Range(7)}: the root is left out; the zip's inputs by
+  // position; ids 4..7 as in tests/test_session.py's zip of two branches.
+  const std::map<int64_t, ModelNode> nodes = {
+      {1, {"Intune", {2}}},         {2, {"Prefetch", {3}}},
+      {3, {"Zip", {4, 6}}},         {4, {"ParallelMapV2", {5}}},
+      {5, {"Range", {}}},           {6, {"ParallelMapV2", {7}}},
+      {7, {"Range", {}}}};
+  const std::map<int64_t, std::string> expected = {
+      {1, "Intune"},
+      {2, "Prefetch"},
+      {3, "Prefetch.Zip"},
+      {4, "Prefetch.Zip[0].ParallelMapV2"},
+      {5, "Prefetch.Zip[0].ParallelMapV2.Range"},
+      {6, "Prefetch.Zip[1].ParallelMapV2"},
+      {7, "Prefetch.Zip[1].ParallelMapV2.Range"}};
+  CHECK(Named(1, nodes) == expected);
+  // A top node not named `root` keeps its name: TF's AUTOTUNE model, whose
+  // top node is "Root", named with root "Root" and with "Intune".
+  const std::map<int64_t, ModelNode> tf_model = {
+      {1, {"Root", {2}}}, {2, {"ParallelMapV2", {3}}}, {3, {"Range", {}}}};
+  CHECK(Named(1, tf_model, "Root") ==
+        (std::map<int64_t, std::string>{
+            {1, "Root"}, {2, "ParallelMapV2"}, {3, "ParallelMapV2.Range"}}));
+  CHECK(Named(1, tf_model) ==
+        (std::map<int64_t, std::string>{{1, "Root"},
+                                        {2, "Root.ParallelMapV2"},
+                                        {3, "Root.ParallelMapV2.Range"}}));
+}
+
+void InterleaveInputsAreNamedByCreation() {
+  // Interleave(1) <- {TensorSlice(2), Map(5), Map(7)}: its own input was made
+  // right after it (id 2); the per-element datasets share "[*]".
+  const std::map<int64_t, ModelNode> nodes = {
+      {1, {"ParallelInterleaveV4", {2, 5, 7}}},
+      {2, {"TensorSlice", {}}},
+      {5, {"Map", {}}},
+      {7, {"Map", {}}}};
+  CHECK(Named(1, nodes) == (std::map<int64_t, std::string>{
+                               {1, "ParallelInterleaveV4"},
+                               {2, "ParallelInterleaveV4.TensorSlice"},
+                               {5, "ParallelInterleaveV4[*].Map"},
+                               {7, "ParallelInterleaveV4[*].Map"}}));
+}
+
+void ReleaseNodesArePassedThroughAndBoundTheirInput() {
+  // Prefetch(1) <- release(2) <- interleave(3) <- Range(4): the release is
+  // not named; the interleave is bounded; the input "first" is judged by the
+  // release's id (2 = 1 + 1).
+  std::map<int64_t, ModelNode> nodes = {
+      {1, {"Prefetch", {2}}},
+      {2, {"IntuneBufferRelease", {3}}},
+      {3, {"ParallelInterleaveV4", {4}}},
+      {4, {"Range", {}}}};
+  CHECK(Named(1, nodes) ==
+        (std::map<int64_t, std::string>{
+            {1, "Prefetch"},
+            {3, "Prefetch.ParallelInterleaveV4!"},
+            {4, "Prefetch.ParallelInterleaveV4.Range"}}));
+  // Two releases in a row (a rewrite run twice): the node below both.
+  nodes[3] = {"IntuneBufferRelease", {4}};
+  nodes[4] = {"ParallelInterleaveV4", {}};
+  CHECK(Named(1, nodes) ==
+        (std::map<int64_t, std::string>{
+            {1, "Prefetch"}, {4, "Prefetch.ParallelInterleaveV4!"}}));
+  // A release with two inputs is an ordinary node.
+  nodes = {{1, {"IntuneBufferRelease", {2, 3}}},
+           {2, {"Range", {}}},
+           {3, {"Range", {}}}};
+  CHECK(Named(1, nodes) ==
+        (std::map<int64_t, std::string>{{1, "IntuneBufferRelease"},
+                                        {2, "IntuneBufferRelease[0].Range"},
+                                        {3, "IntuneBufferRelease[1].Range"}}));
+  // A cycle of releases (no real model has one) ends, each node named once.
+  nodes = {{1, {"Prefetch", {2}}},
+           {2, {"IntuneBufferRelease", {3}}},
+           {3, {"IntuneBufferRelease", {2}}}};
+  CHECK(Named(1, nodes).size() <= nodes.size());
+}
+
+void MissingNodesAreSkipped() {
+  // An output that is not in the model: nothing. An input id that is not:
+  // left out, also of the count of siblings (Zip's one live input is "[0]").
+  CHECK(Named(9, {{1, {"Range", {}}}}).empty());
+  CHECK(Named(1, {{1, {"Zip", {8, 2}}}, {2, {"Range", {}}}}) ==
+        (std::map<int64_t, std::string>{{1, "Zip"}, {2, "Zip[0].Range"}}));
+  // A node reached twice keeps its first name (breadth first).
+  CHECK(Named(1, {{1, {"Zip", {2, 3}}},
+                  {2, {"Map", {3}}},
+                  {3, {"Range", {}}}}) ==
+        (std::map<int64_t, std::string>{
+            {1, "Zip"}, {2, "Zip[0].Map"}, {3, "Zip[1].Range"}}));
+}
+
 }  // namespace
 
 int main() {
@@ -204,5 +329,9 @@ int main() {
   Labels();
   NodeNamesKeepWordCharacters();
   Classification();
+  AWholeModelIsNamedAsALiveSessionNamesIt();
+  InterleaveInputsAreNamedByCreation();
+  ReleaseNodesArePassedThroughAndBoundTheirInput();
+  MissingNodesAreSkipped();
   return unit_test::Summary();
 }

@@ -28,7 +28,10 @@
 #ifndef INTUNE_TF_CC_KERNELS_STAGE_NAMES_H_
 #define INTUNE_TF_CC_KERNELS_STAGE_NAMES_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace tensorflow {
 namespace intune {
@@ -40,7 +43,9 @@ inline constexpr char kRootName[] = "Intune";
 struct StagePlace {
   std::string parent_stage;  // the parent's stage name
   std::string parent_type;   // the parent's node name (its dataset type)
-  bool parent_is_output;     // the parent is the pipeline's output
+  // The parent is the pipeline's output and a root node, left out of the
+  // names below it (kRootName in a live session).
+  bool parent_is_root;
   // The node was created right after its parent (its id is the parent's + 1):
   // it is the input its parent's Initialize made, the first input of an
   // interleave or a concatenate.
@@ -71,6 +76,31 @@ std::string OutputStageName(const std::string& node_name);
 // The stage name of the node `node_name` at `place`.
 std::string InputStageName(const StagePlace& place,
                            const std::string& node_name);
+
+// One node of a whole model as plain values (a `ModelProto` node).
+struct ModelNode {
+  std::string name;             // its node name (dataset type)
+  std::vector<int64_t> inputs;  // its inputs' ids, in order
+};
+
+// A node's stage name in a whole model, the node it was reached from (-1 for
+// the output), and whether a release node between them makes it a bounded
+// interleave (bounded_buffers.h).
+struct NamedStage {
+  std::string stage;
+  int64_t parent = -1;
+  bool bounded = false;
+};
+
+// Names the nodes of a whole model reachable from `output`, breadth first as
+// TuningSession walks a live one: a top node named `root` is left out of the
+// names below it, and a node named `release` with one input is passed
+// through (unnamed), the node below it marked bounded and its parent the node above. Input ids missing from
+// `nodes` are skipped. From one model a node's index among several inputs is
+// its position now; a live session fixes it when it first sees the node.
+std::map<int64_t, NamedStage> NameModelStages(
+    int64_t output, const std::map<int64_t, ModelNode>& nodes,
+    const std::string& root, const std::string& release);
 
 }  // namespace intune
 }  // namespace tensorflow

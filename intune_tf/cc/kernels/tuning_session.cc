@@ -80,7 +80,8 @@ std::string TuningSession::StageName(const std::vector<WalkNode>& walk,
   const WalkNode& parent = walk[w.parent];
   // The walk lists parents first: SyncLocked has named this one.
   return InputStageName(
-      {*parent.stage, parent.node->name(), parent.parent < 0,
+      {*parent.stage, parent.node->name(),
+       parent.parent < 0 && parent.node->name() == kRootName,
        // An input created right after its parent is the one its Initialize
        // made: the first input of an interleave or a concatenate.
        w.id == parent.node->id() + 1, w.position, w.siblings},

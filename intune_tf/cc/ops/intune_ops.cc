@@ -136,6 +136,30 @@ REGISTER_OP("IntuneModelProto")
       return OkStatus();
     });
 
+REGISTER_OP("IntuneStageNames")
+    .Input("model_proto: string")
+    .Input("root: string")
+    .Output("node_ids: int64")
+    .Output("stage_names: string")
+    .Output("parent_ids: int64")
+    .Output("bounded: bool")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
+      TF_RETURN_IF_ERROR(InputRank(c, 1, 0));
+      for (int i = 0; i < 4; ++i) {
+        c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+      }
+      return OkStatus();
+    })
+    .Doc(R"doc(
+The stage names of the nodes of a serialized `ModelProto`, with the grammar a
+live tuning session names its nodes by (stage_names.h), for models no session
+names (TF AUTOTUNE's). A top node named `root` is left out of the names below
+it. `parent_ids`: the node each was reached from (-1: the output), past any
+release node. `bounded`: the node is an interleave whose records a release
+node bounds.
+)doc");
+
 REGISTER_OP("IntuneListKnobs")
     .Input("session_id: int64")
     .Output("names: string")
