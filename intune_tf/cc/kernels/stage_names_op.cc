@@ -28,7 +28,7 @@ class IntuneStageNamesOp : public OpKernel {
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(root.shape()),
                 errors::InvalidArgument(kRoot, " must be a scalar, got ",
                                         root.shape().DebugString()));
-    model::ModelProto proto;
+    data::model::ModelProto proto;
     const tstring& bytes = serialized.scalar<tstring>()();
     OP_REQUIRES(ctx, proto.ParseFromArray(bytes.data(), bytes.size()),
                 errors::InvalidArgument(kModelProto,
