@@ -95,9 +95,10 @@ struct NamedStage {
 // Names the nodes of a whole model reachable from `output`, breadth first as
 // TuningSession walks a live one: a top node named `root` is left out of the
 // names below it, and a node named `release` with one input is passed
-// through (unnamed), the node below it marked bounded and its parent the node above. Input ids missing from
-// `nodes` are skipped. From one model a node's index among several inputs is
-// its position now; a live session fixes it when it first sees the node.
+// through (unnamed), the node below it marked bounded, with the node above
+// as its parent. Input ids missing from `nodes` are skipped. From one model
+// a node's index among several inputs is its position now; a live session
+// fixes it when it first sees the node.
 std::map<int64_t, NamedStage> NameModelStages(
     int64_t output, const std::map<int64_t, ModelNode>& nodes,
     const std::string& root, const std::string& release);
