@@ -83,8 +83,8 @@ def apply_root(dataset: tf.data.Dataset) -> tf.data.Dataset:
   A new root for each iterator, as TF finalizes a pipeline where its
   iterator is made: the rewritten pipeline, and every resource its rewrite
   made (such as the seed generator of an unseeded shuffle), lives as long as
-  the iterator, not as long as the dataset object, and a copy of the
-  pipeline made from its graph draws seeds as it would in plain TF.
+  the iterator, not as long as the dataset object. A copy of the pipeline
+  made from its graph meanwhile then draws its own seeds, as in plain TF.
   """
   tuner_lib.global_tuner().start()
   return IntuneRootDataset(dataset)
