@@ -15,6 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.framework import ops as tf_ops
 
 from intune_tf import option_fields
 from intune_tf import options as options_lib
@@ -77,14 +78,23 @@ def declare(dataset: tf.data.Dataset, value: Any) -> tf.data.Dataset:
   return IntuneOptionsDataset(dataset, value)
 
 
+_CACHE_ATTR = "_intune_root"
+
+
 def apply_root(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset` under an InTune root, for an iterator about to be made.
 
-  A new root for each iterator, as TF finalizes a pipeline where its
-  iterator is made: the rewritten pipeline, and every resource its rewrite
-  made (such as the seed generator of an unseeded shuffle), lives as long as
-  the iterator, not as long as the dataset object. A copy of the pipeline
-  made from its graph meanwhile then draws its own seeds, as in plain TF.
+  In eager mode the root is made once per dataset object (as TF finalizes a
+  dataset once), so that a new iterator each epoch costs no new rewrite.
   """
+  eager = isinstance(dataset._variant_tensor,  # noqa: SLF001
+                     tf_ops.EagerTensor)
+  if eager:
+    cached = getattr(dataset, _CACHE_ATTR, None)
+    if cached is not None:
+      return cached
   tuner_lib.global_tuner().start()
-  return IntuneRootDataset(dataset)
+  root = IntuneRootDataset(dataset)
+  if eager:
+    object.__setattr__(dataset, _CACHE_ATTR, root)
+  return root
