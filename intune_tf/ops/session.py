@@ -76,6 +76,11 @@ class SessionGoneError(RuntimeError):
   """The session's iterator was destroyed; its knobs no longer exist."""
 
 
+# The root dataset's model node, left out of the stage names below it
+# (intune_tf/cc/kernels/stage_names.h kRootName).
+ROOT_NODE = "Intune"
+
+
 @dataclasses.dataclass(frozen=True)
 class _NamedNode:
   """A model node named by the kernel's grammar (the IntuneStageNames op)."""
@@ -96,14 +101,14 @@ def _stage_names(proto: model_pb2.ModelProto, root: str) -> list[_NamedNode]:
 
 
 def proto_stage_names(proto: model_pb2.ModelProto,
-                      root: str = "Intune") -> dict[int, str]:
+                      root: str = ROOT_NODE) -> dict[int, str]:
   """Stage names of the nodes of a `ModelProto`, by node id, as a live
   session names them (for models no session names, such as TF AUTOTUNE's).
 
   Args:
     proto: the model.
     root: a top node of this name is left out of the names below it.
-      Default: "Intune", the root dataset's node.
+      Default: `ROOT_NODE`, the root dataset's node.
 
   A live session fixes a node's index among several inputs when it first
   sees the node; from one proto the index is the node's position now.
@@ -112,7 +117,7 @@ def proto_stage_names(proto: model_pb2.ModelProto,
 
 
 def bounded_stage_names(proto: model_pb2.ModelProto,
-                        root: str = "Intune") -> frozenset[str]:
+                        root: str = ROOT_NODE) -> frozenset[str]:
   """Stage names of the bounded interleaves of a `ModelProto`: the nodes
   right below a buffer release node. The budget guard lowers the records
   such an interleave holds through its per-input limits
@@ -124,7 +129,7 @@ def bounded_stage_names(proto: model_pb2.ModelProto,
 
   Args:
     proto: the model.
-    root: as for `proto_stage_names`. Default: "Intune".
+    root: as for `proto_stage_names`. Default: `ROOT_NODE`.
   """
   return frozenset(n.stage for n in _stage_names(proto, root) if n.bounded)
 
@@ -346,7 +351,7 @@ class TuningSession:
     names = dict(zip(ids, snap.stage_names))
     # Each node's inputs in the walk, past release nodes, in input order.
     below = collections.defaultdict(list)
-    for named in _stage_names(proto, "Intune"):
+    for named in _stage_names(proto, ROOT_NODE):
       below[named.parent].append(named.node_id)
     result = []
     for nid, name, row in zip(ids, snap.stage_names,
