@@ -35,6 +35,7 @@ from _conformance import PIPELINES
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
 
 import intune_tf
 
@@ -711,3 +712,39 @@ def test_save_and_load(tmp_path, save_on, load_on):
   # The default shard function spreads elements over shards that `load`
   # interleaves: compare the multisets of batches.
   assert sorted(map(repr, got)) == sorted(map(repr, expected))
+
+
+def _orders_of_a_copy(on: bool, reshuffle: bool,
+                      keep_original: bool) -> tuple[list[int], list[int]]:
+  """The order of an unseeded shuffle, and of a copy made from its graph,
+  read after the original is released unless `keep_original`."""
+  tf.random.set_seed(None)
+  ds = tf.data.Dataset.range(100).shuffle(
+      100, reshuffle_each_iteration=reshuffle)
+  ds = conf.with_intune(ds) if on else ds
+  first = [int(x) for x in ds]
+  graph = tf.raw_ops.DatasetToGraph(
+      input_dataset=ds._variant_tensor, allow_stateful=True)  # noqa: SLF001
+  copy = dataset_ops.from_variant(
+      tf.raw_ops.DatasetFromGraph(graph_def=graph), ds.element_spec)
+  if not keep_original:
+    del ds  # no gc.collect(): a reference cycle must not keep it alive
+  return first, [int(x) for x in copy]
+
+
+@pytest.mark.parametrize("reshuffle", [True, False])
+@pytest.mark.parametrize("keep_original", [False, True])
+def test_a_copy_of_an_unseeded_shuffle_draws_seeds_as_in_plain_tf(
+    reshuffle, keep_original):
+  # Plain TF: a copy shares the original's seed generator while the original
+  # lives (the same order without reshuffling), else draws its own. A root
+  # cached on the dataset object as a Python dataset, which refers back to
+  # it, kept the rewritten shuffle's generator alive through a reference
+  # cycle: the copy then repeated the order.
+  plain = _orders_of_a_copy(False, reshuffle, keep_original)
+  with _reported("with InTune"):
+    tuned = _orders_of_a_copy(True, reshuffle, keep_original)
+  assert sorted(tuned[0]) == sorted(tuned[1]) == list(range(100))
+  assert (tuned[0] == tuned[1]) == (plain[0] == plain[1])
+  if not keep_original:
+    assert tuned[0] != tuned[1]

@@ -65,11 +65,20 @@ class IntuneRootDataset(dataset_ops.UnaryUnchangedStructureDataset):
   off, it returns its input: exactly one root per pipeline.
   """
 
-  def __init__(self, input_dataset: tf.data.Dataset):
+  def __init__(self, input_dataset: tf.data.Dataset,
+               variant: tf.Tensor | None = None):
+    """Puts a root on `input_dataset`.
+
+    Args:
+      input_dataset: the pipeline to rewrite and tune.
+      variant: a root made before on the same `input_dataset`, wrapped again
+        (default None: a new root).
+    """
     self._input_dataset = input_dataset
-    variant = _kernels.ops().intune_dataset(
-        input_dataset._variant_tensor,  # noqa: SLF001
-        find_settings=True, **self._flat_structure)
+    if variant is None:
+      variant = _kernels.ops().intune_dataset(
+          input_dataset._variant_tensor,  # noqa: SLF001
+          find_settings=True, **self._flat_structure)
     super().__init__(input_dataset, variant)
 
 
@@ -85,16 +94,22 @@ def apply_root(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """`dataset` under an InTune root, for an iterator about to be made.
 
   In eager mode the root is made once per dataset object (as TF finalizes a
-  dataset once), so that a new iterator each epoch costs no new rewrite.
+  dataset once, in its kernel), so that a new iterator each epoch costs no new
+  rewrite. The dataset keeps only the root's variant, never the Python root,
+  which refers back to it: with no reference cycle, the rewritten pipeline and
+  what its rewrite made (such as the seed generator of an unseeded shuffle)
+  go when the dataset does, not at the next garbage collection, so a copy of
+  the pipeline made from its graph then draws its own seeds, as in plain TF.
   """
   eager = isinstance(dataset._variant_tensor,  # noqa: SLF001
                      tf_ops.EagerTensor)
   if eager:
     cached = getattr(dataset, _CACHE_ATTR, None)
     if cached is not None:
-      return cached
+      return IntuneRootDataset(dataset, cached)
   tuner_lib.global_tuner().start()
   root = IntuneRootDataset(dataset)
   if eager:
-    object.__setattr__(dataset, _CACHE_ATTR, root)
+    object.__setattr__(dataset, _CACHE_ATTR,
+                       root._variant_tensor)  # noqa: SLF001
   return root
