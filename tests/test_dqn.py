@@ -1,10 +1,12 @@
 """Tests of intune_tf.agent.dqn: TD targets, the network, the replay buffer,
 learning, persistence."""
 
+import dataclasses
 import io
 import resource
 import zipfile
 
+import _observations as observations
 import numpy as np
 import pytest
 
@@ -165,12 +167,17 @@ def test_weights_that_are_not_finite_or_do_not_chain_are_refused(tmp_path):
     dqn.load_weights(str(tmp_path / "broken.npz"))
 
 
-def test_learn_moves_q_towards_target():
-  agent = dqn.Agent(seed=0, batch_size=8, learning_rate=1e-2)
+def _done_transitions(agent: dqn.Agent, count: int, reward: float = 1.0):
   state = np.ones((1, mdp.NUM_FEATURES), np.float32)
   mask = np.array([False, False, False, False, True])
-  for _ in range(8):
-    agent.replay.add(state, 2, 1.0, state, mask, True)  # done: target 1.0
+  for _ in range(count):
+    agent.replay.add(state, 2, reward, state, mask, True)  # target = reward
+  return state
+
+
+def test_learn_moves_q_towards_target():
+  agent = dqn.Agent(seed=0, batch_size=8, learning_rate=1e-2)
+  state = _done_transitions(agent, 8)
   before = agent.q_values(state)[2]
   for _ in range(100):
     agent.learn()
@@ -188,3 +195,77 @@ def test_weights_of_scalar_arrays_are_refused_before_loading(tmp_path):
   assert str(error.value).startswith(
       f"{path} is not an InTune agent weights file (w0.npy has shape (); "
       "an agent's w0, w2, w4 are 2-D kernels and w1, w3, w5 1-D biases)")
+
+
+def test_learn_returns_a_typed_loss_record():
+  agent = dqn.Agent(seed=0, batch_size=8, learning_rate=1e-2,
+                    target_period=3)
+  assert agent.learn() is None  # no batch stored yet
+  state = _done_transitions(agent, 8)
+  q = agent.q_values(state)[2]
+  first = agent.learn()
+  assert isinstance(first, dqn.LossInfo)
+  # Every target is 1 (done) and every Q(s, a) the same q: |1 - q|.
+  assert first.td_error == pytest.approx(abs(1.0 - q), rel=1e-5)
+  assert (first.gradient_step, first.target_updated) == (1, False)
+  infos = [agent.learn() for _ in range(50)]
+  assert [i.target_updated for i in infos[:3]] == [False, True, False]
+  assert infos[-1].gradient_step == 51
+  assert infos[-1].td_error < first.td_error
+  assert infos[-1].loss < first.loss
+
+
+def test_the_agent_trains_with_the_optimizer_and_loss_it_is_given():
+  import keras  # noqa: PLC0415 (the test module loads no Keras otherwise)
+  # Plain SGD at rate 0: the network does not move; mean squared error:
+  # the loss is (1 - q)^2 where the default Huber (delta 1) gives
+  # 0.5 (1 - q)^2 for |1 - q| <= 1.
+  agent = dqn.Agent(seed=0, batch_size=8,
+                    optimizer=keras.optimizers.SGD(0.0),
+                    loss=keras.losses.MeanSquaredError())
+  state = _done_transitions(agent, 8, reward=0.5)
+  q = agent.q_values(state)[2]
+  info = agent.learn()
+  assert info.loss == pytest.approx((0.5 - q) ** 2, rel=1e-4)
+  assert agent.q_values(state)[2] == pytest.approx(q)
+  # A network of its own (narrower): acting runs its weights.
+  network = dqn.build_network(hidden=8, seed=1)
+  small = dqn.Agent(seed=0, network=network)
+  assert small.network is network
+  assert [w.shape for w in small.weights][0] == (mdp.NUM_FEATURES, 8)
+
+
+def test_the_collect_step_stores_the_reward_of_the_action_before_it():
+  agent = dqn.Agent(seed=0, batch_size=2)
+  collector = dqn.Collector(agent, learn_every=2)
+  # A and B cost 0.01 and 0.03 CPU-s per element on 8 CPUs: work ceiling
+  # 8 / 0.04 = 200/s; at 100/s the reward is 100 / 200 = 0.5.
+  start = observations.two_stages()
+  first = collector.collect(start)
+  assert first.reward == pytest.approx(0.5)
+  assert agent.replay.size == 0 and first.loss is None  # nothing was acted
+  collector.acted(first.state, 3)
+  # The action halved the rate: 50 / 200 = 0.25, stored with the action.
+  second = collector.collect(observations.at(start, 50.0))
+  assert second.reward == pytest.approx(0.25)
+  assert (agent.replay.size, agent.replay.action[0]) == (1, 3)
+  assert agent.replay.reward[0] == pytest.approx(0.25)
+  assert second.loss is None  # step 2 of learn_every=2, but no batch yet
+  # A hold or revert is no action of the agent's: nothing stored.
+  collector.acted(second.state, 0)
+  collector.forget()
+  third = collector.collect(start)
+  assert agent.replay.size == 1 and third.loss is None
+  collector.acted(third.state, 0)
+  fourth = collector.collect(start)  # step 4: a gradient step on 2 stored
+  assert agent.replay.size == 2 and isinstance(fourth.loss, dqn.LossInfo)
+  # Half the CPUs: the reference starts over at 4 / 0.04 = 100/s, so 100/s
+  # scores 1.0 (not 100 / 200, the best seen on 8 CPUs).
+  fewer = dataclasses.replace(start, usable_cpus=4)
+  assert collector.collect(fewer).reward == pytest.approx(1.0)
+  # A new episode forgets the reference and any pending action.
+  collector.acted(third.state, 0)
+  collector.begin()
+  assert collector.collect(observations.at(start, 50.0)).reward == (
+      pytest.approx(0.25))
+  assert agent.replay.size == 2

@@ -408,7 +408,7 @@ _NUMPY_ONLY = ("intune_tf", "intune_tf.records", "intune_tf.options",
                "intune_tf.sim.calibration", "intune_tf.sim.pretrain",
                "intune_tf.agent.dqn", "intune_tf.agent.ranked",
                "intune_tf.tuning.policies", "intune_tf.tuning.search",
-               "intune_tf.tuning.mdp",
+               "intune_tf.tuning.mdp", "intune_tf.tuning.env",
                "intune_tf.tuning.change", "intune_tf.observe.inspect",
                "intune_tf.live.registry", "intune_tf.host",
                "intune_tf.arbiter")

@@ -16,7 +16,7 @@ import functools
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 import zipfile
 
 import numpy as np
@@ -25,7 +25,7 @@ from intune_tf import files
 from intune_tf.tuning import mdp
 
 if TYPE_CHECKING:
-  pass
+  from intune_tf.records import Observation
 
 # Network outputs per knob: the moves and "stay" (index 2).
 _OUTPUTS = (-5, -1, 0, 1, 5)
@@ -179,6 +179,21 @@ class Replay:
             self.next_mask[idx], self.done[idx])
 
 
+class LossInfo(NamedTuple):
+  """What one gradient step did (the shape of tf-agents' `LossInfo`).
+
+  Attributes:
+    loss: the agent's loss on the batch, before the step.
+    td_error: mean |TD target - Q(s, a)| on the batch, before the step.
+    gradient_step: the step's number, from 1.
+    target_updated: whether the target network was copied after the step.
+  """
+  loss: float
+  td_error: float
+  gradient_step: int
+  target_updated: bool
+
+
 class Agent:
   """A DQN over the per-knob network: act, remember, learn, save, load.
 
@@ -186,26 +201,37 @@ class Agent:
     seed: seeds the network's initialization and exploration. Default 0.
     gamma: discount. Default 0.9 (the effect of a move shows within a few
       tuning steps).
-    learning_rate: Adam's learning rate. Default 1e-3.
+    learning_rate: Adam's learning rate, when no `optimizer` is given.
+      Default 1e-3.
     batch_size: transitions per gradient step. Default 64.
     target_period: gradient steps between target-network copies.
       Default 250.
     replay_capacity: transitions kept. Default 50,000.
+    network: the Q-network, a Keras model of Dense layers with ReLU between
+      them from [batch, knobs, `mdp.NUM_FEATURES`] to [batch, knobs, 5]
+      (acting runs its weights in numpy, `forward`). Default
+      `build_network(seed=seed)`.
+    optimizer: a Keras optimizer. Default Adam at `learning_rate`.
+    loss: a Keras loss of (TD targets, Q-values). Default Huber.
   """
 
   def __init__(self, seed: int = 0, gamma: float = 0.9,
                learning_rate: float = 1e-3, batch_size: int = 64,
-               target_period: int = 250, replay_capacity: int = 50_000):
+               target_period: int = 250, replay_capacity: int = 50_000,
+               network=None, optimizer=None, loss=None):
     # Deferred: Keras only to train: acting and the simulator use numpy.
     import keras  # noqa: PLC0415
     self.gamma = gamma
     self.batch_size = batch_size
     self.target_period = target_period
     self.rng = np.random.default_rng(seed)
-    self.network = build_network(seed=seed)
-    self.target = build_network(seed=seed)
+    self.network = network if network is not None else build_network(
+        seed=seed)
+    self.target = keras.models.clone_model(self.network)
     self.target.set_weights(self.network.get_weights())
-    self.optimizer = keras.optimizers.Adam(learning_rate)
+    self.optimizer = (optimizer if optimizer is not None
+                      else keras.optimizers.Adam(learning_rate))
+    self.loss = loss if loss is not None else keras.losses.Huber()
     self.replay = Replay(replay_capacity)
     self.weights = [w.astype(np.float32) for w in self.network.get_weights()]
     self.gradient_steps = 0
@@ -230,8 +256,7 @@ class Agent:
   def _make_train_fn(self):
     # Deferred: TensorFlow only to train: acting and the simulator use numpy.
     import tensorflow as tf  # noqa: PLC0415
-    network, optimizer = self.network, self.optimizer
-    huber = tf.keras.losses.Huber() if hasattr(tf, "keras") else None
+    network, optimizer, loss_fn = self.network, self.optimizer, self.loss
 
     @tf.function(reduce_retracing=True)
     def train(state, knobs, action, target):
@@ -244,14 +269,15 @@ class Agent:
             tf.reduce_sum(knobs, 1), 1.0)
         q = tf.concat([flat, noop[:, None]], axis=1)
         chosen = tf.gather(q, action, axis=1, batch_dims=1)
-        loss = huber(target, chosen)
+        loss = loss_fn(target, chosen)
       grads = tape.gradient(loss, network.trainable_variables)
       optimizer.apply_gradients(zip(grads, network.trainable_variables))
       return loss
     return train
 
-  def learn(self) -> float | None:
-    """One gradient step on a replay sample (None until a batch is stored)."""
+  def learn(self) -> LossInfo | None:
+    """One gradient step on a replay sample (None until a batch is
+    stored)."""
     if self.replay.size < self.batch_size:
       return None
     if self._train_fn is None:
@@ -261,14 +287,19 @@ class Agent:
     q_next_t = flat_q(forward(target_w, s2), k2)
     q_next_o = flat_q(forward(self.weights, s2), k2)
     y = td_targets(r, q_next_t, m2, d, self.gamma, q_next_o).astype(np.float32)
+    chosen = np.take_along_axis(flat_q(forward(self.weights, s), k),
+                                a[:, None], axis=1)[:, 0]
     loss = self._train_fn(s, k, a, y)
     self.weights = [w.numpy() if hasattr(w, "numpy") else np.asarray(w)
                     for w in self.network.trainable_variables]
     self.gradient_steps += 1
-    if self.gradient_steps % self.target_period == 0:
+    copied = self.gradient_steps % self.target_period == 0
+    if copied:
       self.target.set_weights(self.network.get_weights())
       self._target_cache = None
-    return float(loss)
+    return LossInfo(loss=float(loss),
+                    td_error=float(np.mean(np.abs(y - chosen))),
+                    gradient_step=self.gradient_steps, target_updated=copied)
 
   def _target_weights(self):
     cache = getattr(self, "_target_cache", None)
@@ -312,6 +343,74 @@ class Agent:
     weights, metadata = _load_weights_cached(path, *_file_key(path))
     self.set_weights([w.copy() for w in weights])
     return dict(metadata)
+
+
+class Collected(NamedTuple):
+  """What one collect step saw: the observation's features and action mask,
+  the reward of the action before it, and the gradient step taken (None:
+  none this step)."""
+  state: np.ndarray
+  mask: np.ndarray
+  reward: float
+  loss: LossInfo | None
+
+
+class Collector:
+  """The one collect step of the DQN, in the simulator (pretraining) and on
+  a live session (`intune-dqn`): the reward of the last action, read from
+  the observation that followed it, is stored with its transition, and a
+  gradient step is taken every `learn_every` collect steps.
+
+  The reward's reference rate is the best `mdp.reference_rate` seen since
+  the usable CPUs last changed (`begin` starts over).
+
+  Args:
+    agent: the agent whose replay and network it feeds.
+    learn_every: collect steps per gradient step. Default 1.
+    learn: take gradient steps at all. Default True.
+  """
+
+  def __init__(self, agent: Agent, learn_every: int = 1, learn: bool = True):
+    self.agent = agent
+    self.learn_every = learn_every
+    self.learn = learn
+    self.steps = 0
+    self.begin()
+
+  def begin(self) -> None:
+    """A new episode: no reference rate, no action pending."""
+    self._reference, self._reference_cpus = 0.0, None
+    self._pending: tuple[np.ndarray, int] | None = None
+
+  def acted(self, state: np.ndarray, action: int) -> None:
+    """`action` was taken from `state`: its reward comes with the next
+    collect step."""
+    self._pending = (state, action)
+
+  def forget(self) -> None:
+    """What was set since the last action was no action of the agent's (a
+    hold, a revert, a budget fit): no transition is stored for it."""
+    self._pending = None
+
+  def reference_rate(self, obs: "Observation") -> float:
+    if obs.usable_cpus != self._reference_cpus:
+      self._reference_cpus, self._reference = obs.usable_cpus, 0.0
+    self._reference = max(self._reference, mdp.reference_rate(obs))
+    return self._reference
+
+  def collect(self, obs: "Observation", done: bool = False) -> Collected:
+    """One collect step on the observation after the last action."""
+    self.steps += 1
+    state, mask = mdp.features(obs), mdp.action_mask(obs)
+    r = mdp.reward(obs.output_rate, self.reference_rate(obs),
+                   mdp.memory_fraction(obs))
+    loss = None
+    if self._pending is not None:
+      self.agent.replay.add(*self._pending, r, state, mask, done)
+      self._pending = None
+      if self.learn and self.steps % self.learn_every == 0:
+        loss = self.agent.learn()
+    return Collected(state, mask, r, loss)
 
 
 def save_weights(path: str, weights: Sequence[np.ndarray],

@@ -226,19 +226,17 @@ class IntunePolicy(policies.Policy):
       else:
         logging.warning("InTune agent weights %s not found: the agent starts "
                         "untrained.", path)
-    self.learn = learn
+    self.collector = dqn.Collector(self.agent, learn_every=LEARN_EVERY,
+                                   learn=learn)
     self.epsilon = epsilon
     self.move_margin = MOVE_MARGIN if move_margin is None else move_margin
     self.best_configs = BestConfigs()
     self.steps = 0
-    self._prev = None
     self._hold = 0
     self._acc_elements = 0.0
     self._acc_seconds = 0.0
     self._started = False
     self._hold_values: dict[str, float] = {}
-    self._reference = 0.0
-    self._reference_cpus = None
     self._warm: dict[str, float] | None = None
     self._cpu_budget: int | None = None
     self.session = None
@@ -271,12 +269,6 @@ class IntunePolicy(policies.Policy):
                           "InTune: cannot save the warm-start state: %s", 1, e)
 
   # --- the step --------------------------------------------------------------
-  def _reference_rate(self, obs) -> float:
-    if obs.usable_cpus != self._reference_cpus:
-      self._reference_cpus, self._reference = obs.usable_cpus, 0.0
-    self._reference = max(self._reference, mdp.reference_rate(obs))
-    return self._reference
-
   def _measured(self, obs: "Observation") -> "Observation | None":
     """`obs` with its rate taken over enough elements, or None to wait.
 
@@ -344,7 +336,7 @@ class IntunePolicy(policies.Policy):
         ("raise-to-floor", raise_low_threads(obs) if grown else {}),
         ("fit-cpu-budget", project_to_budget(obs))):
       if values:
-        self._prev = None
+        self.collector.forget()
         self._acc_elements = self._acc_seconds = 0.0
         self.last_decision = records.Decision(self.steps, action)
         return values
@@ -377,8 +369,8 @@ class IntunePolicy(policies.Policy):
     """Phase 3, on a measured observation: learn from the last move, then
     revert to the best, hold, or move as the agent chooses."""
     self.steps += 1
-    state, mask = mdp.features(obs), mdp.action_mask(obs)
-    r, loss = self._learn(obs, state, mask)
+    state, mask, r, info = self.collector.collect(obs)
+    loss = info.loss if info is not None else None
     config = {k.name: k.value for k in obs.knobs}
     revert = self.best_configs.update(config, obs.output_rate,
                                       obs.usable_cpus)
@@ -386,33 +378,21 @@ class IntunePolicy(policies.Policy):
       self._save()
     if revert:
       best, _ = self.best_configs.best()
-      values, action, self._prev = best, "revert-to-best", None
+      values, action = best, "revert-to-best"
+      self.collector.forget()
       self._hold, self._hold_values = HOLD, best
     elif self._hold > 0:
       self._hold -= 1
       # Holding re-asserts the held configuration: a stage that initializes
       # after the first step may have reset its knob.
-      values, action, self._prev = dict(self._hold_values), "hold", None
+      values, action = dict(self._hold_values), "hold"
+      self.collector.forget()
     else:
       mask = self._avoid_known_worse(obs, config, mask)
       a = self.agent.act(state, mask, self.epsilon, self.move_margin)
       values, action = mdp.apply_action(obs, a), mdp.describe_action(obs, a)
-      self._prev = (state, a)
+      self.collector.acted(state, a)
     self.last_decision = records.Decision(
         self.steps, action, rate=obs.output_rate, reward=r, loss=loss,
         seconds=time.perf_counter() - start)
     return values
-
-  def _learn(self, obs: "Observation", state: np.ndarray,
-             mask: np.ndarray) -> tuple[float, float | None]:
-    """The reward of the last move, stored with its transition; a gradient
-    step every `LEARN_EVERY` steps. Returns (reward, loss or None)."""
-    r = mdp.reward(obs.output_rate, self._reference_rate(obs),
-                   mdp.memory_fraction(obs))
-    loss = None
-    if self._prev is not None:
-      prev_state, prev_action = self._prev
-      self.agent.replay.add(prev_state, prev_action, r, state, mask, False)
-      if self.learn and self.steps % LEARN_EVERY == 0:
-        loss = self.agent.learn()
-    return r, loss

@@ -32,6 +32,7 @@ import math
 import re
 import threading
 import time
+from typing import Mapping
 
 import numpy as np
 import psutil
@@ -39,6 +40,7 @@ import psutil
 from intune_tf import arbiter
 from intune_tf import host
 from intune_tf.ops import session as session_lib
+from intune_tf.records import Knob
 from intune_tf.records import Observation
 from intune_tf.records import StageObservation
 
@@ -250,3 +252,21 @@ class ObservationBuilder:
         buffered_bytes=counters["buffered_bytes"], cpu_mhz=cpu_mhz(),
         dram_gbps=dram_bandwidth_gbps(), model_step_s=model_step_time(),
         bounded_stages=self._bounded(names))
+
+
+class LiveEnv:
+  """A live tuning session as a `intune_tf.tuning.env.TuningEnv`: its knobs
+  and `set` are the session's, its observations an `ObservationBuilder`'s."""
+
+  def __init__(self, session: session_lib.TuningSession):
+    self.session = session
+    self._observations = ObservationBuilder(session)
+
+  def knobs(self) -> list[Knob]:
+    return self.session.knobs()
+
+  def observe(self) -> Observation:
+    return self._observations.observe()
+
+  def set(self, values: Mapping[str, float]) -> dict[str, float]:
+    return self.session.set(values)

@@ -22,6 +22,7 @@ from intune_tf.live import observation as observation_lib
 from intune_tf.live import registry
 from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
+from intune_tf.tuning import env as env_lib
 from intune_tf.tuning import policies
 
 # Longest wait for the tuner thread's current step at interpreter exit.
@@ -127,7 +128,7 @@ class _Tuned:
     except Exception as e:  # noqa: BLE001
       logging.warning("InTune: %s.bind(%r) failed (tuning goes on): %r",
                       type(self.policy).__name__, session, e)
-    self.observations = observation_lib.ObservationBuilder(session)
+    self.env = observation_lib.LiveEnv(session)
     self.last_good: dict[str, float] | None = None
     self.reported: set[tuple[str, str]] = set()  # see `first_report`
     self.next_step = 0.0
@@ -496,7 +497,7 @@ class Tuner:
       held, t.static_knobs = names == t.static_knobs, names
       if held and not self._listeners:
         return
-    obs = t.observations.observe()
+    obs = t.env.observe()
     t.last_obs = obs
     self._tell_unlowerable(t, obs)
     if not obs.knobs:
@@ -505,27 +506,19 @@ class Tuner:
       self._call_listeners(t, obs, {})
       return
     try:
-      wanted = t.policy.step(obs)
-      if not isinstance(wanted, Mapping):
-        raise TypeError(f"step returned {wanted!r:.80}, not a mapping of "
-                        "knob names to values")
-    except Exception as e:  # noqa: BLE001
-      if t.first_report("policy", e):
+      step = env_lib.policy_step(t.env, t.policy, obs)
+    except env_lib.PolicyError as e:
+      cause = e.__cause__ if e.__cause__ is not None else e
+      if t.first_report("policy", cause):
         logging.error("InTune policy %r failed on %r: %r. The pipeline "
                       "keeps its last good configuration (reported once).",
-                      t.session.options.policy, t.session, e)
+                      t.session.options.policy, t.session, cause)
       if t.last_good:
         names = {k.name for k in obs.knobs}
-        t.session.set({k: v for k, v in t.last_good.items() if k in names})
+        t.env.set({k: v for k, v in t.last_good.items() if k in names})
       return
-    current = {k.name: k.value for k in obs.knobs}
-    # A knob the policy remembers may have vanished since (a stage rebuilt
-    # its inner datasets): only knobs the session has now are set.
-    changes = {k: v for k, v in wanted.items()
-               if k in current and current[k] != v}
-    applied = t.session.set(changes) if changes else {}
-    t.last_good = {**current, **applied}
-    self._call_listeners(t, obs, applied)
+    t.last_good = step.in_force
+    self._call_listeners(t, obs, step.applied)
 
 
 _TUNER = Tuner()

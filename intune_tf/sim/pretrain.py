@@ -26,6 +26,7 @@ from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator as sim_lib
+from intune_tf.tuning import env as env_lib
 from intune_tf.tuning import mdp
 from intune_tf.tuning import policies
 from intune_tf.tuning import search
@@ -125,13 +126,14 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
     import tqdm  # noqa: PLC0415
     bar = tqdm.tqdm(total=steps, desc="pretrain", unit="step")
   t0 = time.time()
+  collector = dqn.Collector(agent, learn_every=train_every)
   step, episodes, recent = 0, 0, []
   while step < steps:
     sim = sim_lib.Simulator(make_pipeline(rng), seed=int(rng.integers(2**31)),
                             params=make_params(rng))
     _start(sim, rng)
+    collector.begin()
     obs = sim.observe()
-    ref, ref_cpus = 0.0, None
     state, mask = mdp.features(obs), mdp.action_mask(obs)
     for _ in range(EPISODE_STEPS):
       eps = epsilon_at(step, steps)
@@ -140,21 +142,14 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
       else:
         a = agent.act(state, mask, eps * (1 - GUIDED_SHARE))
       sim.set(mdp.apply_action(obs, a))
+      collector.acted(state, a)
       sim.advance()
       fix = _fit(sim.observe())
       if fix:
         sim.set(fix)
       obs = sim.observe()
-      if obs.usable_cpus != ref_cpus:
-        ref, ref_cpus = 0.0, obs.usable_cpus
-      ref = max(ref, mdp.reference_rate(obs))
-      r = mdp.reward(obs.output_rate, ref, mdp.memory_fraction(obs))
-      state2, mask2 = mdp.features(obs), mdp.action_mask(obs)
-      agent.replay.add(state, a, r, state2, mask2, sim.oom)
-      state, mask = state2, mask2
+      state, mask, _, _ = collector.collect(obs, done=sim.oom)
       step += 1
-      if step % train_every == 0:
-        agent.learn()
       if bar is not None:
         bar.update(1)
       if sim.oom or step >= steps:
@@ -292,9 +287,7 @@ def pretrain_ranker(seed: int = 0, steps: int = 30_000,
       if step % 10 == 0:
         policy.weights = [np.asarray(w) for w in network.get_weights()]
       policy.order = "climb" if rng.random() < explore else "q"
-      values = policy.step(obs)
-      if values:
-        sim.set(values)
+      env_lib.policy_step(sim, policy, obs)
       sim.advance()
       fix = _fit(sim.observe())
       if fix:
@@ -361,13 +354,9 @@ class _Optima:
 
 
 def _policy_step(sim: sim_lib.Simulator, policy: policies.Policy) -> bool:
-  """One step of `policy` on `sim`: observe, apply what it sets, advance.
-  Returns whether the configuration changed."""
-  values = policy.step(sim.observe())
-  before = (list(sim.parallelism), list(sim.buffers))
-  if values:
-    sim.set(values)
-  changed = (list(sim.parallelism), list(sim.buffers)) != before
+  """One step of `policy` on `sim` (`env.policy_step`), then a tuning
+  period. Returns whether the configuration changed."""
+  changed = env_lib.policy_step(sim, policy).changed
   sim.advance()
   return changed
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -416,16 +416,37 @@ class Simulator:
                                        0.0, float(MAX_BUFFER)))
     return result
 
-  def set(self, values: dict[str, float]) -> dict[str, float]:
+  def set(self, values: Mapping[str, float]) -> dict[str, float]:
+    """Sets knobs at once, as `TuningSession.set` (the
+    `intune_tf.tuning.env.TuningEnv` contract): all, or none if one is
+    invalid; values rounded. Returns the values in force afterwards.
+
+    Raises:
+      KeyError: a name is not a knob of the pipeline.
+      ValueError: a value is not finite or is outside its knob's range.
+    """
+    knobs = {k.name: k for k in self.knobs()}
+    for name, value in values.items():
+      if name not in knobs:
+        raise KeyError(f"{name!r} is not a knob of this simulated pipeline; "
+                       f"its knobs: {sorted(knobs)}.")
+      if (isinstance(value, bool) or not isinstance(value, (int, float)) or
+          not math.isfinite(value)):
+        raise ValueError(f"Value {value!r} for knob {name!r} is not a finite "
+                         "number.")
+      k = knobs[name]
+      if not k.min <= round(value) <= k.max:
+        raise ValueError(f"Value {value!r} for knob {name!r} is outside "
+                         f"[{k.min:g}, {k.max:g}].")
     applied = {}
     for name, kind, i in self._knobs:
       if name not in values:
         continue
       if kind == "parallelism":
-        self.parallelism[i] = int(min(max(round(values[name]), 1), self.cpus))
+        self.parallelism[i] = int(round(values[name]))
         applied[name] = float(self.parallelism[i])
       else:
-        self.buffers[i] = int(min(max(round(values[name]), 0), MAX_BUFFER))
+        self.buffers[i] = int(round(values[name]))
         applied[name] = float(self.buffers[i])
     self._settle()
     return applied
