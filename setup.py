@@ -137,7 +137,8 @@ setuptools.setup(
     },
     package_data={
         "intune_tf.ops": _OPS_DATA,
-        "intune_tf.agent": ["weights.npz", "ranker.npz", "jump_ranker.npz"],
+        "intune_tf.agent": ["weights.npz", "ranker.npz", "jump_ranker.npz",
+                            "allocator.npz"],
         "intune_tf.criteo": ["data/*"],
     },
     ext_modules=_EXTENSIONS,

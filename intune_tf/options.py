@@ -48,8 +48,9 @@ class IntuneOptions:
       does. With `host_share`,
       the default is this process's share of the host's pool instead.
     policy: name of the tuning policy. Default "intune": a measured search
-      (proportional jumps first, each change kept only if faster) whose
-      moves a pretrained Q-network ranks; it settles when it stops finding
+      (a learned allocation, then a proportional jump, first; each change
+      kept only if faster) whose moves a pretrained Q-network ranks; it
+      settles when it stops finding
       gains and re-opens when an observed quantity moves beyond its noise
       (docs/agent.md). "intune-dqn": the DQN agent acting alone, fine-tuned
       online, with a no-regression guard. Others: "even" (usable CPUs split

@@ -307,3 +307,33 @@ def test_a_dynamic_run_too_short_for_its_events_is_refused(capsys):
   args = cli.parser().parse_args(["simulate", "--dynamic", "--steps", "6"])
   with pytest.raises(SystemExit, match="cannot hold its 6 events"):
     args.func(args)
+
+
+def test_allocation_samples_are_each_states_optimum():
+  rows, shares = pretrain.allocation_samples(count=1, seed=5, every=50)
+  # 400 steps, every 50th: 8 states, each with a row per parallel knob.
+  (pipe, params), = pretrain.dynamic_pipelines(count=1, seed=5)
+  parallel = sum(st.tunable for st in pipe.stages)
+  assert rows.shape == (8 * parallel, mdp.NUM_FEATURES)
+  assert np.all(rows[:, mdp.FEATURE_NAMES.index("is_parallelism")] == 1)
+  # The first state (the even split, before any event): the optimum of
+  # the pipeline as generated, per CPU.
+  _, optimum, _ = pretrain.sim_lib.optimum(pipe, params=params)
+  tunable = [i for i, st in enumerate(pipe.stages) if st.tunable]
+  np.testing.assert_allclose(
+      shares[:parallel], [optimum[i] / pipe.cpus for i in tunable],
+      rtol=1e-6)
+
+
+def test_cli_pretrain_allocator_writes_a_network_the_policy_loads(tmp_path):
+  out = tmp_path / "allocator.npz"
+  subprocess.run([_INTUNE, "pretrain", "--allocator", "--pipelines", "2",
+                  "--out", str(out)], check=True, capture_output=True,
+                 cwd=tmp_path)
+  weights, metadata = dqn.load_weights(str(out))
+  assert metadata["command"] == (
+      f"intune pretrain --allocator --seed 0 --pipelines 2 --out {out}")
+  assert metadata["pipelines"] == 2 and metadata["samples"] > 0
+  assert np.isfinite(metadata["held_out_error"])
+  proposer = pretrain.allocator_lib.Allocator(str(out))
+  assert [w.shape for w in proposer.weights] == [w.shape for w in weights]

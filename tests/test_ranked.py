@@ -10,12 +10,23 @@ from _observations import two_stages
 import numpy as np
 import pytest
 
+from intune_tf.agent import allocator
 from intune_tf.agent import ranked
 from intune_tf.live import registry
 from intune_tf.options import IntuneOptions
 from intune_tf.sim import simulator
 from intune_tf.tuning import mdp
 from intune_tf.tuning import search
+
+
+class _NoAllocation(allocator.Allocator):
+  """An allocator that proposes nothing: the searches' other parts alone."""
+
+  def __init__(self):
+    super().__init__(constant=0.0)
+
+  def propose(self, obs):
+    return None
 
 
 def _policy(q, **kwargs):
@@ -34,7 +45,7 @@ def test_registered(name, cls):
   policy = registry.create(IntuneOptions(policy=name))
   assert type(policy) is cls
   if cls is not ranked.RankedSearchPolicy:
-    assert policy.jumps == search.JUMP_FRACTIONS
+    assert policy.jumps == ranked.INTUNE_JUMPS
 
 
 def test_the_default_is_the_q_ranked_jump_search():
@@ -57,6 +68,15 @@ def test_the_ablated_network_output_is_a_constant():
     q = ablated.q_values(o)
     assert q.shape == (mdp.MOVES_PER_KNOB * len(o.knobs) + 1,)
     assert np.all(q == ranked.ABLATED_Q)
+  # The ablated allocation network's output too: the mean share of the
+  # shipped network's training targets, whatever the state.
+  _, metadata = ranked.dqn.load_weights(allocator.ALLOCATOR_WEIGHTS)
+  learned_shares = [intune.allocator.shares(o) for o in states[:3]]
+  assert any(not np.allclose(learned_shares[0], x)
+             for x in learned_shares[1:])
+  for o in states:
+    assert np.all(ablated.allocator.shares(o) == np.float32(
+        metadata["mean_share"]))
   # So its ranking is jump-climb's: evidence, then climb's order.
   o = at(two_stages(), 100.0)
   climb = search.JumpClimbPolicy(IntuneOptions())
@@ -173,7 +193,8 @@ def test_the_jump_search_tries_its_jumps_first_then_the_ranked_moves():
   o = two_stages()
   q = np.zeros(9)
   q[mdp.action_of(0, 1)] = 0.5   # A +1: the prior's favourite
-  policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0, 0.5))
+  policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0, 0.5),
+                                   allocator=_NoAllocation())
   policy.q_values = lambda obs: q
   # The first jump (f = 1: A 3, B 5), measured against the base's 100.
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0,
@@ -188,7 +209,8 @@ def test_the_jump_search_tries_its_jumps_first_then_the_ranked_moves():
 def _jumped(o):
   """A jump search (one jump, f = 1, Q all zero) after its first step, the
   jump to A 3, B 5 from a base measured at 100."""
-  policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0,))
+  policy = ranked.JumpSearchPolicy(IntuneOptions(), jumps=(1.0,),
+                                   allocator=_NoAllocation())
   policy.q_values = lambda obs: np.zeros(9)
   assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0,
                                         "B/parallelism": 5.0}
@@ -269,8 +291,10 @@ def test_a_new_context_forgets_the_evidence():
 
 
 def _jump_search(q, cls=ranked.JumpSearchPolicy, **kwargs):
-  """A jump search without jumps whose Q-values are `q` (flat)."""
-  policy = cls(IntuneOptions(), jumps=(), **kwargs)
+  """A jump search without jumps or learned allocation whose Q-values are
+  `q` (flat)."""
+  policy = cls(IntuneOptions(), jumps=(), allocator=_NoAllocation(),
+               **kwargs)
   if cls is ranked.JumpSearchPolicy:
     policy.q_values = lambda obs: np.asarray(q, float)
   return policy
@@ -368,13 +392,46 @@ def _trajectory(policy, pipeline, params, steps=80):
 
 @pytest.mark.slow
 def test_on_the_simulator_the_ablation_decides_as_jump_climb():
+  # Without the allocation network's proposal, the ablation is jump-climb
+  # with intune's jumps: the networks' outputs are all that differ.
   rng = np.random.default_rng(3)
   pipeline = simulator.random_pipeline(rng, events=False)
   params = simulator.random_params(rng)
-  ablated = _trajectory(ranked.AblatedSearchPolicy(IntuneOptions()),
-                        pipeline, params)
-  climb = _trajectory(search.JumpClimbPolicy(IntuneOptions()), pipeline,
-                      params)
+  ablated = _trajectory(ranked.AblatedSearchPolicy(
+      IntuneOptions(), allocator=_NoAllocation()), pipeline, params)
+  climb = _trajectory(search.JumpClimbPolicy(
+      IntuneOptions(), jumps=ranked.INTUNE_JUMPS), pipeline, params)
   assert ablated == climb
   # Something was searched: the configuration moved.
   assert len(set(climb)) > 1
+
+
+def test_the_learned_allocation_is_tried_first_at_each_start():
+  o = two_stages()  # A 2, B 2 threads on 8 CPUs; A costs 0.01, B 0.03
+  # Shares 0.25 and 0.75: A 2, B 6 (A's is the threads in force).
+  policy = ranked.JumpSearchPolicy(
+      IntuneOptions(), jumps=(1.0,), allocator=_Shares([0.25, 0.75]))
+  policy.q_values = lambda obs: np.zeros(9)
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 6.0}
+  assert policy.last_decision.action == f"try {allocator.LABEL}"
+  # 101 is not above 102: reverted at once; then the proportional jump
+  # (costs 1 : 3 of 8 threads: A 3, B 5).
+  assert policy.step(at(o, 101.0, B=6)) == {"B/parallelism": 2.0}
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0,
+                                        "B/parallelism": 5.0}
+  # A new CPU budget is a new start: the allocation first again, at
+  # 0.25 x 16 = 4 and 0.75 x 16 = 12 threads, B's capped at its knob's 8.
+  wider = dataclasses.replace(o, cpu_budget=16, usable_cpus=16)
+  assert policy.step(at(wider, 100.0, A=3, B=5)) == {
+      "A/parallelism": 4.0, "B/parallelism": 8.0}
+
+
+class _Shares(allocator.Allocator):
+  """An allocator whose network outputs `shares` (one per knob)."""
+
+  def __init__(self, shares):
+    super().__init__(constant=0.0)
+    self.given = np.asarray(shares, np.float32)
+
+  def shares(self, obs):
+    return self.given

@@ -24,21 +24,25 @@ settled search re-opens when an observed quantity moves beyond its noise
 (`search.held_signals`, `intune_tf.tuning.change`).
 
 `policy="intune"` (also registered as `intune-jump`): `jump-climb`'s
-search (`search.JumpClimbPolicy`: proportional jumps, then climb's moves
-ordered by the measured evidence, ties in climb's order), with the
-network adding ONE proposal per search: the first local move after the
-jumps of each (re)start (a new context, or a settled search re-opening on
-a change) is the candidate of the highest Q-advantage, when that advantage
-is above 0. Measurement confirms it: kept when it beats the base, reverted
-at once otherwise. The network never reorders what the measured evidence
-orders: at that point the search has no evidence (jumps leave none, and a
-(re)start forgets it). Its ranker, `jump_ranker.npz`, is fitted on the
-states this search visits.
+search (`search.JumpClimbPolicy`: jumps, then climb's moves ordered by the
+measured evidence, ties in climb's order), whose first jump at each
+(re)start (a new context, or a settled search re-opening on a change) is
+the allocation network's proposal (`allocator.Allocator`: the whole
+configuration the network, trained on the simulator's optima, expects to
+be best), then the proportional jump at the CPU budget (`INTUNE_JUMPS`);
+and the Q-network adds ONE proposal per search: the first local move after
+the jumps is the candidate of the highest Q-advantage, when that advantage
+is above 0. Measurement confirms each: kept when it beats the base,
+reverted at once otherwise. The networks never reorder what the measured
+evidence orders: at that point the search has no evidence (jumps leave
+none, and a (re)start forgets it). Its ranker, `jump_ranker.npz`, is
+fitted on the states the jump search visits.
 
-`policy="intune-ablated"`: `intune` with the network's output replaced by a
-constant (`AblatedSearchPolicy`): every move's advantage is 0, so no
-proposal is made and the search is exactly `jump-climb`. The
-difference between `intune` and `intune-ablated` is what learning adds.
+`policy="intune-ablated"`: `intune` with both networks' outputs replaced
+by constants (`AblatedSearchPolicy`): every move's advantage is 0, so the
+Q-network makes no proposal, and the allocation network's share is the
+same for every knob and state. The difference between `intune` and
+`intune-ablated` is what learning adds.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from absl import logging
 import numpy as np
 
 from intune_tf import records
+from intune_tf.agent import allocator as allocator_lib
 from intune_tf.agent import dqn
 from intune_tf.tuning import mdp
 from intune_tf.tuning import search
@@ -73,6 +78,9 @@ PRIOR_MARGIN = float("inf")
 # intune-jump's ranker: DEFAULT_WEIGHTS fitted further on the states the
 # jump search visits (command in the file's metadata).
 JUMP_WEIGHTS = os.path.join(os.path.dirname(__file__), "jump_ranker.npz")
+# The proportional jumps of `intune`, after the learned allocation: chosen
+# on the tuning set (`search.JUMP_FRACTIONS` and (1.0,) tried).
+INTUNE_JUMPS = (1.0,)
 # Weight of the measured evidence in a candidate's score (Q units per unit
 # of `search.measured_evidence`): chosen on the tuning set (0.5, 1 and 2
 # tried).
@@ -185,8 +193,9 @@ class RankedSearchPolicy(search.JumpClimbPolicy):
 
 
 class JumpSearchPolicy(RankedSearchPolicy):
-  """`search.JumpClimbPolicy` with the network's one proposal per search
-  (module docstring) and the jump-search ranker (`JUMP_WEIGHTS`).
+  """`search.JumpClimbPolicy` with the learned allocation first among its
+  jumps, the Q-network's one proposal per search (module docstring) and
+  the jump-search ranker (`JUMP_WEIGHTS`).
 
   Live (`bind`), it warm-starts: the configuration saved for the same
   pipeline on the same machine (`intune_tf.agent.warmstart`) is applied
@@ -197,11 +206,15 @@ class JumpSearchPolicy(RankedSearchPolicy):
   a test) never reads a decision without it.
 
   Args: as `RankedSearchPolicy` (defaults: weights `JUMP_WEIGHTS`, jumps
-  `search.JUMP_FRACTIONS`); `evidence_weight` and `order` are not used.
+  `INTUNE_JUMPS`), and `allocator`, the learned allocation (default: the
+  shipped network, `allocator.Allocator()`); `evidence_weight` and `order`
+  are not used.
   """
 
   def __init__(self, options: "IntuneOptions", weights: str | None = None,
-               jumps: Sequence[float] = search.JUMP_FRACTIONS, **kwargs):
+               jumps: Sequence[float] = INTUNE_JUMPS,
+               allocator: allocator_lib.Allocator | None = None, **kwargs):
+    self.allocator = allocator or allocator_lib.Allocator()
     super().__init__(options, weights=weights or JUMP_WEIGHTS, jumps=jumps,
                      **kwargs)
     self.session = None
@@ -222,9 +235,22 @@ class JumpSearchPolicy(RankedSearchPolicy):
 
   def _reset(self, context: tuple | None) -> None:
     # Whether this search's local moves have begun (the network's one
-    # proposal is made at most once per (re)start).
+    # proposal is made at most once per (re)start), and whether the learned
+    # allocation was proposed (first, once per (re)start).
     self._local = False
+    self._allocated = False
     super()._reset(context)
+
+  def next_jump(self, obs: "Observation"
+                ) -> tuple[str, dict[str, float]] | None:
+    """The learned allocation first (`allocator.Allocator.propose`), then
+    the proportional jumps of `jumps`."""
+    if not self._allocated:
+      self._allocated = True
+      proposal = self.allocator.propose(obs)
+      if proposal is not None:
+        return proposal
+    return super().next_jump(obs)
 
   def proposal(self, obs: "Observation"
                ) -> tuple[str, dict[str, float], float] | None:
@@ -304,12 +330,21 @@ class JumpSearchPolicy(RankedSearchPolicy):
 
 
 class AblatedSearchPolicy(JumpSearchPolicy):
-  """`JumpSearchPolicy` with the network's output replaced by a constant
-  (`ABLATED_Q` for every action): everything else, the evidence included,
-  is the same, so it carries no learned information.
+  """`JumpSearchPolicy` with both networks' outputs replaced by constants:
+  the Q-network's by `ABLATED_Q` for every action, the allocation
+  network's by the mean share of its training targets (from its weights'
+  metadata) for every knob. Everything else, the evidence included, is the
+  same, so it carries no learned information.
 
   Args: as `JumpSearchPolicy`.
   """
+
+  def __init__(self, options: "IntuneOptions", **kwargs):
+    if kwargs.get("allocator") is None:
+      _, metadata = dqn.load_weights(allocator_lib.ALLOCATOR_WEIGHTS)
+      kwargs["allocator"] = allocator_lib.Allocator(
+          constant=float(metadata["mean_share"]))
+    super().__init__(options, **kwargs)
 
   def q_values(self, obs: "Observation") -> np.ndarray:
     """`ABLATED_Q` for each of the 4n + 1 actions of `obs`."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from intune_tf import arguments
 from intune_tf import files
+from intune_tf.agent import allocator as allocator_lib
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
@@ -165,6 +166,85 @@ def pretrain(seed: int = 0, steps: int = 60_000, train_every: int = 2,
            "gradient_steps": agent.gradient_steps,
            "final_of_optimum_median_last100": float(np.median(recent[-100:]))}
   return agent, stats
+
+
+# The dynamic pipelines of the allocation network's training data are
+# `dynamic_pipelines(count, ALLOCATOR_DATA_SEED + seed)`: apart from the
+# evaluation sets (1234, 1, 2, 3) and the tuning set (99).
+ALLOCATOR_DATA_SEED = 555
+
+
+def allocation_samples(count: int = 150, seed: int = ALLOCATOR_DATA_SEED,
+                       every: int = 2) -> tuple[np.ndarray, np.ndarray]:
+  """The allocation network's training data: the states `jump-climb` meets
+  on `dynamic_pipelines(count, seed)` (every `every`th step, once the
+  pipeline returned elements), each parallelism knob's feature row
+  (`mdp.features`) with its threads at the optimum of that state, as a
+  share of the CPU budget.
+
+  Returns:
+    (rows [n, mdp.NUM_FEATURES], shares [n]).
+  """
+  rows, shares = [], []
+  for i, (pipe, params) in enumerate(dynamic_pipelines(count, seed)):
+    sim = sim_lib.Simulator(pipe, seed=i, params=params)
+    sim.set(policies.EvenPolicy(IntuneOptions()).step(sim.observe()))
+    policy = search.JumpClimbPolicy(IntuneOptions())
+    stage_of = {name: j for name, _, j in sim.pipeline.knob_names()}
+    optima: dict[tuple, list[int]] = {}
+    for t in range(DYNAMIC_STEPS):
+      obs = sim.observe()
+      if t % every == 0 and obs.output_rate > 0:
+        key = sim.state_key()
+        if key not in optima:
+          optima[key] = sim.optimum()[1]
+        parallel = [j for j, k in enumerate(obs.knobs)
+                    if k.kind == "parallelism"]
+        rows.append(mdp.features(obs)[parallel])
+        shares.append([optima[key][stage_of[obs.knobs[j].name]] /
+                       max(1, obs.cpu_budget) for j in parallel])
+      env_lib.policy_step(sim, policy, obs)
+      sim.advance()
+  return (np.concatenate(rows).astype(np.float32),
+          np.concatenate(shares).astype(np.float32))
+
+
+def pretrain_allocator(seed: int = 0, pipelines: int = 150,
+                       epochs: int = 8) -> tuple[list[np.ndarray], dict]:
+  """Trains the allocation network (`allocator.build_network`) on
+  `allocation_samples(pipelines, ALLOCATOR_DATA_SEED + seed)`: Huber loss,
+  Adam 1e-3, batches of 512, 10% held out.
+
+  Args:
+    seed: seeds the data's pipelines and the network. Default 0.
+    pipelines: dynamic pipelines of training data. Default 150.
+    epochs: passes over the data. Default 8.
+
+  Returns:
+    (weights, statistics: samples, seconds, the held-out mean |error| of
+    the network and of the threads in force, and `mean_share`, the mean
+    target, which the ablation proposes for every knob).
+  """
+  # Deferred: Keras only to train: proposing runs the weights in numpy.
+  import keras  # noqa: PLC0415
+  t0 = time.time()
+  x, y = allocation_samples(pipelines, ALLOCATOR_DATA_SEED + seed)
+  order = np.random.default_rng(seed).permutation(len(x))
+  x, y = x[order], y[order]
+  held = max(1, len(x) // 10)
+  network = allocator_lib.build_network(seed=seed)
+  network.compile(keras.optimizers.Adam(1e-3), keras.losses.Huber())
+  network.fit(x[held:], y[held:], batch_size=512, epochs=epochs, verbose=0)
+  weights = [np.asarray(w, np.float32) for w in network.get_weights()]
+  predicted = dqn.forward(weights, x[:held])[:, 0]
+  value = x[:held, mdp.FEATURE_NAMES.index("value")]
+  stats = {"samples": int(len(x)), "pipelines": pipelines, "epochs": epochs,
+           "seconds": time.time() - t0,
+           "held_out_error": float(np.mean(np.abs(predicted - y[:held]))),
+           "held_out_error_of_threads_in_force": float(
+               np.mean(np.abs(value - y[:held]))),
+           "mean_share": float(y[held:].mean())}
+  return weights, stats
 
 
 def move_gains(sim: sim_lib.Simulator, obs) -> tuple[np.ndarray, np.ndarray]:
@@ -624,8 +704,9 @@ def _makers(names, weights, search_weights, jump_weights, seed
   }
   if "intune" in names or "intune-ablated" in names:
     jumper = dqn.load_weights(jump_weights or ranked.JUMP_WEIGHTS)[0]
+    learned = allocator_lib.Allocator()
     makers["intune"] = lambda: ranked.JumpSearchPolicy(
-        opts, agent_weights=jumper)
+        opts, agent_weights=jumper, allocator=learned)
     makers["intune-ablated"] = lambda: ranked.AblatedSearchPolicy(
         opts, agent_weights=jumper)
   if "intune-search" in names:
@@ -769,6 +850,15 @@ def compare(weights: str | None = None, count: int = 200, seed: int = 1234,
 
 
 def main_pretrain(args) -> int:
+  if args.allocator:
+    weights, stats = pretrain_allocator(seed=args.seed,
+                                        pipelines=args.pipelines)
+    stats.update(seed=args.seed, command=(
+        f"intune pretrain --allocator --seed {args.seed} --pipelines "
+        f"{args.pipelines} --out {args.out}"))
+    dqn.save_weights(args.out, weights, stats)
+    print(json.dumps(stats, indent=1))
+    return 0
   if args.ranker:
     jumps = search.JUMP_FRACTIONS if args.jumps else ()
     weights, stats = pretrain_ranker(seed=args.seed, steps=args.steps,
@@ -915,6 +1005,12 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
                  help="Simulator steps (at least 1).")
   p.add_argument("--out", type=files.output_file_arg, required=True,
                  help="Weights file to write (.npz).")
+  p.add_argument("--allocator", action="store_true",
+                 help="Train the allocation network of intune "
+                 "(pretrain_allocator).")
+  p.add_argument("--pipelines", type=arguments.positive_int, default=150,
+                 help="With --allocator: dynamic pipelines of training data "
+                 "(at least 1).")
   p.add_argument("--ranker", action="store_true",
                  help="Train the intune-search ranker (pretrain_ranker).")
   p.add_argument("--init", type=_weights_file, default=None,
