@@ -117,7 +117,9 @@ def test_autotune_is_oom_killed_and_intune_completes_under_a_real_limit(
   print(summary)
 
   for r in autotune:
-    assert r["result"] is None, summary  # never read every element
+    # Killed by the OOM killer. Not always before it read every element: on
+    # a busy machine its producers are starved, its buffers grow late, and
+    # the kill can come as the run ends.
     assert r["returncode"] == -9 or (r["oom_kills"] or 0) >= 1, (
         summary + "\n" + r["stderr"])
     if r["peak"] is not None:
