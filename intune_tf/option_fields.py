@@ -15,7 +15,6 @@ A leaf module: it imports nothing of the package.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any, Callable, Mapping
 
 # Default period of the background tuner, in seconds.
@@ -109,11 +108,9 @@ FIELDS: tuple[Field, ...] = (
     Field("insert_prefetch", bool, False, False, None, None, "bool",
           "Add a prefetch after parallel stages that have none.",
           attr="insert_prefetch"),
-    # The graph names the rewrite pass that the option turns off
-    # (`untrack_inner`, rewrites/passes.h): its attribute is the negation.
     Field("inner_stats", bool, False, False, None, None, "bool",
           "Record statistics inside an interleave's per-input datasets.",
-          attr="untrack_inner", to_attr=operator.not_),
+          attr="inner_stats"),
     Field("interleave_buffer", int, True, DEFAULT_INTERLEAVE_BUFFER, 1,
           MAX_INTERLEAVE_BUFFER, "positive int or `None`",
           "Records each input of a parallel interleave buffers ahead.",

@@ -45,17 +45,17 @@ class Result:
 
 
 def _run(graph_def: graph_pb2.GraphDef, include_fixed: bool,
-         insert_prefetch: bool, untrack_inner: bool,
+         insert_prefetch: bool, inner_stats: bool,
          interleave_buffer: int | None) -> tuple:
   with tf.init_scope():
     return _kernels.ops().intune_rewrite_graph(
         graph_def=graph_def.SerializeToString(), include_fixed=include_fixed,
-        insert_prefetch=insert_prefetch, untrack_inner=untrack_inner,
+        insert_prefetch=insert_prefetch, inner_stats=inner_stats,
         interleave_buffer=interleave_buffer or 0)
 
 
 def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
-               insert_prefetch: bool = False, untrack_inner: bool = True,
+               insert_prefetch: bool = False, inner_stats: bool = False,
                interleave_buffer: int | None = 16) -> Result:
   """Runs every pass on `graph_def`, as the root does (`RunPasses`).
 
@@ -68,8 +68,8 @@ def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
     graph_def: a dataset graph; not modified.
     include_fixed: also make fixed stages tunable. Default False.
     insert_prefetch: add prefetches after parallel stages. Default False.
-    untrack_inner: run interleaves' per-element datasets without the model
-      (the negation of `IntuneOptions.inner_stats`). Default True.
+    inner_stats: record statistics inside interleaves' per-element datasets;
+      False runs the untrack_inner pass. Default False.
     interleave_buffer: results each input of a parallel interleave of
       records buffers; None or 0 keeps TF's. Default 16.
 
@@ -81,7 +81,7 @@ def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
       one name).
   """
   (rewritten, names, values, skipped, changed, fingerprint,
-   _) = _run(graph_def, include_fixed, insert_prefetch, untrack_inner,
+   _) = _run(graph_def, include_fixed, insert_prefetch, inner_stats,
              interleave_buffer)
   return Result(
       graph_def=graph_pb2.GraphDef.FromString(rewritten.numpy()),
@@ -93,7 +93,7 @@ def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
 
 def rewrite_graph(graph_def: graph_pb2.GraphDef, *,
                   include_fixed: bool = False, insert_prefetch: bool = False,
-                  untrack_inner: bool = True,
+                  inner_stats: bool = False,
                   interleave_buffer: int | None = 16
                   ) -> tuple[graph_pb2.GraphDef, dict[str, int]]:
   """Runs every pass on `graph_def` (`run_passes`, same arguments).
@@ -103,7 +103,7 @@ def rewrite_graph(graph_def: graph_pb2.GraphDef, *,
   """
   result = run_passes(graph_def, include_fixed=include_fixed,
                       insert_prefetch=insert_prefetch,
-                      untrack_inner=untrack_inner,
+                      inner_stats=inner_stats,
                       interleave_buffer=interleave_buffer)
   return result.graph_def, result.fixed
 
@@ -112,17 +112,17 @@ def fingerprint(graph_def: graph_pb2.GraphDef) -> str:
   """The warm-start fingerprint of a dataset graph (see `GraphFingerprint`
   in `rewrites/passes.h`, its one definition)."""
   return run_passes(graph_def, insert_prefetch=False,
-                    untrack_inner=False).fingerprint
+                    inner_stats=True).fingerprint
 
 
 def rewriter_config(*, include_fixed: bool = False,
-                    insert_prefetch: bool = False, untrack_inner: bool = True,
+                    insert_prefetch: bool = False, inner_stats: bool = False,
                     interleave_buffer: int | None = 16
                     ) -> rewriter_config_pb2.RewriterConfig:
   """The `RewriterConfig` the root gives `data::RewriteDataset` for these
   options (`MakeRewriterConfig`; arguments as for `run_passes`)."""
   config = _run(graph_pb2.GraphDef(), include_fixed, insert_prefetch,
-                untrack_inner, interleave_buffer)[-1]
+                inner_stats, interleave_buffer)[-1]
   return rewriter_config_pb2.RewriterConfig.FromString(config.numpy())
 
 

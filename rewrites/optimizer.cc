@@ -22,7 +22,7 @@ void OptionsToParameters(const Options& options, ParameterMap* parameters) {
   (*parameters)[kTune].set_b(options.tune);
   (*parameters)[kIncludeFixed].set_b(options.include_fixed);
   (*parameters)[kInsertPrefetch].set_b(options.insert_prefetch);
-  (*parameters)[kUntrackInner].set_b(options.untrack_inner);
+  (*parameters)[kInnerStats].set_b(options.inner_stats);
   (*parameters)[kInterleaveBuffer].set_i(options.interleave_buffer);
   auto* names = (*parameters)[kTfOptimizations].mutable_list();
   for (const std::string& name : options.tf_optimizations) names->add_s(name);
@@ -41,8 +41,8 @@ Status OptionsFromParameters(const ParameterMap& parameters, Options* options) {
       options->include_fixed = value.b();
     } else if (name == kInsertPrefetch && is_bool) {
       options->insert_prefetch = value.b();
-    } else if (name == kUntrackInner && is_bool) {
-      options->untrack_inner = value.b();
+    } else if (name == kInnerStats && is_bool) {
+      options->inner_stats = value.b();
     } else if (name == kInterleaveBuffer &&
                value.value_case() == AttrValue::kI) {
       options->interleave_buffer = value.i();

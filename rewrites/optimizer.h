@@ -19,7 +19,7 @@ namespace rewrites {
 inline constexpr char kTune[] = "tune";
 inline constexpr char kIncludeFixed[] = "include_fixed";
 inline constexpr char kInsertPrefetch[] = "insert_prefetch";
-inline constexpr char kUntrackInner[] = "untrack_inner";
+inline constexpr char kInnerStats[] = "inner_stats";
 inline constexpr char kInterleaveBuffer[] = "interleave_buffer";
 inline constexpr char kTfOptimizations[] = "tf_optimizations";
 inline constexpr char kTfOptimizationConfigs[] = "tf_optimization_configs";

@@ -107,7 +107,7 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
         },
         graph, report);
   }
-  if (options.untrack_inner) {
+  if (!options.inner_stats) {
     RunPass(
         "untrack_inner",
         // Not a change of structure: the wrapper is transparent to

@@ -41,7 +41,7 @@ struct Options {
   // The option's defaults, from the settings list (settings_fields.h).
   bool include_fixed = SettingValues().include_fixed;
   bool insert_prefetch = SettingValues().insert_prefetch;
-  bool untrack_inner = SettingValues().untrack_inner;
+  bool inner_stats = SettingValues().inner_stats;  // false: untrack_inner
   int64_t interleave_buffer = SettingValues().interleave_buffer;  // 0: TF's
   // TF's own static optimizations that apply only with autotune on, and
   // their configs ("<optimizer>:autotune:true"), as TFOptimizationsFor
@@ -76,7 +76,7 @@ using TfOptimizer = std::function<Status(GraphDef* graph)>;
 
 // All passes, in order: strip_roots, TF's optimizations (if any, through
 // `tf_optimizer`), make_tunable, insert_prefetch (if
-// asked), untrack_inner (if asked), raise_interleave_buffers (if > 0),
+// asked), untrack_inner (unless inner_stats), raise_interleave_buffers (if > 0),
 // disable_tf_autotune; only strip_roots unless `options.tune`. A pass that fails (bad graph) is skipped and recorded
 // in report->skipped, and the graph is kept as it was before that pass; the
 // others still run. Returns OK unless the graph is unusable (null, or two

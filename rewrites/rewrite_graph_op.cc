@@ -21,7 +21,7 @@ class IntuneRewriteGraphOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr(kIncludeFixed, &options_.include_fixed));
     OP_REQUIRES_OK(ctx,
                    ctx->GetAttr(kInsertPrefetch, &options_.insert_prefetch));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(kUntrackInner, &options_.untrack_inner));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kInnerStats, &options_.inner_stats));
     OP_REQUIRES_OK(
         ctx, ctx->GetAttr(kInterleaveBuffer, &options_.interleave_buffer));
   }

@@ -33,7 +33,7 @@ DATASET_ATTRS = {"output_types", "output_shapes", "metadata"}
 OWN_ATTRS = {"IntuneOptionsDataset": DATASET_ATTRS,
              "IntuneDataset": DATASET_ATTRS | {"find_settings"}}
 # The options that the rewrite layer takes, by its argument name.
-REWRITE_ARGS = ("include_fixed", "insert_prefetch", "untrack_inner",
+REWRITE_ARGS = ("include_fixed", "insert_prefetch", "inner_stats",
                 "interleave_buffer")
 
 

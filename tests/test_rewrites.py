@@ -28,7 +28,7 @@ KNOB_INPUT = {"ParallelMapDatasetV2": -1, INTERLEAVE: -1,
 PER_ELEMENT_OPS = ("InterleaveDataset", "FlatMapDataset", INTERLEAVE)
 # Only the pass under test: the others off (make_tunable, strip_roots and
 # disable_tf_autotune always run).
-ONLY_ALWAYS = dict(insert_prefetch=False, untrack_inner=False)
+ONLY_ALWAYS = dict(insert_prefetch=False, inner_stats=True)
 
 
 # Reading graphs.
@@ -263,7 +263,7 @@ def test_insert_prefetch_after_parallel_stages_without_one():
   ds = tf.data.Dataset.range(10).map(
       lambda x: x, num_parallel_calls=AUTOTUNE).map(lambda x: x + 1)
   result = rewrites.run_passes(_graph(ds), insert_prefetch=True,
-                               untrack_inner=False)
+                               inner_stats=True)
   graph = result.graph_def
   pmap = _one(graph, "ParallelMapDatasetV2")
   (prefetch,) = _consumers(graph, pmap.name)
@@ -278,7 +278,7 @@ def test_insert_prefetch_after_parallel_stages_without_one():
 def test_insert_prefetch_rewires_the_retval():
   ds = tf.data.Dataset.range(10).map(lambda x: x, num_parallel_calls=2)
   graph = rewrites.run_passes(_graph(ds), insert_prefetch=True,
-                              untrack_inner=False).graph_def
+                              inner_stats=True).graph_def
   retval = _one(graph, "_Retval")
   assert _nodes(graph)[_name(retval.input[0])].op == PREFETCH
 
@@ -287,7 +287,7 @@ def test_no_second_prefetch():
   graph = _graph(tf.data.Dataset.range(3).map(
       lambda x: x, num_parallel_calls=2).prefetch(1))
   result = rewrites.run_passes(graph, insert_prefetch=True,
-                               untrack_inner=False)
+                               inner_stats=True)
   assert result.graph_def == graph and not result.structure_changed
 
 
@@ -352,7 +352,7 @@ def _interleave_buffer(graph_def):
 
 
 # Only untrack_inner and the raise: the raise needs the wrapper.
-ONLY_RAISE = dict(insert_prefetch=False, untrack_inner=True)
+ONLY_RAISE = dict(insert_prefetch=False, inner_stats=False)
 
 
 def _raised(graph_def):
@@ -583,7 +583,7 @@ def test_fingerprint_is_of_the_graph_before_the_passes(make):
 
 @pytest.mark.parametrize("options", [
     {},
-    dict(include_fixed=True, insert_prefetch=True, untrack_inner=False,
+    dict(include_fixed=True, insert_prefetch=True, inner_stats=True,
          interleave_buffer=4),
 ])
 def test_rewriter_config_runs_only_the_passes_with_the_options(options):
@@ -600,7 +600,7 @@ def test_rewriter_config_runs_only_the_passes_with_the_options(options):
   assert parameters["include_fixed"].b == options.get("include_fixed", False)
   assert parameters["insert_prefetch"].b == options.get("insert_prefetch",
                                                          False)
-  assert parameters["untrack_inner"].b == options.get("untrack_inner", True)
+  assert parameters["inner_stats"].b == options.get("inner_stats", False)
   assert parameters["interleave_buffer"].i == options.get(
       "interleave_buffer", 16)
 

@@ -32,7 +32,7 @@
   /* The rewrite passes' options (rewrites/rewrite.h). */            \
   X(IncludeFixed, include_fixed, bool, bool, false)                  \
   X(InsertPrefetch, insert_prefetch, bool, bool, false)              \
-  X(UntrackInner, untrack_inner, bool, bool, true)                   \
+  X(InnerStats, inner_stats, bool, bool, false)                      \
   /* Records per interleave input; 0: TF's buffers. */               \
   X(InterleaveBuffer, interleave_buffer, int64_t, int, 16)
 // clang-format on

@@ -245,15 +245,20 @@ class TuningSession:
     return self._id in _live_ids()
 
   def _call(self, fn, *args, **attrs):
-    try:
-      with _on_host():
-        if self._id_tensor is None:
-          self._id_tensor = tf.constant(self._id, tf.int64)
-        return fn(self._id_tensor, *args, **attrs)
-    except tf.errors.NotFoundError as e:
-      if "is gone" in e.message:
-        raise SessionGoneError(_clean(e.message)) from None
-      raise
+    """Runs the session op `fn`: its outputs but the last (`found`), one
+    tensor unpacked; raises SessionGoneError if the session is gone."""
+    with _on_host():
+      if self._id_tensor is None:
+        self._id_tensor = tf.constant(self._id, tf.int64)
+      outputs = fn(self._id_tensor, *args, **attrs)
+    *outputs, found = outputs if isinstance(outputs, (list, tuple)) else (
+        outputs,)
+    if not found.numpy():
+      raise SessionGoneError(
+          f"InTune session {self._id} is gone: its iterator was destroyed or "
+          "exhausted and released. List live sessions with "
+          "intune_tf.sessions().")
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
   def knobs(self) -> list[Knob]:
     """The pipeline's knobs, from the input stage to the output stage."""

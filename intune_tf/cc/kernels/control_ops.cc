@@ -18,29 +18,6 @@ namespace {
 inline constexpr char kSessionId[] = "session_id";
 inline constexpr char kPin[] = "pin";
 
-// Looks up the session named by input 0; on failure sets the op's status
-// and returns false. Unlike OP_REQUIRES_OK this logs nothing: a session that
-// is gone (its iterator released between the tuner's listing and its step)
-// is an expected outcome, reported to Python as SessionGoneError.
-bool FindSession(OpKernelContext* ctx,
-                 std::shared_ptr<TuningSession>* session) {
-  const Tensor& id = ctx->input(0);
-  if (!TensorShapeUtils::IsScalar(id.shape())) {
-    ctx->SetStatus(errors::InvalidArgument(kSessionId,
-                                           " must be a scalar, got shape ",
-                                           id.shape().DebugString()));
-    return false;
-  }
-  absl::StatusOr<std::shared_ptr<TuningSession>> found =
-      SessionRegistry::Global()->Lookup(id.scalar<int64_t>()());
-  if (!found.ok()) {
-    ctx->SetStatus(found.status());
-    return false;
-  }
-  *session = *std::move(found);
-  return true;
-}
-
 // Checks the rank of input `index` (0: a scalar, 1: a vector); on failure
 // sets an InvalidArgument status that names the input and returns false.
 bool CheckRank(OpKernelContext* ctx, int index, const char* name, int rank) {
@@ -50,6 +27,25 @@ bool CheckRank(OpKernelContext* ctx, int index, const char* name, int rank) {
       name, " must be a ", rank == 0 ? "scalar" : "vector", ", got shape ",
       shape.DebugString()));
   return false;
+}
+
+// The session named by input 0, null if it is gone; writes output `found`
+// (the op's last). Returns false, with the op's status set, if the id is not
+// a scalar. A session that is gone is not an error (intune_ops.cc): the op
+// then writes its other outputs empty.
+bool FindSession(OpKernelContext* ctx,
+                 std::shared_ptr<TuningSession>* session) {
+  if (!CheckRank(ctx, 0, kSessionId, 0)) return false;
+  *session = SessionRegistry::Global()->Lookup(ctx->input(0).scalar<int64_t>()());
+  Tensor* found;
+  const Status allocated =
+      ctx->allocate_output(ctx->num_outputs() - 1, TensorShape({}), &found);
+  if (!allocated.ok()) {
+    ctx->SetStatus(allocated);
+    return false;
+  }
+  found->scalar<bool>()() = *session != nullptr;
+  return true;
 }
 
 class IntuneListSessionsOp : public OpKernel {
@@ -76,10 +72,11 @@ class IntuneModelProtoOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    absl::StatusOr<std::string> serialized = session->ModelProto();
-    OP_REQUIRES_OK(ctx, serialized.status());
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    if (session == nullptr) return;
+    absl::StatusOr<std::string> serialized = session->ModelProto();
+    OP_REQUIRES_OK(ctx, serialized.status());
     out->scalar<tstring>()() = *serialized;
   }
 };
@@ -90,7 +87,8 @@ class IntuneListKnobsOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    const std::vector<Knob> knobs = session->ListKnobs();
+    const std::vector<Knob> knobs =
+        session != nullptr ? session->ListKnobs() : std::vector<Knob>();
     const int64_t n = knobs.size();
     Tensor *names, *values, *mins, *maxs, *displays;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &names));
@@ -117,14 +115,19 @@ class IntuneSetKnobsOp : public OpKernel {
         !CheckRank(ctx, 2, "values", 1)) {
       return;
     }
-    std::shared_ptr<TuningSession> session;
-    if (!FindSession(ctx, &session)) return;
     const Tensor& names_t = ctx->input(1);
     const Tensor& values_t = ctx->input(2);
     OP_REQUIRES(ctx, names_t.NumElements() == values_t.NumElements(),
                 errors::InvalidArgument("Got ", names_t.NumElements(),
                                         " knob names but ",
                                         values_t.NumElements(), " values."));
+    std::shared_ptr<TuningSession> session;
+    if (!FindSession(ctx, &session)) return;
+    if (session == nullptr) {
+      Tensor* none;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({0}), &none));
+      return;
+    }
     std::vector<std::string> names;
     std::vector<double> values;
     for (int64_t i = 0; i < names_t.NumElements(); ++i) {
@@ -144,10 +147,12 @@ class IntuneSetKnobsOp : public OpKernel {
   }
 };
 
-// The counters in the order IntuneSessionCounters documents.
-std::vector<int64_t> CounterFields(const TuningSession& session) {
-  const SessionCounters c = session.Counters();
-  std::vector<int64_t> fields(kNumCounters);
+// The counters in the order IntuneSessionCounters documents (zeros for a
+// session that is gone).
+std::vector<int64_t> CounterFields(const TuningSession* session) {
+  std::vector<int64_t> fields(kNumCounters, 0);
+  if (session == nullptr) return fields;
+  const SessionCounters c = session->Counters();
   fields[kCounterElements] = c.elements;
   fields[kCounterGapTimeUs] = c.gap_time_us;
   fields[kCounterGapCount] = c.gap_count;
@@ -164,7 +169,7 @@ std::vector<int64_t> CounterFields(const TuningSession& session) {
 }
 
 Status OutputCounters(OpKernelContext* ctx, int index,
-                      const TuningSession& session) {
+                      const TuningSession* session) {
   const std::vector<int64_t> fields = CounterFields(session);
   Tensor* out;
   TF_RETURN_IF_ERROR(ctx->allocate_output(
@@ -179,7 +184,7 @@ class IntuneSessionCountersOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    OP_REQUIRES_OK(ctx, OutputCounters(ctx, 0, *session));
+    OP_REQUIRES_OK(ctx, OutputCounters(ctx, 0, session.get()));
   }
 };
 
@@ -193,7 +198,7 @@ class IntuneObserveOp : public OpKernel {
     if (!FindSession(ctx, &session)) return;
     std::vector<Knob> knobs;
     std::vector<StageSample> stages;
-    session->Observe(&knobs, &stages);
+    if (session != nullptr) session->Observe(&knobs, &stages);
     const int64_t k = knobs.size();
     const int64_t s = stages.size();
     Tensor *knob_names, *knob_values, *stage_names, *stage_stats,
@@ -229,7 +234,7 @@ class IntuneObserveOp : public OpKernel {
       stats(i, kStageBytesConsumed) = st.bytes_consumed;
       stats(i, kStageNodeId) = st.node_id;
     }
-    OP_REQUIRES_OK(ctx, OutputCounters(ctx, 4, *session));
+    OP_REQUIRES_OK(ctx, OutputCounters(ctx, 4, session.get()));
   }
 };
 
@@ -274,7 +279,7 @@ class IntuneSetRamBudgetOp : public OpKernel {
     }
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    session->set_ram_budget(budget, pin_);
+    if (session != nullptr) session->set_ram_budget(budget, pin_);
   }
 
  private:

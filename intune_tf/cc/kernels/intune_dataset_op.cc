@@ -376,8 +376,8 @@ void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
   // Symbolic checkpoints of interleaves restore through their inner
   // iterators; those run as TF builds them (restoring through an untracked
   // wrapper was seen to hang).
-  options.untrack_inner =
-      settings->untrack_inner && !input->options().symbolic_checkpoint();
+  options.inner_stats =
+      settings->inner_stats || input->options().symbolic_checkpoint();
   options.interleave_buffer = settings->interleave_buffer;
   rewrites::SelectTfOptimizations(input->options(), &options);
   rewrites::Report report;

@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "tensorflow/core/platform/errors.h"
-
 namespace tensorflow {
 namespace intune {
 
@@ -42,19 +40,10 @@ std::vector<std::shared_ptr<TuningSession>> SessionRegistry::List() const {
   return live;
 }
 
-absl::StatusOr<std::shared_ptr<TuningSession>> SessionRegistry::Lookup(
-    int64_t id) const {
+std::shared_ptr<TuningSession> SessionRegistry::Lookup(int64_t id) const {
   tf_shared_lock l(mu_);
   auto it = sessions_.find(id);
-  std::shared_ptr<TuningSession> session;
-  if (it != sessions_.end()) session = it->second.lock();
-  if (session == nullptr) {
-    return errors::NotFound("InTune session ", id,
-                            " is gone: its iterator was destroyed or "
-                            "exhausted and released. List live sessions with "
-                            "intune_tf.sessions().");
-  }
-  return session;
+  return it != sessions_.end() ? it->second.lock() : nullptr;
 }
 
 }  // namespace intune

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "intune_tf/cc/kernels/tuning_session.h"
 #include "tensorflow/core/platform/mutex.h"
 #include "tensorflow/core/platform/thread_annotations.h"
@@ -37,8 +36,9 @@ class SessionRegistry {
   // Live sessions, oldest first.
   std::vector<std::shared_ptr<TuningSession>> List() const
       TF_LOCKS_EXCLUDED(mu_);
-  // The live session `id`, else NotFound.
-  absl::StatusOr<std::shared_ptr<TuningSession>> Lookup(int64_t id) const
+  // The live session `id`, else null (its iterator was destroyed or
+  // exhausted and released).
+  std::shared_ptr<TuningSession> Lookup(int64_t id) const
       TF_LOCKS_EXCLUDED(mu_);
 
  private:

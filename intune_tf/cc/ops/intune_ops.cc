@@ -23,6 +23,7 @@ Status SessionInVectorsOut(InferenceContext* c, int vectors) {
   for (int i = 0; i < vectors; ++i) {
     c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
   }
+  c->set_output(vectors, c->Scalar());  // found
   return OkStatus();
 }
 
@@ -52,7 +53,7 @@ max_cpus: size of a private runner thread pool (the maximum of every
 guard_period_us: how often the budget guard checks buffered bytes.
 include_fixed: graph rewrite option (rewrites/rewrite.h).
 insert_prefetch: graph rewrite option (rewrites/rewrite.h).
-untrack_inner: graph rewrite option (rewrites/rewrite.h).
+inner_stats: graph rewrite option (rewrites/rewrite.h).
 interleave_buffer: graph rewrite option (rewrites/rewrite.h); 0 keeps TF's.
 )doc");
 
@@ -126,13 +127,20 @@ REGISTER_OP("IntuneListSessions")
       return OkStatus();
     });
 
+// The ops below that name a session end with `found`: false when the session
+// is gone (its iterator destroyed or exhausted and released), every other
+// output then empty (zeros). A session that ends between the tuner's listing
+// and its call is an expected outcome, not an error: TensorFlow logs a
+// warning for an op that fails.
 REGISTER_OP("IntuneModelProto")
     .Input("session_id: int64")
     .Output("model_proto: string")
+    .Output("found: bool")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
       c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
       return OkStatus();
     });
 
@@ -167,6 +175,7 @@ REGISTER_OP("IntuneListKnobs")
     .Output("mins: float64")
     .Output("maxs: float64")
     .Output("displays: string")
+    .Output("found: bool")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) { return SessionInVectorsOut(c, 5); })
     .Doc(R"doc(
@@ -181,6 +190,7 @@ REGISTER_OP("IntuneSetKnobs")
     .Input("names: string")
     .Input("values: float64")
     .Output("applied: float64")
+    .Output("found: bool")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
@@ -189,6 +199,7 @@ REGISTER_OP("IntuneSetKnobs")
       TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &values));
       TF_RETURN_IF_ERROR(c->Merge(names, values, &merged));
       c->set_output(0, merged);
+      c->set_output(1, c->Scalar());
       return OkStatus();
     })
     .Doc(R"doc(
@@ -200,10 +211,12 @@ remembered for the instances created later. Returns the values in force.
 REGISTER_OP("IntuneSessionCounters")
     .Input("session_id: int64")
     .Output("counters: int64")
+    .Output("found: bool")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
       c->set_output(0, c->Vector(kNumCounters));
+      c->set_output(1, c->Scalar());
       return OkStatus();
     });
 
@@ -215,6 +228,7 @@ REGISTER_OP("IntuneObserve")
     .Output("stage_stats: int64")
     .Output("counters: int64")
     .Output("knob_displays: string")
+    .Output("found: bool")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
@@ -226,6 +240,7 @@ REGISTER_OP("IntuneObserve")
                                    kNumStageColumns));
       c->set_output(4, c->Vector(kNumCounters));
       c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(6, c->Scalar());
       return OkStatus();
     })
     .Doc(R"doc(
@@ -252,9 +267,11 @@ REGISTER_OP("IntuneSetRamBudget")
     .Input("session_id: int64")
     .Input("ram_budget: int64")
     .Attr("pin: bool = false")
+    .Output("found: bool")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
+      c->set_output(0, c->Scalar());
       return InputRank(c, 1, 0);
     })
     .Doc(R"doc(

@@ -18,7 +18,7 @@ REGISTER_OP("IntuneRewriteGraph")
     .Output("rewriter_config: string")
     .Attr("include_fixed: bool = false")
     .Attr("insert_prefetch: bool = false")
-    .Attr("untrack_inner: bool = true")
+    .Attr("inner_stats: bool = false")
     .Attr("interleave_buffer: int = 16")
     .SetShapeFn([](InferenceContext* c) {
       shape_inference::ShapeHandle unused;
