@@ -29,8 +29,8 @@ measured evidence, ties in climb's order), whose first jump at each
 (re)start (a new context, or a settled search re-opening on a change) is
 the allocation network's proposal (`allocator.Allocator`: the whole
 configuration the network, trained on the simulator's optima, expects to
-be best), then the proportional jump at the CPU budget (`INTUNE_JUMPS`);
-and the Q-network adds ONE proposal per search: the first local move after
+be best), then the proportional jumps of `INTUNE_JUMPS` (totals of 1 and
+1.5 CPU budgets); and the Q-network adds ONE proposal per search: the first local move after
 the jumps is the candidate of the highest Q-advantage, when that advantage
 is above 0. Measurement confirms each: kept when it beats the base,
 reverted at once otherwise. The networks never reorder what the measured
@@ -79,8 +79,11 @@ PRIOR_MARGIN = float("inf")
 # jump search visits (command in the file's metadata).
 JUMP_WEIGHTS = os.path.join(os.path.dirname(__file__), "jump_ranker.npz")
 # The proportional jumps of `intune`, after the learned allocation: chosen
-# on the tuning set (`search.JUMP_FRACTIONS` and (1.0,) tried).
-INTUNE_JUMPS = (1.0,)
+# on the tuning set (seed 99, steady and dynamic) among (1.0,), (1.0, 1.25),
+# (1.0, 1.5), (1.0, 1.25, 1.5) and `search.JUMP_FRACTIONS`. The 1.5 jump
+# reaches optima that hold more threads than CPUs, which the network's
+# proposal undershoots; more jumps cost more trials after every event.
+INTUNE_JUMPS = (1.0, 1.5)
 # Weight of the measured evidence in a candidate's score (Q units per unit
 # of `search.measured_evidence`): chosen on the tuning set (0.5, 1 and 2
 # tried).
