@@ -10,7 +10,7 @@ has loaded the InTune kernel library and started the tuner. A dataset with
 tuned on every worker:
 
 - TF's `distribute` registers the dataset through
-  `DatasetV2._apply_debug_options`, which InTune hooks: the `IntuneDataset`
+  `DatasetV2._apply_debug_options`, which InTune hooks: the `IntuneRootDataset`
   root goes on top of the graph sent to the dispatcher, and the option
   travels in that graph (`IntuneOptionsDataset`). Each worker builds the
   graph and the root rewrites the pipeline there, so every iterator a worker

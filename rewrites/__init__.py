@@ -1,7 +1,7 @@
 """Dataset-graph rewrites that prepare a pipeline for InTune.
 
 The passes are C++ (`rewrites/passes.h`, run by `RunPasses` in
-`rewrites/rewrite.h`): the `IntuneDataset` root runs them on its input
+`rewrites/rewrite.h`): the `IntuneRootDataset` root runs them on its input
 through TF's `data::RewriteDataset`, as the Grappler optimizer
 `OPTIMIZER_NAME`. This module runs the same passes on a `GraphDef` through
 the `IntuneRewriteGraph` op, for tests and debugging.
@@ -17,9 +17,10 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 
 from intune_tf.ops import loader as _kernels
 
-# rewrites/rewrite.h: kOptimizerName, kRootOp.
+# rewrites/rewrite.h: kOptimizerName, kRootOp, kLegacyRootOp.
 OPTIMIZER_NAME = "intune_rewrites"
-ROOT_OP = "IntuneDataset"
+ROOT_OP = "IntuneRootDataset"
+LEGACY_ROOT_OP = "IntuneDataset"
 OPTIONS_OP = "IntuneOptionsDataset"
 # The wrapper of untrack_inner (rewrites/graph_utils.h: kUntrackedOp).
 UNTRACKED_OP = "IntuneUntrackedDataset"
@@ -126,6 +127,6 @@ def rewriter_config(*, include_fixed: bool = False,
   return rewriter_config_pb2.RewriterConfig.FromString(config.numpy())
 
 
-__all__ = ["AUTOTUNE", "OPTIMIZER_NAME", "OPTIONS_OP", "ROOT_OP", "Result",
-           "UNTRACKED_OP", "fingerprint", "rewrite_graph", "rewriter_config",
+__all__ = ["AUTOTUNE", "LEGACY_ROOT_OP", "OPTIMIZER_NAME", "OPTIONS_OP",
+           "ROOT_OP", "Result", "UNTRACKED_OP", "fingerprint", "rewrite_graph", "rewriter_config",
            "run_passes"]

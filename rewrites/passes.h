@@ -18,7 +18,7 @@ namespace tensorflow {
 namespace intune {
 namespace rewrites {
 
-// Removes every IntuneDataset and IntuneOptionsDataset node (nested ones
+// Removes every IntuneRootDataset and IntuneOptionsDataset node (nested ones
 // too): its consumers, the graph's _Retval and Grappler's Sink included, read
 // its input 0 instead. Not a change of structure: both ops are transparent to
 // iterator checkpoints.

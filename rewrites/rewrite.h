@@ -1,5 +1,5 @@
 // The InTune graph rewrites: passes over a dataset GraphDef that prepare a
-// pipeline for tuning. IntuneDataset runs them on its input through
+// pipeline for tuning. IntuneRootDataset runs them on its input through
 // data::RewriteDataset, as the Grappler custom optimizer kOptimizerName:
 //
 //   Report report;
@@ -29,7 +29,10 @@ namespace intune {
 namespace rewrites {
 
 inline constexpr char kOptimizerName[] = "intune_rewrites";
-inline constexpr char kRootOp[] = "IntuneDataset";
+inline constexpr char kRootOp[] = "IntuneRootDataset";
+// The root's former name, which graphs saved by earlier releases carry: still
+// registered, with the same kernel, so that those graphs load and run.
+inline constexpr char kLegacyRootOp[] = "IntuneDataset";
 // The option, carried in the graph (intune_tf/cc/kernels/options_dataset_op.cc).
 inline constexpr char kIntuneOptionsOp[] = "IntuneOptionsDataset";
 
@@ -85,7 +88,7 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
                  const TfOptimizer& tf_optimizer = nullptr);
 
 // TF's FinalizeDataset applies its static optimizations with the options of
-// the dataset it finalizes, and IntuneDataset's options turn TF's autotuner
+// the dataset it finalizes, and IntuneRootDataset's options turn TF's autotuner
 // off: the optimizations that run only with autotune on (inject_prefetch,
 // map_parallelization and those a user enables, e.g. filter_parallelization)
 // do nothing there. Fills options->tf_optimizations (and their configs) with

@@ -1,4 +1,5 @@
-// Pass strip_roots: IntuneDataset and IntuneOptionsDataset nodes out of the graph.
+// Pass strip_roots: IntuneRootDataset (under either name) and
+// IntuneOptionsDataset nodes out of the graph.
 #include <string>
 #include <unordered_map>
 
@@ -15,7 +16,8 @@ namespace rewrites {
 namespace {
 
 bool IsRootOrOptions(const NodeDef& node) {
-  return node.op() == kRootOp || node.op() == kIntuneOptionsOp;
+  return node.op() == kRootOp || node.op() == kLegacyRootOp ||
+         node.op() == kIntuneOptionsOp;
 }
 
 }  // namespace

@@ -165,7 +165,7 @@ def intune_log_lines(output: str) -> list[str]:
 @pytest.mark.parametrize("output,expected", [
     ("W1127 05:56:04.442933 1397 status.py:612] InTune: skipped", 1),
     ("I0000 00:00:1795.98 9567 cpu_feature_guard.cc:227] This TensorFlow", 0),
-    ("bar 50%|##  | 1/2\rW0000 00:00:17.1 96 intune_dataset_op.cc:66] x", 1),
+    ("bar 50%|##  | 1/2\rW0000 00:00:17.1 96 root_dataset_op.cc:66] x", 1),
     ("WARNING:absl:InTune <intune_tf.TuningSession 1>: stage Shuffle holds", 1),
     # As `make demo` printed it: after a progress bar, on its line.
     ("fits:  50%|#####     | 1/2 [00:23<00:23, 23.33s/fit]W1127 "

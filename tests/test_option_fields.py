@@ -30,8 +30,9 @@ _ROW = re.compile(
     r"^\s*X\((\w+),\s*(\w+),\s*([\w:]+),\s*(\w+),\s*(.+?)\)\s*\\?$")
 # The ops' own attributes, apart from the settings.
 DATASET_ATTRS = {"output_types", "output_shapes", "metadata"}
-OWN_ATTRS = {"IntuneOptionsDataset": DATASET_ATTRS,
-             "IntuneDataset": DATASET_ATTRS | {"find_settings"}}
+OWN_ATTRS = {rewrites.OPTIONS_OP: DATASET_ATTRS,
+             rewrites.ROOT_OP: DATASET_ATTRS | {"find_settings"},
+             rewrites.LEGACY_ROOT_OP: DATASET_ATTRS | {"find_settings"}}
 # The options that the rewrite layer takes, by its argument name.
 REWRITE_ARGS = ("include_fixed", "insert_prefetch", "inner_stats",
                 "interleave_buffer")

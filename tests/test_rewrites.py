@@ -445,7 +445,8 @@ def _add_roots(graph_def, count, op=rewrites.ROOT_OP):
   return result
 
 
-@pytest.mark.parametrize("op", [rewrites.ROOT_OP, rewrites.OPTIONS_OP])
+@pytest.mark.parametrize("op", [rewrites.ROOT_OP, rewrites.LEGACY_ROOT_OP,
+                                rewrites.OPTIONS_OP])
 @pytest.mark.parametrize("count", [1, 3])
 @pytest.mark.parametrize("make", PIPELINES)
 def test_strip_roots_gives_the_graph_without_them(make, count, op):

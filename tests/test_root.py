@@ -13,8 +13,10 @@ from _waiting import wait_for
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
 
 import intune_tf
+from intune_tf import rewrites
 from intune_tf.live import tuner
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -315,10 +317,36 @@ def test_dataset_survives_graph_serialization():
   tuned = ds._apply_debug_options()  # noqa: SLF001
   graph = tf.raw_ops.DatasetToGraphV2(
       input_dataset=tuned._variant_tensor)  # noqa: SLF001
-  assert b"IntuneDataset" in graph.numpy()
+  assert [n.op for n in _graph_def(graph).node].count(rewrites.ROOT_OP) == 1
   rebuilt = tf.data.experimental.from_variant(
       tf.raw_ops.DatasetFromGraph(graph_def=graph), tuned.element_spec)
   assert [int(x) for x in rebuilt] == list(range(1, 11))
+  del it
+
+
+def _graph_def(serialized: tf.Tensor) -> graph_pb2.GraphDef:
+  return graph_pb2.GraphDef.FromString(serialized.numpy())
+
+
+def test_a_graph_saved_under_the_former_root_name_runs_tuned():
+  ds = _with_option(tf.data.Dataset.range(10).map(
+      lambda x: x + 1, num_parallel_calls=AUTOTUNE))
+  tuned = ds._apply_debug_options()  # noqa: SLF001
+  graph = _graph_def(tf.raw_ops.DatasetToGraphV2(
+      input_dataset=tuned._variant_tensor))  # noqa: SLF001
+  for node in graph.node:
+    if node.op == rewrites.ROOT_OP:
+      node.op = rewrites.LEGACY_ROOT_OP
+  before = {s.id for s in intune_tf.sessions()}
+  rebuilt = tf.data.experimental.from_variant(
+      tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString()),
+      tuned.element_spec)
+  it = iter(rebuilt)
+  assert [int(x) for x in it] == list(range(1, 11))
+  # The old name's kernel is the root's: it tuned the pipeline.
+  made = [s for s in intune_tf.sessions() if s.id not in before]
+  assert [k.name for s in made for k in s.knobs()] == [
+      "ParallelMapV2/parallelism"]
   del it
 
 

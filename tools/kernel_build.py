@@ -34,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Keep in sync with the `srcs` of BUILD (tests/test_build_files.py checks it).
 KERNEL_SOURCES = [
-    "intune_tf/cc/kernels/intune_dataset_op.cc",
+    "intune_tf/cc/kernels/root_dataset_op.cc",
     "intune_tf/cc/kernels/bounded_buffers.cc",
     "intune_tf/cc/kernels/budget_guard.cc",
     "intune_tf/cc/kernels/buffer_release_dataset_op.cc",

@@ -1,5 +1,5 @@
 // The attributes that carry a pipeline's `experimental_intune` option in its
-// graph (IntuneOptionsDataset, IntuneDataset): the one list from which come
+// graph (IntuneOptionsDataset, IntuneRootDataset): the one list from which come
 // the attribute name constants, the Settings struct and its defaults
 // (kernels/settings.h), FromAttrs and ToAttrs (kernels/settings.cc), the
 // ops' `.Attr` specs (ops/intune_ops.cc) and the defaults of the rewrite

@@ -3,7 +3,7 @@
 - `declare` puts an `IntuneOptionsDataset` above a dataset: the option, in the
   graph (it travels with the dataset through tf.function arguments, variants
   and tf.data service).
-- `apply_root` puts the root (`IntuneRootDataset`, the `IntuneDataset` op) on
+- `apply_root` puts the root (`IntuneRootDataset`) on
   top of a dataset whose iterator is being made. The root rewrites its input
   inside the kernel, by reference, and tunes it; with nothing asking for
   InTune below, it returns its input.
@@ -56,7 +56,7 @@ class IntuneOptionsDataset(dataset_ops.UnaryUnchangedStructureDataset):
 
 
 class IntuneRootDataset(dataset_ops.UnaryUnchangedStructureDataset):
-  """The root (the `IntuneDataset` op): one tuning session per iterator.
+  """The root (the `IntuneRootDataset` op): one tuning session per iterator.
 
   The kernel takes the settings from the `IntuneOptionsDataset` in force in
   the graph below it; with none (for example a pipeline that reaches its
@@ -76,7 +76,7 @@ class IntuneRootDataset(dataset_ops.UnaryUnchangedStructureDataset):
     """
     self._input_dataset = input_dataset
     if variant is None:
-      variant = _kernels.ops().intune_dataset(
+      variant = _kernels.ops().intune_root_dataset(
           input_dataset._variant_tensor,  # noqa: SLF001
           find_settings=True, **self._flat_structure)
     super().__init__(input_dataset, variant)

@@ -1,5 +1,5 @@
 // The process-wide registry of live tuning sessions, one per iterator of an
-// IntuneDataset: the root iterator creates and removes its session, the
+// IntuneRootDataset: the root iterator creates and removes its session, the
 // control ops find it by id.
 #ifndef INTUNE_TF_CC_KERNELS_SESSION_REGISTRY_H_
 #define INTUNE_TF_CC_KERNELS_SESSION_REGISTRY_H_

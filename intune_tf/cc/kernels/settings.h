@@ -1,5 +1,6 @@
 // What a pipeline's `experimental_intune` option asks for, as carried in the
-// graph by IntuneOptionsDataset (a declaration) and IntuneDataset (the root).
+// graph by IntuneOptionsDataset (a declaration) and IntuneRootDataset (the
+// root).
 #ifndef INTUNE_TF_CC_KERNELS_SETTINGS_H_
 #define INTUNE_TF_CC_KERNELS_SETTINGS_H_
 

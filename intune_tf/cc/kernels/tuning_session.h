@@ -1,4 +1,4 @@
-// A live tuning session: the model of one iterator of an IntuneDataset.
+// A live tuning session: the model of one iterator of an IntuneRootDataset.
 //
 // The root iterator owns a `model::Model`; a `TuningSession` shares it with
 // the control ops (which find it through `SessionRegistry`). It names the

@@ -1,6 +1,7 @@
 // Op registrations of the InTune kernel library (kernels live in kernels/).
 #include "intune_tf/cc/layout.h"
 #include "intune_tf/cc/settings_fields.h"
+#include "rewrites/rewrite.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -57,19 +58,23 @@ inner_stats: graph rewrite option (rewrites/rewrite.h).
 interleave_buffer: graph rewrite option (rewrites/rewrite.h); 0 keeps TF's.
 )doc");
 
-REGISTER_OP("IntuneDataset")
-    .Input("input_dataset: variant")
-    .Output("handle: variant")
-    // The settings attributes, from their one list (settings_fields.h).
-    INTUNE_SETTINGS_FIELDS(INTUNE_SETTING_ATTR_SPEC)
-    .Attr("find_settings: bool = false")
-    .Attr("output_types: list(type) >= 1")
-    .Attr("output_shapes: list(shape) >= 1")
-    .Attr("metadata: string = ''")
-    .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
-                                                           "output_types"))
-    .SetShapeFn(shape_inference::ScalarShape)
-    .Doc(R"doc(
+// The root, under its name and under its former name, which graphs saved by
+// earlier releases carry (rewrites/rewrite.h: kRootOp, kLegacyRootOp); one kernel serves both.
+#define INTUNE_REGISTER_ROOT_OP(name, doc)                                 \
+  REGISTER_OP(name)                                                        \
+      .Input("input_dataset: variant")                                     \
+      .Output("handle: variant")                                           \
+      INTUNE_SETTINGS_FIELDS(INTUNE_SETTING_ATTR_SPEC)                     \
+      .Attr("find_settings: bool = false")                                 \
+      .Attr("output_types: list(type) >= 1")                               \
+      .Attr("output_shapes: list(shape) >= 1")                             \
+      .Attr("metadata: string = ''")                                       \
+      .SetTypeConstructor(                                                 \
+          full_type::VariadicTensorContainer(TFT_DATASET, "output_types")) \
+      .SetShapeFn(shape_inference::ScalarShape)                            \
+      .Doc(doc)
+
+INTUNE_REGISTER_ROOT_OP(rewrites::kRootOp, R"doc(
 The root of a tuned tf.data pipeline, made when its iterator is made: rewrites
 its input by reference (TF's rewrite path), owns the autotuning model of the
 rewritten input and publishes it as a live tuning session.
@@ -79,6 +84,13 @@ find_settings: take the settings from the IntuneOptionsDataset in force below
   with the option off, the op returns its input unchanged. The other
   attributes are those of IntuneOptionsDataset.
 )doc");
+
+INTUNE_REGISTER_ROOT_OP(rewrites::kLegacyRootOp, R"doc(
+IntuneRootDataset under its former name, kept so that saved graphs that carry
+it load and run.
+)doc");
+
+#undef INTUNE_REGISTER_ROOT_OP
 
 REGISTER_OP("IntuneUntrackedDataset")
     .Input("input_dataset: variant")

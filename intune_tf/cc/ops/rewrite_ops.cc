@@ -34,7 +34,7 @@ REGISTER_OP("IntuneRewriteGraph")
     })
     .Doc(R"doc(
 Runs the InTune graph rewrites (rewrites/rewrite.h, RunPasses) on a
-serialized dataset GraphDef: for tests and debugging. IntuneDataset runs the
+serialized dataset GraphDef: for tests and debugging. IntuneRootDataset runs the
 same passes inside data::RewriteDataset.
 
 graph_def: a serialized GraphDef.
@@ -44,7 +44,7 @@ fixed_values: their values, in the order of fixed_names.
 skipped: one line per pass that could not apply, and why.
 structure_changed: whether datasets were added or removed.
 fingerprint: the warm-start fingerprint of graph_def (before the passes).
-rewriter_config: the serialized RewriterConfig that IntuneDataset gives
+rewriter_config: the serialized RewriterConfig that IntuneRootDataset gives
   data::RewriteDataset for these options (MakeRewriterConfig).
 interleave_buffer: results each input of a parallel interleave of records
   may buffer; 0 keeps TF's.

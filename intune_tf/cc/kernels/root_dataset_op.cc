@@ -1,4 +1,4 @@
-// IntuneDataset: the root of a tuned pipeline.
+// IntuneRootDataset: the root of a tuned pipeline.
 //
 // Made when the pipeline's iterator is made. It rewrites its input in place
 // of the graph with TF's own rewrite path (`data::RewriteDataset`: resources
@@ -78,9 +78,9 @@ std::string SessionTag(const std::string& options_json,
   return absl::StrCat(tag, "\"fingerprint\": \"", fingerprint, "\"}");
 }
 
-class IntuneDatasetOp : public data::UnaryDatasetOpKernel {
+class RootDatasetOp : public data::UnaryDatasetOpKernel {
  public:
-  explicit IntuneDatasetOp(OpKernelConstruction* ctx)
+  explicit RootDatasetOp(OpKernelConstruction* ctx)
       : UnaryDatasetOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, Settings::FromAttrs(ctx, &settings_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr(kFindSettings, &find_settings_));
@@ -96,7 +96,7 @@ class IntuneDatasetOp : public data::UnaryDatasetOpKernel {
   bool find_settings_;
 };
 
-class IntuneDatasetOp::Dataset : public data::DatasetBase {
+class RootDatasetOp::Dataset : public data::DatasetBase {
  public:
   // `input` is the user's pipeline (serialized by AsGraphDefInternal, so that
   // a rebuilt root rewrites it again); `rewritten` is what runs.
@@ -134,7 +134,7 @@ class IntuneDatasetOp::Dataset : public data::DatasetBase {
   const std::vector<PartialTensorShape>& output_shapes() const override {
     return rewritten_->output_shapes();
   }
-  std::string DebugString() const override { return "IntuneDatasetOp::Dataset"; }
+  std::string DebugString() const override { return "RootDatasetOp::Dataset"; }
   int64_t CardinalityInternal(data::CardinalityOptions options) const override {
     return rewritten_->Cardinality(options);
   }
@@ -355,7 +355,7 @@ void StripDeclarations(OpKernelContext* ctx, data::DatasetBase* input,
   *output = stripped.release();
 }
 
-void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
+void RootDatasetOp::MakeDataset(OpKernelContext* ctx,
                                   data::DatasetBase* input,
                                   data::DatasetBase** output) {
   const Settings* settings = &settings_;
@@ -398,8 +398,10 @@ void IntuneDatasetOp::MakeDataset(OpKernelContext* ctx,
                         find_settings_, std::move(report));
 }
 
-REGISTER_KERNEL_BUILDER(Name("IntuneDataset").Device(DEVICE_CPU),
-                        IntuneDatasetOp);
+REGISTER_KERNEL_BUILDER(Name(rewrites::kRootOp).Device(DEVICE_CPU),
+                        RootDatasetOp);
+REGISTER_KERNEL_BUILDER(Name(rewrites::kLegacyRootOp).Device(DEVICE_CPU),
+                        RootDatasetOp);
 
 }  // namespace
 }  // namespace intune
