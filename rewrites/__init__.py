@@ -128,5 +128,5 @@ def rewriter_config(*, include_fixed: bool = False,
 
 
 __all__ = ["AUTOTUNE", "LEGACY_ROOT_OP", "OPTIMIZER_NAME", "OPTIONS_OP",
-           "ROOT_OP", "Result", "UNTRACKED_OP", "fingerprint", "rewrite_graph", "rewriter_config",
-           "run_passes"]
+           "ROOT_OP", "Result", "UNTRACKED_OP", "fingerprint", "rewrite_graph",
+           "rewriter_config", "run_passes"]

@@ -30,12 +30,12 @@ measured evidence, ties in climb's order), whose first jump at each
 the allocation network's proposal (`allocator.Allocator`: the whole
 configuration the network, trained on the simulator's optima, expects to
 be best), then the proportional jumps of `INTUNE_JUMPS` (totals of 1 and
-1.5 CPU budgets); and the Q-network adds ONE proposal per search: the first local move after
-the jumps is the candidate of the highest Q-advantage, when that advantage
-is above 0. Measurement confirms each: kept when it beats the base,
-reverted at once otherwise. The networks never reorder what the measured
-evidence orders: at that point the search has no evidence (jumps leave
-none, and a (re)start forgets it). Its ranker, `jump_ranker.npz`, is
+1.5 CPU budgets); and the Q-network adds ONE proposal per search: the first
+local move after the jumps is the candidate of the highest Q-advantage, when
+that advantage is above 0. Measurement confirms each: kept when it beats
+the base, reverted at once otherwise. The networks never reorder what the
+measured evidence orders: at that point the search has no evidence (jumps
+leave none, and a (re)start forgets it). Its ranker, `jump_ranker.npz`, is
 fitted on the states the jump search visits.
 
 `policy="intune-ablated"`: `intune` with both networks' outputs replaced

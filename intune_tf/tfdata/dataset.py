@@ -3,10 +3,10 @@
 - `declare` puts an `IntuneOptionsDataset` above a dataset: the option, in the
   graph (it travels with the dataset through tf.function arguments, variants
   and tf.data service).
-- `apply_root` puts the root (`IntuneRootDataset`) on
-  top of a dataset whose iterator is being made. The root rewrites its input
-  inside the kernel, by reference, and tunes it; with nothing asking for
-  InTune below, it returns its input.
+- `apply_root` puts the root (`IntuneRootDataset`) on top of a dataset whose
+  iterator is being made. The root rewrites its input inside the kernel, by
+  reference, and tunes it; with nothing asking for InTune below, it returns
+  its input.
 """
 
 from __future__ import annotations

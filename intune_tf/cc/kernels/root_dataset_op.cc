@@ -356,8 +356,8 @@ void StripDeclarations(OpKernelContext* ctx, data::DatasetBase* input,
 }
 
 void RootDatasetOp::MakeDataset(OpKernelContext* ctx,
-                                  data::DatasetBase* input,
-                                  data::DatasetBase** output) {
+                                data::DatasetBase* input,
+                                data::DatasetBase** output) {
   const Settings* settings = &settings_;
   if (find_settings_) settings = FindSettings(input);
   if (settings == nullptr) {

@@ -59,7 +59,8 @@ interleave_buffer: graph rewrite option (rewrites/rewrite.h); 0 keeps TF's.
 )doc");
 
 // The root, under its name and under its former name, which graphs saved by
-// earlier releases carry (rewrites/rewrite.h: kRootOp, kLegacyRootOp); one kernel serves both.
+// earlier releases carry (rewrites/rewrite.h: kRootOp, kLegacyRootOp); one
+// kernel serves both.
 #define INTUNE_REGISTER_ROOT_OP(name, doc)                                 \
   REGISTER_OP(name)                                                        \
       .Input("input_dataset: variant")                                     \
