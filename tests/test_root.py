@@ -310,37 +310,42 @@ def test_tf_autotune_only_optimizations_run_as_the_options_ask(tf_options,
   del it
 
 
-def test_dataset_survives_graph_serialization():
-  ds = _with_option(tf.data.Dataset.range(10).map(
+def _tuned_map() -> tf.data.Dataset:
+  return _with_option(tf.data.Dataset.range(10).map(
       lambda x: x + 1, num_parallel_calls=AUTOTUNE))
+
+
+def _root_graph(tuned: tf.data.Dataset) -> graph_pb2.GraphDef:
+  """The graph of `tuned` with its root (`_apply_debug_options`)."""
+  return graph_pb2.GraphDef.FromString(tf.raw_ops.DatasetToGraphV2(
+      input_dataset=tuned._variant_tensor).numpy())  # noqa: SLF001
+
+
+def _rebuilt(graph: graph_pb2.GraphDef, element_spec) -> tf.data.Dataset:
+  return tf.data.experimental.from_variant(
+      tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString()),
+      element_spec)
+
+
+def test_dataset_survives_graph_serialization():
+  ds = _tuned_map()
   it = iter(ds)  # the tuned dataset is built at iteration time
   tuned = ds._apply_debug_options()  # noqa: SLF001
-  graph = tf.raw_ops.DatasetToGraphV2(
-      input_dataset=tuned._variant_tensor)  # noqa: SLF001
-  assert [n.op for n in _graph_def(graph).node].count(rewrites.ROOT_OP) == 1
-  rebuilt = tf.data.experimental.from_variant(
-      tf.raw_ops.DatasetFromGraph(graph_def=graph), tuned.element_spec)
+  graph = _root_graph(tuned)
+  assert [n.op for n in graph.node].count(rewrites.ROOT_OP) == 1
+  rebuilt = _rebuilt(graph, tuned.element_spec)
   assert [int(x) for x in rebuilt] == list(range(1, 11))
   del it
 
 
-def _graph_def(serialized: tf.Tensor) -> graph_pb2.GraphDef:
-  return graph_pb2.GraphDef.FromString(serialized.numpy())
-
-
 def test_a_graph_saved_under_the_former_root_name_runs_tuned():
-  ds = _with_option(tf.data.Dataset.range(10).map(
-      lambda x: x + 1, num_parallel_calls=AUTOTUNE))
-  tuned = ds._apply_debug_options()  # noqa: SLF001
-  graph = _graph_def(tf.raw_ops.DatasetToGraphV2(
-      input_dataset=tuned._variant_tensor))  # noqa: SLF001
+  tuned = _tuned_map()._apply_debug_options()  # noqa: SLF001
+  graph = _root_graph(tuned)
   for node in graph.node:
     if node.op == rewrites.ROOT_OP:
       node.op = rewrites.LEGACY_ROOT_OP
   before = {s.id for s in intune_tf.sessions()}
-  rebuilt = tf.data.experimental.from_variant(
-      tf.raw_ops.DatasetFromGraph(graph_def=graph.SerializeToString()),
-      tuned.element_spec)
+  rebuilt = _rebuilt(graph, tuned.element_spec)
   it = iter(rebuilt)
   assert [int(x) for x in it] == list(range(1, 11))
   # The old name's kernel is the root's: it tuned the pipeline.
