@@ -426,6 +426,28 @@ def test_the_learned_allocation_is_tried_first_at_each_start():
       "A/parallelism": 4.0, "B/parallelism": 8.0}
 
 
+def test_intune_jumps_to_more_threads_than_cpus_after_the_proportional_jump():
+  # Where the optimum holds more threads than CPUs, the allocation falls
+  # short and the jump at the CPU budget does not reach: intune's second
+  # jump does (INTUNE_JUMPS).
+  o = two_stages()  # A 2, B 2 threads on 8 CPUs; A costs 0.01, B 0.03
+  policy = ranked.JumpSearchPolicy(IntuneOptions(),
+                                   allocator=_Shares([0.25, 0.75]))
+  policy.q_values = lambda obs: np.zeros(9)
+  assert policy.step(at(o, 100.0)) == {"B/parallelism": 6.0}
+  assert policy.step(at(o, 101.0, B=6)) == {"B/parallelism": 2.0}
+  # Costs 1 : 3 at 8 threads: A 3, B 5; rejected (101 is not above 102).
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0,
+                                        "B/parallelism": 5.0}
+  assert policy.step(at(o, 101.0, A=3, B=5)) == {"A/parallelism": 2.0,
+                                                 "B/parallelism": 2.0}
+  # At round(1.5 x 8) = 12 threads, 1 : 3 is A 3, B 9; B is capped at its
+  # knob's 8 and A takes the rest: A 4, B 8, 12 threads on 8 CPUs.
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 4.0,
+                                        "B/parallelism": 8.0}
+  assert policy.last_decision.action == "try proportional at 1.5 x 8 CPUs"
+
+
 class _Shares(allocator.Allocator):
   """An allocator whose network outputs `shares` (one per knob)."""
 
