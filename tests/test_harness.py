@@ -71,6 +71,38 @@ def test_phase_targets_take_the_second_half_of_each_phase():
   assert harness.phase_targets([run]) == {1: 80.0, 2: 200.0}
 
 
+@pytest.mark.parametrize("resize, cotenant, expected", [
+    (_EVENTS, [], _EVENTS),
+    # A co-tenant schedule starts with none running.
+    ([], [(10.0, 2), (20.0, 0)], [(0.0, 0), (10.0, 2), (20.0, 0)]),
+    ([], [], []),
+])
+def test_phase_events_of_a_resize_or_a_cotenant_run(resize, cotenant,
+                                                      expected):
+  run = harness.Run("intune", "s", 0, resize_events=resize,
+                    cotenant_events=cotenant)
+  assert harness.phase_events(run) == expected
+
+
+def test_cotenant_runs_are_scored_for_recovery_against_the_oracle():
+  h = harness.Harness(seconds=1.0, warmup=0.3)
+  # The _WINDOWS run with two co-tenants from 10 s to 20 s, as oracle and
+  # as intune.
+  h.runs = [harness.Run(p, "cotenant", 0, rows_per_s=100.0,
+                        whole_run_rows_per_s=100.0, windows=_WINDOWS,
+                        cotenant_events=[(10.0, 2), (20.0, 0)])
+            for p in ("oracle", "intune")]
+  summary = h.summary()
+  entry = summary["scenarios"]["cotenant"]
+  # As in test_phase_targets_...: 0 running -> 80, 2 running -> 200.
+  assert entry["recovery_targets"] == {"0": 80.0, "2": 200.0}
+  # 2 co-tenants, 95% of 200 = 190; means of 4 windows from 10 s: 162.5 at
+  # 13 s, 187.5 at 14 s, (200+210+190+200)/4 = 200 at 15 s -> 5 s. None
+  # running again, 95% of 80 = 76: every window is 60 -> never.
+  assert entry["policies"]["intune"]["recovery_s"] == [[5.0, None]]
+  assert "after each change of co-tenant processes" in h.markdown(summary)
+
+
 @pytest.mark.parametrize("smooth,expected", [
     # 2 CPUs, target 200: 95% = 190. smooth 1: 200 at t=12 -> 2 s.
     # 1 CPU, target 60 (given): 95% = 57; 60 at t=20 -> 0 s.
@@ -250,6 +282,22 @@ def test_pass_order():
   assert len({tuple(order) for order in later}) == 3
   assert list(range(10)) not in later
   assert harness.pass_order(10, 2) == later[1]
+
+
+def test_repeats_run_the_policies_in_varying_orders(monkeypatch):
+  h = harness.Harness(seconds=1.0, warmup=0.3)
+  order = []
+  monkeypatch.setattr(h, "measure_work_estimate", lambda scenario: None)
+  monkeypatch.setattr(h, "run", lambda scenario, policy, repeat: order.append(
+      (repeat, policy)))
+  names = ["even", "unoptimized", "autotune"]
+  h.run_all(["criteo-l4-b4096"], names, repeats=4)
+  by_repeat = [[p for r, p in order if r == i] for i in range(4)]
+  assert by_repeat[0] == names  # the first repeat in the order given
+  for i, ran in enumerate(by_repeat):
+    assert ran == [names[j] for j in harness.pass_order(3, i)]
+  # pass_order(3, 2) = [2, 0, 1]: autotune no longer runs last.
+  assert by_repeat[2] == ["autotune", "even", "unoptimized"]
 
 
 @pytest.mark.parametrize("flag,value,match", [

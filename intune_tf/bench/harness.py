@@ -127,13 +127,28 @@ def _phases(events: Sequence[tuple[float, int]]):
     yield t0, t1, cpus
 
 
+def phase_events(run: "Run") -> list[tuple[float, int]]:
+  """The phases of a run as `[(seconds into the run, state), ...]`: the CPU
+  counts of a resize schedule, or else the co-tenant processes running
+  (0 from the start until the first opens); [] for a run without either.
+
+  Example: co-tenant events (8.0, 2), (16.0, 0) -> (0, 0), (8.0, 2),
+  (16.0, 0).
+  """
+  if run.resize_events:
+    return list(run.resize_events)
+  if run.cotenant_events:
+    return [(0.0, 0)] + list(run.cotenant_events)
+  return []
+
+
 def phase_targets(runs: Sequence["Run"]) -> dict[int, float]:
-  """Reference rows/s per CPU count: the median window rate of `runs` (the
-  oracle's) over the second half of each phase of the resize schedule."""
+  """Reference rows/s per phase state (`phase_events`): the median window
+  rate of `runs` (the oracle's) over the second half of each phase."""
   rates: dict[int, list[float]] = {}
   for run in runs:
     last = max((t for t, _ in run.windows), default=0.0)
-    for t0, t1, cpus in _phases(run.resize_events):
+    for t0, t1, cpus in _phases(phase_events(run)):
       half = t0 + (min(t1, last) - t0) / 2
       rates.setdefault(cpus, []).extend(
           v for t, v in run.windows if half <= t < t1)
@@ -144,8 +159,8 @@ def recovery_seconds(windows: Sequence[tuple[float, float]],
                      events: Sequence[tuple[float, int]],
                      targets: dict[int, float], fraction: float = 0.95,
                      smooth: int = RECOVERY_SMOOTHING) -> list[float | None]:
-  """Seconds from each CPU change until throughput is back to `fraction` of
-  the new CPU count's target.
+  """Seconds from each change of phase (`phase_events`: CPUs, or co-tenants
+  running) until throughput is back to `fraction` of the new phase's target.
 
   Throughput is the mean of the last `smooth` windows, all taken after the
   change; the time counted is to the end of the first such run of windows.
@@ -309,10 +324,11 @@ def autotune_dataset(scenario: scenarios_lib.Scenario,
 
 
 def pass_order(count: int, index: int) -> list[int]:
-  """The order of the `index`-th pass (from 0) over `count` configurations
-  of the oracle search: the first in order, each later one a permutation
-  seeded by its index, so that the same configurations are not always
-  measured first after a change of CPUs or last before the next.
+  """The order of the `index`-th pass (from 0) over `count` items (the
+  oracle search's configurations, a repeat's policies): the first in order,
+  each later one a permutation seeded by its index, so that the same items
+  are not always measured first after a change (of CPUs, of policy) or
+  last before the next.
 
   Example: pass_order(3, 0) = [0, 1, 2]; pass_order(3, 1) is a permutation
   of it, the same on every call.
@@ -590,7 +606,9 @@ class Harness:
 
   def run_all(self, scenario_names: Sequence[str], policy_names: Sequence[str],
               repeats: int) -> None:
-    """Ceiling, oracle search, then the interleaved repeats."""
+    """Ceiling, oracle search, then the interleaved repeats: the first in
+    the order given, each later one in the order `pass_order` gives it, so
+    that no policy always runs in the same place (after the same policy)."""
     check_policies(policy_names)
     chosen = [scenarios_lib.get(s) for s in scenario_names]
     total = len(chosen) * (len(policy_names) * repeats + 1 +
@@ -607,7 +625,8 @@ class Harness:
                              cpu_counts=self.oracle_cpus)
           bar.update()
         for repeat in range(repeats):
-          for policy in policy_names:
+          for j in pass_order(len(policy_names), repeat):
+            policy = policy_names[j]
             bar.set_postfix_str(f"{scenario.name}: {policy} #{repeat + 1}")
             self.run(scenario, policy, repeat)
             bar.update()
@@ -645,10 +664,12 @@ class Harness:
       if scenario and scenario.ram_budget:
         entry["ram_budget"] = scenario.ram_budget
       targets = (phase_targets(per_policy["oracle"])
-                 if scenario and scenario.resize and "oracle" in per_policy
-                 else None)
+                 if scenario and (scenario.resize or scenario.cotenant)
+                 and "oracle" in per_policy else None)
       if targets:
         entry["recovery_targets"] = {str(k): v for k, v in targets.items()}
+        entry["recovery_phases"] = ("CPUs" if scenario.resize
+                                    else "co-tenant processes")
       oracle = per_policy.get("oracle")
       best_static = (statistics.median(r.whole_run_rows_per_s for r in oracle)
                      if oracle else None)
@@ -672,7 +693,7 @@ class Harness:
             "runs": [dataclasses.asdict(r) for r in runs]}
         if targets:
           entry["policies"][policy]["recovery_s"] = [
-              recovery_seconds(r.windows, r.resize_events, targets)
+              recovery_seconds(r.windows, phase_events(r), targets)
               for r in runs]
       out["scenarios"][name] = entry
     return out
@@ -722,10 +743,11 @@ class Harness:
                      f"{p['peak_buffered_bytes'] / 2**20:,.1f} |")
       lines.append("")
       if "recovery_targets" in entry:
-        lines.append("seconds to 95% of the oracle's rows/s after each CPU "
-                     "change (per repeat; '-' = not within the phase); "
-                     "targets: " + ", ".join(
-                         f"{c} CPU {v:,.0f}"
+        unit = entry["recovery_phases"]
+        lines.append(f"seconds to 95% of the oracle's rows/s in the phase "
+                     f"after each change of {unit} (per repeat; '-' = not "
+                     "within the phase); targets: " + ", ".join(
+                         f"{c} {unit} {v:,.0f}"
                          for c, v in entry["recovery_targets"].items()))
         lines.append("")
         for policy, p in entry["policies"].items():
