@@ -121,10 +121,10 @@ def cpu_ceiling(runs: Sequence[tuple[float, float]]) -> float | None:
 
 
 def _phases(events: Sequence[tuple[float, int]]):
-  """(start, end, CPUs) of each phase of a resize schedule (end: inf)."""
-  for i, (t0, cpus) in enumerate(events):
+  """(start, end, state) of each phase of `phase_events` (end: inf)."""
+  for i, (t0, state) in enumerate(events):
     t1 = events[i + 1][0] if i + 1 < len(events) else float("inf")
-    yield t0, t1, cpus
+    yield t0, t1, state
 
 
 def phase_events(run: "Run") -> list[tuple[float, int]]:
@@ -148,9 +148,9 @@ def phase_targets(runs: Sequence["Run"]) -> dict[int, float]:
   rates: dict[int, list[float]] = {}
   for run in runs:
     last = max((t for t, _ in run.windows), default=0.0)
-    for t0, t1, cpus in _phases(phase_events(run)):
+    for t0, t1, state in _phases(phase_events(run)):
       half = t0 + (min(t1, last) - t0) / 2
-      rates.setdefault(cpus, []).extend(
+      rates.setdefault(state, []).extend(
           v for t, v in run.windows if half <= t < t1)
   return {c: statistics.median(v) for c, v in rates.items() if v}
 
@@ -168,11 +168,11 @@ def recovery_seconds(windows: Sequence[tuple[float, float]],
 
   Returns:
     One entry per change: seconds, or None if never reached before the next
-    change (or the end of the run), or if there is no target for the count.
+    change (or the end of the run), or if there is no target for the state.
   """
   out = []
-  for t0, t1, cpus in list(_phases(events))[1:]:
-    target = targets.get(cpus)
+  for t0, t1, state in list(_phases(events))[1:]:
+    target = targets.get(state)
     phase = [v for t, v in windows if t0 <= t < t1]
     times = [t for t, _ in windows if t0 <= t < t1]
     found = None
