@@ -28,6 +28,17 @@ The rule.
   pipelines that all want more get shares in proportion to their weights.
   The shares are then made whole (`whole_cpus`: largest remainders, at
   least 1 each, as a pipeline needs a thread).
+- Placement. The whole shares are dealt out over the host's CPUs in pid
+  order (`place_cpus`), and a process whose pipelines are the slower side
+  (input-bound) and whose every session shares the host runs on its own
+  CPUs only (`confine_to`, `host.place_process`: every thread's affinity).
+  A share that is only a thread count leaves the kernel to split the CPUs
+  among all the processes' threads, and each job's threads to move between
+  all the CPUs (docs/benchmarks.md, "Several jobs on one host"). A
+  consumer-bound
+  process is not confined (its model's training needs CPUs its pipelines'
+  demand does not count), nor a process alone: it gets its CPUs back
+  within a lease when the others go.
 - RAM, by weight. The host's pool is `DEFAULT_RAM_SHARE` of what the
   processes could use (the memory available now, capped by the cgroup's
   headroom, plus what every process's buffers hold), at most the memory
@@ -165,6 +176,22 @@ def whole_cpus(shares: Sequence[float], cpus: int) -> list[int]:
   return [max(1, w) for w in whole]
 
 
+def place_cpus(whole: Sequence[int], index: int,
+               cpu_ids: Sequence[int]) -> list[int]:
+  """The CPUs process `index` runs on: the host's `cpu_ids` dealt out in
+  order, `whole[i]` to each process i in turn, starting over at the first
+  when they run out (more processes than CPUs share them).
+
+  Examples: whole [1, 1] of CPUs [0, 1]: process 1 -> [1]; whole [1, 2] of
+  [0, 1, 2]: process 1 -> [1, 2]; whole [1, 1, 1, 1] of [0, 1]: process 2
+  starts at 1 + 1 = 2, past the end -> [0].
+  """
+  n = len(cpu_ids)
+  start = sum(whole[:index])
+  return sorted({cpu_ids[(start + k) % n]
+                 for k in range(min(whole[index], n))})
+
+
 def ram_pool(available: int, buffered: int, limit: int,
              share: float) -> int:
   """The bytes the host's processes may buffer in all: `share` of what they
@@ -219,6 +246,7 @@ class Share:
   processes: int  # the processes sharing the host, this one included
   host_cpus: int
   ram_pool: int
+  cpu_ids: tuple[int, ...] = ()  # the CPUs it runs on (`place_cpus`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +264,24 @@ class Lease:
   buffered_bytes: int
   cpus: int | None  # the share it took at its last pass (None: none yet)
   ram: int | None
+
+
+def confine_to(share: Share | None, demand: Demand,
+               whole_process: bool) -> tuple[int, ...] | None:
+  """The CPUs a process runs on (`host.place_process`), or None for all it
+  is given: its share's `cpu_ids` when it shares the host with others,
+  every session of it shares the host (`whole_process`; the affinity is the
+  whole process's) and it is input-bound (`demand.cpus_wanted` None). A
+  consumer-bound process is not confined: its consumer (a model's training)
+  needs CPUs its pipelines' demand does not count.
+
+  Examples: 2 processes, input-bound, share on CPUs (1,) -> (1,); the same
+  consumer-bound (wanted 1.0) -> None; 1 process -> None.
+  """
+  if (share is None or share.processes < 2 or not share.cpu_ids or
+      not whole_process or demand.cpus_wanted is not None):
+    return None
+  return share.cpu_ids
 
 
 def default_dir() -> pathlib.Path:
@@ -497,7 +543,8 @@ class HostArbiter:
     return self._share
 
   def update(self, weight: float, demand: Demand, cpus: int,
-             available: int, limit: int, ram_share: float) -> Share | None:
+             available: int, limit: int, ram_share: float,
+             cpu_ids: Sequence[int] = ()) -> Share | None:
     """Reads the other leases, computes this process's share and renews
     its lease.
 
@@ -509,6 +556,8 @@ class HostArbiter:
       limit: the memory limit (`host.total_memory()`).
       ram_share: the share of the memory the pool may take
         (`options.DEFAULT_RAM_SHARE`).
+      cpu_ids: the CPUs given to this process (`host.cpu_ids()`), dealt
+        out by `place_cpus`. Default (): none named.
 
     Returns:
       The share, or None when the folder cannot be used (told once; each
@@ -545,7 +594,9 @@ class HostArbiter:
     ram = split_ram(pool, weights)
     share = Share(cpus=min(cpus, whole[me]), cpu_share=shares[me],
                   ram=ram[me], processes=len(table), host_cpus=cpus,
-                  ram_pool=pool)
+                  ram_pool=pool,
+                  cpu_ids=tuple(place_cpus(whole, me, sorted(cpu_ids))
+                                if cpu_ids else ()))
     entry = {
         "format": FORMAT, "pid": pid, "uid": os.getuid(),
         "start": self._start, "weight": float(weight), "heartbeat": now,

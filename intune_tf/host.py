@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from absl import logging
 import psutil
@@ -171,8 +171,66 @@ def cgroup_cpu_quota() -> float | None:
   return min(quotas) if quotas else None
 
 
+def set_process_cpus(cpus: Sequence[int]) -> None:
+  """Sets the CPU affinity of every thread of this process (threads created
+  afterwards inherit it from their creator)."""
+  wanted = set(cpus)
+  for thread in psutil.Process().threads():
+    try:
+      os.sched_setaffinity(thread.id, wanted)
+    except OSError:
+      pass  # the thread ended meanwhile
+
+
+# The CPUs this process had before `place_process` confined it, and the ones
+# it was confined to: while the affinity read is the one placed, the CPUs
+# given to the process are the former.
+_placement: list[tuple[frozenset[int], frozenset[int]] | None] = [None]
+_placement_lock = threading.Lock()
+
+
+def cpu_ids() -> list[int]:
+  """The CPUs given to this process (its affinity, or the one it had before
+  `place_process` confined it, unless someone else set another since),
+  sorted."""
+  try:
+    current = frozenset(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    return list(range(os.cpu_count() or 1))
+  with _placement_lock:
+    placed = _placement[0]
+    if placed is not None:
+      if current == placed[1]:
+        return sorted(placed[0])
+      _placement[0] = None  # resized from outside: the new affinity rules
+  return sorted(current)
+
+
+def place_process(cpus: Sequence[int] | None) -> bool:
+  """Confines this process to `cpus` (every thread, `set_process_cpus`; only
+  those of the CPUs given to it, `cpu_ids`), or with None gives it back all
+  the CPUs given to it. Only a change is applied.
+
+  Returns:
+    Whether the affinity was changed.
+  """
+  if not hasattr(os, "sched_setaffinity"):
+    return False
+  given = frozenset(cpu_ids())
+  target = given if cpus is None else frozenset(cpus) & given
+  with _placement_lock:
+    placed = _placement[0]
+    now = placed[1] if placed is not None else given
+    if not target or target == now:
+      return False
+    set_process_cpus(sorted(target))
+    _placement[0] = None if target == given else (given, target)
+  return True
+
+
 def usable_cpus() -> int:
-  """CPUs this process may use now: its affinity, capped by the cgroup quota.
+  """CPUs this process may use now: its affinity (before any confinement of
+  its own, `cpu_ids`), capped by the cgroup quota.
 
   The affinity is read at every call; the quota at most every
   `CGROUP_LIMITS_REFRESH_S` seconds.
@@ -180,10 +238,7 @@ def usable_cpus() -> int:
   Returns:
     At least 1.
   """
-  try:
-    cpus = len(os.sched_getaffinity(0))
-  except AttributeError:  # not Linux
-    cpus = os.cpu_count() or 1
+  cpus = len(cpu_ids())
   quota = _cached_limit("cpu_quota", cgroup_cpu_quota)
   if quota is not None:
     cpus = min(cpus, max(1, math.floor(quota)))

@@ -90,6 +90,36 @@ def test_whole_cpus(shares, cpus, expected):
   assert arbiter.whole_cpus(shares, cpus) == expected
 
 
+@pytest.mark.parametrize("whole,index,cpu_ids,expected", [
+    ([1, 1], 0, [0, 1], [0]),
+    ([1, 1], 1, [0, 1], [1]),
+    ([1, 2], 1, [0, 1, 2], [1, 2]),  # starts after process 0's one CPU
+    ([1, 1, 1, 1], 2, [0, 1], [0]),  # 1 + 1 = 2 CPUs dealt: starts over
+    ([1, 1, 1, 1], 3, [0, 1], [1]),
+    ([2, 2], 1, [4, 6, 7], [4, 7]),  # CPUs 7 then 4 (wrapped), sorted
+    ([3], 0, [0, 1], [0, 1]),  # more than the host: each CPU once
+])
+def test_place_cpus(whole, index, cpu_ids, expected):
+  assert arbiter.place_cpus(whole, index, cpu_ids) == expected
+
+
+def _share(processes, cpu_ids):
+  return arbiter.Share(cpus=len(cpu_ids), cpu_share=1.0, ram=1, processes=
+                       processes, host_cpus=2, ram_pool=2, cpu_ids=cpu_ids)
+
+
+@pytest.mark.parametrize("share,wanted,whole_process,expected", [
+    (_share(2, (1,)), None, True, (1,)),  # input-bound beside another
+    (_share(2, (1,)), 1.0, True, None),  # consumer-bound: its model's CPUs
+    (_share(2, (1,)), None, False, None),  # a session of it does not share
+    (_share(1, (0, 1)), None, True, None),  # alone
+    (None, None, True, None),  # not sharing
+])
+def test_confine_to(share, wanted, whole_process, expected):
+  demand = arbiter.Demand(cpus_wanted=wanted)
+  assert arbiter.confine_to(share, demand, whole_process) == expected
+
+
 @pytest.mark.parametrize("available,buffered,limit,share,expected", [
     (800, 200, 4000, 0.5, 500),  # 0.5 x (800 + 200)
     (8000, 0, 1000, 0.5, 1000),  # 4000, capped by the limit 1000
@@ -297,7 +327,8 @@ def test_update_shares_with_the_live_leases(folder, sleeper):
   share = a.update(3.0, arbiter.Demand(rate=10, busy_cpus=0.2,
                                        cpus_wanted=0.25,
                                        buffered_bytes=3000),
-                   cpus=4, available=12000, limit=10**9, ram_share=0.5)
+                   cpus=4, available=12000, limit=10**9, ram_share=0.5,
+                   cpu_ids=[0, 1, 2, 3])
   # CPUs: fair [3, 1], floors [1.5, 0.5]; this one is capped at its floor
   # 1.5 (wants 0.25), the other takes 2.5 -> whole [1, 2] + 1 left, and the
   # remainders tie (0.5 each): the lower pid takes it -> [2, 2] or [1, 3]
@@ -305,6 +336,9 @@ def test_update_shares_with_the_live_leases(folder, sleeper):
   cpus = 2 if os.getpid() < sleeper else 1
   assert share.cpu_share == pytest.approx(1.5)
   assert (share.cpus, share.processes, share.host_cpus) == (cpus, 2, 4)
+  # Placed first (lower pid): CPUs [0, 1]; second, after the other's 2 or
+  # 3: [2, 3] or [3].
+  assert share.cpu_ids == ((0, 1) if os.getpid() < sleeper else (3,))
   # RAM: pool 0.5 x (12000 + 3000 + 1000) = 8000; 3/4 of it is 6000.
   assert (share.ram_pool, share.ram) == (8000, 6000)
   mine = json.loads((folder / f"{os.getpid()}.json").read_text())
@@ -323,26 +357,33 @@ def test_every_process_breaks_ties_alike(folder, sleeper):
   _write(folder / f"{sleeper}.json", _entry(sleeper))
   share = arbiter.HostArbiter(folder).update(
       1.0, arbiter.Demand(), cpus=3, available=1000, limit=10**6,
-      ram_share=0.5)
+      ram_share=0.5, cpu_ids=[4, 5, 6])
   assert share.cpus == (2 if os.getpid() < sleeper else 1)
+  # And each runs on its own CPUs: the lower pid on the first two.
+  assert share.cpu_ids == ((4, 5) if os.getpid() < sleeper else (6,))
 
 
 # Real processes sharing one host.
 
 _CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 import tensorflow as tf
 import intune_tf
 
 share, seconds = sys.argv[1] == "on", float(sys.argv[2])
+# "input-bound": a map of a few ms per element and a consumer that never
+# waits; else a cheap map and a consumer that sleeps (consumer-bound).
+input_bound = sys.argv[3] == "input-bound"
 seen = {}
 intune_tf.global_tuner().add_listener(
     lambda session, obs, applied: seen.update(cpu_budget=obs.cpu_budget))
 options = tf.data.Options()
 options.experimental_intune = intune_tf.IntuneOptions(
     policy="even", period_s=0.1, host_share=share, warm_start=False)
+work = ((lambda x: tf.reduce_max(tf.sort(tf.random.stateless_uniform(
+    [100000], tf.stack([x, x]))))) if input_bound else (lambda x: x * 2))
 ds = tf.data.Dataset.range(10**9).map(
-    lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+    work, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
         tf.data.AUTOTUNE).with_options(options)
 it = iter(ds)
 next(it)
@@ -351,12 +392,14 @@ end = time.monotonic() + seconds
 told = 0.0
 while time.monotonic() < end:
   next(it)
-  time.sleep(0.0005)
+  if not input_bound:
+    time.sleep(0.0005)
   if time.monotonic() - told >= 0.2:
     told = time.monotonic()
     c = session.counters()
     par = [k.value for k in session.knobs() if k.kind == "parallelism"]
     print(json.dumps({"t": time.time(), "parallelism": par,
+                      "affinity": sorted(os.sched_getaffinity(0)),
                       **{k: c[k] for k in ("host_cpu_share", "host_ram_share",
                                            "host_processes", "ram_budget")},
                       **seen}), flush=True)
@@ -366,7 +409,8 @@ while time.monotonic() < end:
 class _Child:
   """A `python -c _CHILD` process and the lines it printed."""
 
-  def __init__(self, host_dir, share: bool, seconds: float = 240.0):
+  def __init__(self, host_dir, share: bool, seconds: float = 240.0,
+               bound: str = "consumer-bound"):
     env = dict(os.environ, INTUNE_HOST_DIR=str(host_dir), INTUNE_STATUS="off",
                TF_CPP_MIN_LOG_LEVEL="2")
     # Run outside the checkout, so that the child imports the installed
@@ -377,7 +421,7 @@ class _Child:
     self._stderr = open(work / "stderr", "w+")  # closed in kill()
     self.proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, "on" if share else "off",
-         str(seconds)], stdout=subprocess.PIPE, stderr=self._stderr,
+         str(seconds), bound], stdout=subprocess.PIPE, stderr=self._stderr,
         text=True, env=env, cwd=work)
     self.lines = []
     self._reader = threading.Thread(target=self._read, daemon=True)
@@ -450,6 +494,12 @@ def test_a_new_process_gets_its_share_and_a_killed_one_gives_it_back(
                       line["host_cpu_share"] == half and
                       line.get("cpu_budget") == half, 5, "a's share")
   took = time.monotonic() - joined
+  # Consumer-bound, neither is confined to its share's CPUs
+  # (`arbiter.confine_to`).
+  given = host.cpu_ids()
+  for child in (a, b):
+    child.wait_for(lambda line: line["host_processes"] == 2 and
+                   line["affinity"] == given, 5, "every CPU while shared")
   # The RAM pool is halved: each about half of what a had alone (the
   # memory available moves a little between readings).
   for line in (a_line, b_line):
@@ -468,6 +518,32 @@ def test_a_new_process_gets_its_share_and_a_killed_one_gives_it_back(
         f"RAM budget {before['ram_budget'] >> 20} MB alone, "
         f"{a_line['host_ram_share'] >> 20} MB shared, "
         f"{back['ram_budget'] >> 20} MB after the kill")
+
+
+@pytest.mark.slow
+def test_input_bound_processes_run_on_cpus_of_their_own_until_one_dies(
+    tmp_path, children):
+  from intune_tf import host  # noqa: PLC0415 (only this test)
+  given = host.cpu_ids()
+  if len(given) < 2:
+    pytest.skip("needs 2 CPUs to give each process its own")
+  a = children(tmp_path, share=True, bound="input-bound")
+  a.wait_for(lambda line: line["host_processes"] == 1, 180, "a alone")
+  assert a.last()["affinity"] == given  # alone: not confined
+  b = children(tmp_path, share=True, bound="input-bound")
+  b.wait_for(lambda line: line["host_processes"] == 2, 180, "b's share")
+  # 2 processes of weight 1 on C CPUs: C / 2 each, dealt out in pid order
+  # (`arbiter.place_cpus`): the lower pid on the first half.
+  half = len(given) // 2
+  first, second = sorted([a, b], key=lambda child: child.proc.pid)
+  first.wait_for(lambda line: line["affinity"] == given[:half], 5,
+                 "the lower pid on the first half of the CPUs")
+  second.wait_for(lambda line: line["affinity"] == given[half:2 * half], 5,
+                  "the other on the second half")
+  first.kill()  # kill -9, reaped
+  second.wait_for(lambda line: line["host_processes"] == 1 and
+                  line["affinity"] == given, 5,
+                  "the survivor back on every CPU")
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ def test_cgroup_cpu_quota_is_reread_after_the_refresh_interval(clock,
   clock.now += host.CGROUP_LIMITS_REFRESH_S / 2
   assert host.usable_cpus() == 1  # the quota read a moment ago
   clock.now += host.CGROUP_LIMITS_REFRESH_S / 2
-  assert host.usable_cpus() == len(os.sched_getaffinity(0))
+  assert host.usable_cpus() == len(host.cpu_ids())
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
@@ -79,6 +79,55 @@ def test_affinity_change_is_seen_at_the_next_reading(clock, monkeypatch):
   t.join()
   all_cpus = len(os.sched_getaffinity(0))
   assert result == {"before": all_cpus, "one": 1, "after": all_cpus}
+
+
+def _thread_affinities() -> set[frozenset[int]]:
+  return {frozenset(os.sched_getaffinity(t.id))
+          for t in psutil.Process().threads()}
+
+
+@pytest.fixture
+def given_cpus(monkeypatch):
+  """The CPUs given to this process (at least 2), restored afterwards."""
+  cpus = sorted(os.sched_getaffinity(0))
+  if len(cpus) < 2:
+    pytest.skip("needs 2 CPUs to confine a process to one")
+  monkeypatch.setattr(host, "cgroup_cpu_quota", lambda: None)
+  monkeypatch.setattr(host, "_placement", [None])
+  yield cpus
+  host.set_process_cpus(cpus)
+
+
+def test_a_placed_process_runs_on_its_cpus_and_still_counts_all(given_cpus):
+  idle = threading.Event()
+  before = threading.Thread(target=idle.wait, daemon=True)
+  before.start()
+  assert host.place_process([given_cpus[1]])
+  after = threading.Thread(target=idle.wait, daemon=True)
+  after.start()  # made by a confined thread: inherits the confinement
+  # Every thread, the ones started before and after, runs on that CPU; the
+  # CPUs given to the process are still all of them.
+  assert _thread_affinities() == {frozenset([given_cpus[1]])}
+  assert host.cpu_ids() == given_cpus
+  assert host.usable_cpus() == len(given_cpus)
+  assert not host.place_process([given_cpus[1]])  # no change, nothing done
+  # A CPU not given to the process is never taken.
+  assert host.place_process([given_cpus[0], 10**4])
+  assert _thread_affinities() == {frozenset([given_cpus[0]])}
+  assert host.place_process(None)
+  assert _thread_affinities() == {frozenset(given_cpus)}
+  assert not host.place_process(None)
+  idle.set()
+
+
+def test_an_affinity_set_from_outside_replaces_a_placement(given_cpus):
+  assert host.place_process([given_cpus[0]])
+  # An orchestrator gives the process CPUs 1.. (a resize): they are now the
+  # ones given to it, and going back gives those, not the former ones.
+  host.set_process_cpus(given_cpus[1:])
+  assert host.cpu_ids() == given_cpus[1:]
+  assert not host.place_process(None)
+  assert _thread_affinities() == {frozenset(given_cpus[1:])}
 
 
 def _fake_cgroups(monkeypatch, tmp_path, proc_lines: str,
@@ -271,4 +320,4 @@ def test_a_cpu_max_with_a_zero_period_is_left_out_with_one_warning_naming_it(
       "'100000 0'); it is left out, the other CPU limits (parent cgroups, "
       "CPU affinity) apply. Fix the cgroup's cpu.max, e.g. 'max 100000' "
       "for no limit."]
-  assert 1 <= host.usable_cpus() <= len(os.sched_getaffinity(0))
+  assert 1 <= host.usable_cpus() <= len(host.cpu_ids())

@@ -500,7 +500,7 @@ class Harness:
     tuner.add_listener(self._on_step)
     try:
       for cpus in cpu_counts:
-        resize_lib.set_process_cpus(cpu_ids[:cpus])
+        host.set_process_cpus(cpu_ids[:cpus])
         buffers = {k.name: 2.0 for k in buf}
         grid = [{**dict(zip([k.name for k in par], map(float, values))),
                  **buffers}
@@ -520,7 +520,7 @@ class Harness:
         table[cpus] = best(rates)
     finally:
       tuner.remove_listener(self._on_step)
-      resize_lib.set_process_cpus(cpu_ids)
+      host.set_process_cpus(cpu_ids)
       del it
       gc.collect()
     self.oracle[scenario.name] = {"table": table, "configurations_tried": tried}

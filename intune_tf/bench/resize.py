@@ -10,20 +10,7 @@ import threading
 import time
 from typing import Sequence
 
-import psutil
-
-
-def set_process_cpus(cpus: Sequence[int]) -> None:
-  """Sets the CPU affinity of every thread of this process.
-
-  Threads created afterwards inherit it from their creator.
-  """
-  wanted = set(cpus)
-  for thread in psutil.Process().threads():
-    try:
-      os.sched_setaffinity(thread.id, wanted)
-    except (ProcessLookupError, PermissionError, OSError):
-      pass  # the thread ended meanwhile
+from intune_tf import host
 
 
 def machine_cpu_ids() -> list[int]:
@@ -81,12 +68,12 @@ class Schedule(_Timeline):
     self.applied: list[tuple[float, int]] = []
 
   def _apply(self, n: int) -> int:
-    set_process_cpus(self.cpu_ids[:min(n, len(self.cpu_ids))])
+    host.set_process_cpus(self.cpu_ids[:min(n, len(self.cpu_ids))])
     return n
 
   def _finish(self) -> None:
     """Gives the process all its CPUs back."""
-    set_process_cpus(self.cpu_ids)
+    host.set_process_cpus(self.cpu_ids)
 
 
 # A co-tenant process: one thread that never waits.

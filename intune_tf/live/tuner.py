@@ -335,7 +335,8 @@ class Tuner:
       else:
         default.append(s.id)
     sharing = [t for t in tuned if t.session.options.host_share]
-    share = self._host_share(sharing, counters, held)
+    share = self._host_share(sharing, counters, held,
+                             whole_process=len(sharing) == len(tuned))
     alone = default
     if share is not None:
       on_host = [t.session.id for t in sharing if t.session.id in default]
@@ -368,25 +369,32 @@ class Tuner:
     self._budget_logged &= set(default)
 
   def _host_share(self, sharing: list[_Tuned], counters: Mapping[int, Any],
-                  held: Mapping[int, int]) -> arbiter_lib.Share | None:
+                  held: Mapping[int, int],
+                  whole_process: bool) -> arbiter_lib.Share | None:
     """Renews this process's lease with the host arbiter and returns its
     share, or withdraws the lease (None) when no session shares the host.
-    The process's weight is the largest `host_weight` of `sharing`."""
+    The process's weight is the largest `host_weight` of `sharing`; it runs
+    on the CPUs `arbiter.confine_to` names (`whole_process`: every session
+    of it shares the host)."""
     arbiter = arbiter_lib.arbiter()
     if not sharing:
       if arbiter.share() is not None:
         arbiter.withdraw()
+        host.place_process(None)
       return None
     try:
       total, available = host.memory()
-      return arbiter.update(
+      demand = process_demand(
+          [t.last_obs for t in sharing if t.last_obs is not None],
+          sum(counters[t.session.id]["buffered_bytes"] + held[t.session.id]
+              for t in sharing))
+      share = arbiter.update(
           weight=max(t.session.options.host_weight for t in sharing),
-          demand=process_demand(
-              [t.last_obs for t in sharing if t.last_obs is not None],
-              sum(counters[t.session.id]["buffered_bytes"] +
-                  held[t.session.id] for t in sharing)),
-          cpus=host.usable_cpus(), available=available, limit=total,
-          ram_share=options_lib.DEFAULT_RAM_SHARE)
+          demand=demand, cpus=host.usable_cpus(), available=available,
+          limit=total, ram_share=options_lib.DEFAULT_RAM_SHARE,
+          cpu_ids=host.cpu_ids())
+      host.place_process(arbiter_lib.confine_to(share, demand, whole_process))
+      return share
     except Exception as e:  # noqa: BLE001
       if not self._host_failure_reported:
         self._host_failure_reported = True
