@@ -246,7 +246,8 @@ class Share:
   processes: int  # the processes sharing the host, this one included
   host_cpus: int
   ram_pool: int
-  cpu_ids: tuple[int, ...] = ()  # the CPUs it runs on (`place_cpus`)
+  cpu_ids: tuple[int, ...] = ()  # the CPUs dealt to it (`place_cpus`)
+  confined: tuple[int, ...] | None = None  # runs only there (`confine_to`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +265,7 @@ class Lease:
   buffered_bytes: int
   cpus: int | None  # the share it took at its last pass (None: none yet)
   ram: int | None
+  confined: tuple[int, ...] | None = None  # the CPUs it runs on (None: any)
 
 
 def confine_to(share: Share | None, demand: Demand,
@@ -378,6 +380,13 @@ def parse_lease(text: bytes) -> Lease:
   if not 0 < weight <= MAX_WEIGHT:
     raise ValueError(f"weight {weight!r} is out of (0, {MAX_WEIGHT:g}]")
   wanted = _number(data, "cpus_wanted", optional=True)
+  confined = data.get("confined")
+  if confined is not None and (
+      not isinstance(confined, list) or not confined or
+      not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+              for c in confined)):
+    raise ValueError(f"field 'confined' is {confined!r}, not a list of "
+                     "CPU numbers")
   shares = {}
   for key in ("cpus", "ram"):
     value = data.get(key)
@@ -392,7 +401,8 @@ def parse_lease(text: bytes) -> Lease:
       busy_cpus=max(0.0, _number(data, "busy_cpus")),
       cpus_wanted=None if wanted is None else max(0.0, wanted),
       buffered_bytes=ints["buffered_bytes"], cpus=shares["cpus"],
-      ram=shares["ram"])
+      ram=shares["ram"],
+      confined=None if confined is None else tuple(confined))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -544,7 +554,8 @@ class HostArbiter:
 
   def update(self, weight: float, demand: Demand, cpus: int,
              available: int, limit: int, ram_share: float,
-             cpu_ids: Sequence[int] = ()) -> Share | None:
+             cpu_ids: Sequence[int] = (),
+             whole_process: bool = False) -> Share | None:
     """Reads the other leases, computes this process's share and renews
     its lease.
 
@@ -558,6 +569,8 @@ class HostArbiter:
         (`options.DEFAULT_RAM_SHARE`).
       cpu_ids: the CPUs given to this process (`host.cpu_ids()`), dealt
         out by `place_cpus`. Default (): none named.
+      whole_process: every session of this process shares the host
+        (`confine_to`). Default False.
 
     Returns:
       The share, or None when the folder cannot be used (told once; each
@@ -597,6 +610,8 @@ class HostArbiter:
                   ram_pool=pool,
                   cpu_ids=tuple(place_cpus(whole, me, sorted(cpu_ids))
                                 if cpu_ids else ()))
+    share = dataclasses.replace(
+        share, confined=confine_to(share, demand, whole_process))
     entry = {
         "format": FORMAT, "pid": pid, "uid": os.getuid(),
         "start": self._start, "weight": float(weight), "heartbeat": now,
@@ -604,7 +619,9 @@ class HostArbiter:
         "cpus_wanted": (None if demand.cpus_wanted is None
                         else float(demand.cpus_wanted)),
         "buffered_bytes": int(max(0, demand.buffered_bytes)),
-        "cpus": share.cpus, "ram": share.ram}
+        "cpus": share.cpus, "ram": share.ram,
+        "confined": (None if share.confined is None
+                     else list(share.confined))}
     try:
       files.write_json(self.path, entry)
     except OSError as e:

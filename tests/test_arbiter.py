@@ -193,9 +193,11 @@ def test_make_folder_is_private(folder):
 
 
 def test_a_live_lease_is_read(folder, sleeper):
-  _write(folder / f"{sleeper}.json", _entry(sleeper, weight=2.0))
+  _write(folder / f"{sleeper}.json", _entry(sleeper, weight=2.0,
+                                            confined=[0, 2]))
   (lease,) = arbiter.read_leases(folder)
-  assert (lease.pid, lease.weight, lease.cpus_wanted) == (sleeper, 2.0, None)
+  assert (lease.pid, lease.weight, lease.cpus_wanted, lease.confined) == (
+      sleeper, 2.0, None, (0, 2))
 
 
 def test_a_lease_of_a_dead_pid_is_ignored_and_removed(folder):
@@ -252,6 +254,10 @@ def _wrong_types(folder, pid):
   return _write(folder / f"{pid}.json", _entry(pid, weight="heavy"))
 
 
+def _bad_cpus(folder, pid):
+  return _write(folder / f"{pid}.json", _entry(pid, confined=[0, -1]))
+
+
 def _not_a_lease(folder, pid):
   return _write(folder / f"{pid}.json", [1, 2, 3])
 
@@ -274,6 +280,7 @@ def _a_folder(folder, pid):
     (_other_uid, "belongs to uid 54321"),
     (_open_mode, "its mode is 666"),
     (_wrong_types, "field 'weight' is 'heavy'"),
+    (_bad_cpus, "field 'confined' is [0, -1]"),
     (_not_a_lease, "not a intune_tf.host/1 object"),
     (_names_another_pid, "names pid 1"),
     (_a_folder, "not a regular file"),
@@ -359,8 +366,31 @@ def test_every_process_breaks_ties_alike(folder, sleeper):
       1.0, arbiter.Demand(), cpus=3, available=1000, limit=10**6,
       ram_share=0.5, cpu_ids=[4, 5, 6])
   assert share.cpus == (2 if os.getpid() < sleeper else 1)
-  # And each runs on its own CPUs: the lower pid on the first two.
+  # And each is dealt its own CPUs: the lower pid the first two.
   assert share.cpu_ids == ((4, 5) if os.getpid() < sleeper else (6,))
+  assert share.confined is None  # `whole_process` not said
+
+
+def test_an_input_bound_process_is_confined_and_its_lease_says_so(
+    folder, sleeper):
+  _write(folder / f"{sleeper}.json", _entry(sleeper))
+  a = arbiter.HostArbiter(folder)
+  # 2 CPUs [0, 1], two alike processes: 1 each, the lower pid on CPU 0.
+  mine = (0,) if os.getpid() < sleeper else (1,)
+  share = a.update(1.0, arbiter.Demand(), cpus=2, available=1000,
+                   limit=10**6, ram_share=0.5, cpu_ids=[0, 1],
+                   whole_process=True)
+  assert share.cpu_ids == share.confined == mine
+  (me,) = [lease for lease in arbiter.read_leases(folder)
+           if lease.pid == os.getpid()]
+  assert me.confined == mine
+  # Consumer-bound (wanted 0.5): not confined, and the lease says so.
+  share = a.update(1.0, arbiter.Demand(busy_cpus=0.4, cpus_wanted=0.5),
+                   cpus=2, available=1000, limit=10**6, ram_share=0.5,
+                   cpu_ids=[0, 1], whole_process=True)
+  assert share.confined is None
+  assert json.loads(a.path.read_text())["confined"] is None
+  a.withdraw()
 
 
 # Real processes sharing one host.

@@ -195,13 +195,15 @@ def test_inspect_shows_how_the_host_is_split(tmp_path):
   other = subprocess.Popen([sys.executable, "-c",
                             "import time; time.sleep(60)"])
   try:
-    for pid, weight, cpus, wanted, ram in ((os.getpid(), 1.0, 1, None, 3 << 30),
-                                           (other.pid, 2.0, 1, 0.5, 6 << 30)):
+    for pid, weight, cpus, wanted, ram, confined in (
+        (os.getpid(), 1.0, 1, None, 3 << 30, [1]),
+        (other.pid, 2.0, 1, 0.5, 6 << 30, None)):
       files.write_json(host_dir / f"{pid}.json", {
           "format": arbiter.FORMAT, "pid": pid, "uid": os.getuid(),
           "start": 0.0, "weight": weight, "heartbeat": time.time(),
           "rate": 1234.0, "busy_cpus": 0.4, "cpus_wanted": wanted,
-          "buffered_bytes": 5 << 20, "cpus": cpus, "ram": ram})
+          "buffered_bytes": 5 << 20, "cpus": cpus, "ram": ram,
+          "confined": confined})
     out = io.StringIO()
     assert inspect_lib.inspect(tmp_path / "status", out=out,
                                host_dir=host_dir) == 0
@@ -215,7 +217,8 @@ def test_inspect_shows_how_the_host_is_split(tmp_path):
                       f"({host_dir})")
   split = {int(line.split()[1].rstrip(":")): line for line in lines[1:3]}
   assert split[os.getpid()] == (
-      f"  pid {os.getpid()}: weight 1, CPU budget 1 (can use any), RAM "
+      f"  pid {os.getpid()}: weight 1, CPU budget 1 (can use any; runs on "
+      "CPUs 1), RAM "
       "budget 3.0 GB, 1,234 rows/s, 0.40 CPUs busy, buffered 5.0 MB")
   assert split[other.pid].endswith(
       "weight 2, CPU budget 1 (can use 0.50), RAM budget 6.0 GB, 1,234 "

@@ -374,8 +374,8 @@ class Tuner:
     """Renews this process's lease with the host arbiter and returns its
     share, or withdraws the lease (None) when no session shares the host.
     The process's weight is the largest `host_weight` of `sharing`; it runs
-    on the CPUs `arbiter.confine_to` names (`whole_process`: every session
-    of it shares the host)."""
+    on the CPUs its share is confined to (`arbiter.confine_to`;
+    `whole_process`: every session of it shares the host)."""
     arbiter = arbiter_lib.arbiter()
     if not sharing:
       if arbiter.share() is not None:
@@ -392,8 +392,8 @@ class Tuner:
           weight=max(t.session.options.host_weight for t in sharing),
           demand=demand, cpus=host.usable_cpus(), available=available,
           limit=total, ram_share=options_lib.DEFAULT_RAM_SHARE,
-          cpu_ids=host.cpu_ids())
-      host.place_process(arbiter_lib.confine_to(share, demand, whole_process))
+          cpu_ids=host.cpu_ids(), whole_process=whole_process)
+      host.place_process(None if share is None else share.confined)
       return share
     except Exception as e:  # noqa: BLE001
       if not self._host_failure_reported:

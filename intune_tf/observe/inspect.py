@@ -120,8 +120,9 @@ def format_process(data: Mapping[str, Any], now: float | None = None,
 def host_split(leases: Sequence[arbiter_lib.Lease],
                directory: str | pathlib.Path = "") -> list[str]:
   """How the host is split: a heading, then one line per process's lease
-  (pid, weight, the CPU and RAM budgets it took, the CPUs it can use, rows/s,
-  CPUs busy, bytes buffered). No lines when no process shares the host."""
+  (pid, weight, the CPU and RAM budgets it took, the CPUs it can use and
+  the ones it runs on when confined, rows/s, CPUs busy, bytes buffered). No
+  lines when no process shares the host."""
   if not leases:
     return []
   where = f" ({directory})" if directory else ""
@@ -130,6 +131,8 @@ def host_split(leases: Sequence[arbiter_lib.Lease],
   for lease in leases:
     wanted = ("any" if lease.cpus_wanted is None
               else _num(lease.cpus_wanted, 2))
+    if lease.confined is not None:
+      wanted += f"; runs on CPUs {','.join(map(str, lease.confined))}"
     lines.append(
         f"  pid {lease.pid}: weight {lease.weight:g}, CPU budget "
         f"{_num(lease.cpus)} (can use {wanted}), RAM budget "
