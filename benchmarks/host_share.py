@@ -2,36 +2,40 @@
 
 Throughput and fairness (the default). Each group runs its jobs as separate
 processes at once, each with its own pipeline and a plain `next()` consumer:
-`2x l4` (two Criteo L4 batch-4096 jobs), `4x l4`, and `l4+image` (L4 beside
-the image-augment pipeline). Each group runs under three modes, in 5
+`2x-l4` (two Criteo L4 batch-4096 jobs), `4x-l4`, and `l4+image` (L4 beside
+the image-augment pipeline). Each group runs under the `--modes`, in 5
 interleaved repeats (the modes' order rotates every repeat): `autotune`
-(tf.data AUTOTUNE everywhere), `intune alone` (InTune with
-`host_share=False`: each process plans for the whole host) and `intune
-shared` (InTune with the host arbiter). Every process of a run imports and
-builds its pipeline, pulls until a common start time (the warm-up), then
-counts rows for `--seconds`; a process that was not ready by the start time
-is reported late and its run discarded. Each run gets its own lease folder.
-Printed per run: each job's rows/s, the total and Jain's fairness index; then
-per group and mode the medians, and per repeat the ratios of the total to
-AUTOTUNE's. Jain's index is taken over each job's rows/s divided by the same
-job's median rows/s under AUTOTUNE in that group (so pipelines of different
-row costs compare; for alike jobs it is the index of the raw rates).
+(tf.data AUTOTUNE everywhere), `autotune-pinned` (AUTOTUNE with job i started
+on CPU i mod C alone, as `taskset` would: the placement the arbiter gives
+input-bound jobs, by hand), `intune-alone` (InTune with `host_share=False`:
+each process plans for the whole host) and `intune-shared` (InTune with the
+host arbiter). Every process of a run imports and builds its pipeline, pulls
+until a common start time (the warm-up), then counts rows for `--seconds`; a
+process that was not ready by the start time is reported late and its run
+discarded. Each run gets its own lease folder. Printed per run: each job's
+rows/s, the total and Jain's fairness index; then per group and mode the
+medians, and per repeat the ratios of the total to AUTOTUNE's. Jain's index is
+taken over each job's rows/s divided by the same job's median rows/s under
+AUTOTUNE in that group (so pipelines of different row costs compare; for alike
+jobs it is the index of the raw rates). The mean of those speedups is printed
+too: for unlike jobs (an image row costs about 25 L4 rows) the total rows/s
+counts mostly the cheaper pipeline's.
 
-Memory (`--memory LIMIT_MB`). Two processes run under one real cgroup
-memory limit (a child of this process's memory cgroup: v2 memory.max with
-swap 0, or v1 memory.limit_in_bytes), each reading 8 MB elements
-through `prefetch(AUTOTUNE)` with a bursty consumer (a pause of 0.3 s every
-50 elements), for `--seconds`; under the three modes, interleaved,
-`--repeats` times. Printed per run: whether each process completed (exit 0)
-or was killed (the cgroup's oom_kill count), and the cgroup's peak memory
-against the limit; then N of N per mode.
+Memory (`--memory LIMIT_MB`). Two processes run under one real cgroup memory
+limit (a child of this process's memory cgroup: v2 memory.max with swap 0, or
+v1 memory.limit_in_bytes), each reading 8 MB elements through
+`prefetch(AUTOTUNE)` with a bursty consumer (a pause of 0.3 s every 50
+elements), for `--seconds`; under the three modes, interleaved, `--repeats`
+times. Printed per run: whether each process completed (exit 0) or was killed
+(the cgroup's oom_kill count), and the cgroup's peak memory against the limit;
+then N of N per mode.
 
 The goal (issue 34): shared's total at least 1.15x AUTOTUNE's and at least
-alone's, with fairness at least 0.9; under the memory limit, every shared
-run completes. The figures need a quiet machine.
+alone's, with fairness at least 0.9; under the memory limit, every shared run
+completes. The figures need a quiet machine.
 
-Run: `python benchmarks/host_share.py [--repeats 5] [--seconds 20]
-[--groups 2x-l4,4x-l4,l4+image] [--setup 60] [--memory 1500]`.
+Run: `python benchmarks/host_share.py [--repeats 5] [--seconds 20] [--groups
+2x-l4,4x-l4,l4+image] [--modes autotune,...] [--setup 60] [--memory 1500]`.
 """
 
 from __future__ import annotations
@@ -49,14 +53,17 @@ import time
 
 MODES = {
     "autotune": None,
-    "intune alone": {"host_share": False},
-    "intune shared": {"host_share": True},
+    "autotune-pinned": None,
+    "intune-alone": {"host_share": False},
+    "intune-shared": {"host_share": True},
 }
 GROUPS = {
     "2x-l4": ("criteo-l4-b4096",) * 2,
     "4x-l4": ("criteo-l4-b4096",) * 4,
     "l4+image": ("criteo-l4-b4096", "image-augment"),
 }
+# Modes whose job i runs on CPU i mod C only.
+PINNED = frozenset({"autotune-pinned"})
 # Seconds every process of a run gets to import TensorFlow, build its
 # pipeline and warm up before the common start.
 SETUP_S = 60.0
@@ -81,8 +88,11 @@ def jain_index(values: list[float]) -> float:
 
 
 def _child_throughput(scenario_name: str, mode: str, start_at: float,
-                      seconds: float) -> dict:
-  """One job: rows/s of `scenario_name` under `mode` from `start_at`."""
+                      seconds: float, index: int) -> dict:
+  """Job `index`: rows/s of `scenario_name` under `mode` from `start_at`."""
+  if mode in PINNED:  # before TensorFlow sizes its thread pools
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[index % len(cpus)]})
   import intune_tf  # noqa: PLC0415 (the parent never loads TensorFlow)
   from intune_tf.bench import meter as meter_lib  # noqa: PLC0415
   from intune_tf.bench import scenarios  # noqa: PLC0415
@@ -158,13 +168,13 @@ def run_group(jobs: tuple[str, ...], mode: str, seconds: float,
   with tempfile.TemporaryDirectory(prefix="intune-host-") as host_dir:
     start_at = time.time() + setup_s
     procs = [_launch(["throughput", job, mode, repr(start_at),
-                      repr(seconds)], host_dir, None) for job in jobs]
+                      repr(seconds), str(i)], host_dir, None)
+             for i, job in enumerate(jobs)]
     return [_result(p, setup_s + seconds + 60) for p in procs]
 
 
-def throughput(groups: list[str], repeats: int, seconds: float,
-               setup_s: float = SETUP_S) -> None:
-  modes = list(MODES)
+def throughput(groups: list[str], modes: list[str], repeats: int,
+               seconds: float, setup_s: float = SETUP_S) -> None:
   totals: dict[tuple[str, str], list[float]] = {}
   rates: dict[tuple[str, str], list[list[float]]] = {}
   for repeat in range(repeats):
@@ -183,8 +193,8 @@ def throughput(groups: list[str], repeats: int, seconds: float,
               + ", ".join(f"{r:,.0f}" for r in per_job)
               + f" rows/s, total {sum(per_job):,.0f}", flush=True)
   print("\n| group | mode | total rows/s (median) | per job rows/s (medians)"
-        " | Jain (median) | total vs autotune (median) |\n|---|---|---|---|"
-        "---|---|")
+        " | Jain (median) | total vs autotune (median) | mean speedup "
+        "(median) |\n|---|---|---|---|---|---|---|")
   for group in groups:
     base_runs = rates.get((group, "autotune"), [])
     base = ([statistics.median(col) for col in zip(*base_runs)]
@@ -197,6 +207,9 @@ def throughput(groups: list[str], repeats: int, seconds: float,
       jain = statistics.median(
           jain_index([r / b for r, b in zip(run, base)]) if base
           else jain_index(run) for run in runs)
+      speedup = (statistics.median(
+          statistics.mean(r / b for r, b in zip(run, base)) for run in runs)
+                 if base else float("nan"))
       auto = totals.get((group, "autotune"), [])
       ratio = (statistics.median(t / a for t, a in
                                  zip(totals[(group, mode)], auto))
@@ -204,7 +217,7 @@ def throughput(groups: list[str], repeats: int, seconds: float,
       total = statistics.median(totals[(group, mode)])
       print(f"| {group} | {mode} | {total:,.0f}"
             f" | {', '.join(f'{j:,.0f}' for j in jobs)} | {jain:.3f} | "
-            f"{ratio:.2f}x |")
+            f"{ratio:.2f}x | {speedup:.2f}x |")
 
 
 def _own_memory_cgroup() -> pathlib.Path:
@@ -263,8 +276,8 @@ def _oom_kills(path: pathlib.Path, v2: bool) -> int:
   return 0
 
 
-def memory(limit_mb: int, repeats: int, seconds: float) -> None:
-  modes = list(MODES)
+def memory(limit_mb: int, modes: list[str], repeats: int,
+           seconds: float) -> None:
   done = {mode: 0 for mode in modes}
   for repeat in range(repeats):
     turn = repeat % len(modes)
@@ -292,7 +305,7 @@ def main() -> None:
     kind, rest = sys.argv[2], sys.argv[3:]
     if kind == "throughput":
       result = _child_throughput(rest[0], rest[1], float(rest[2]),
-                                 float(rest[3]))
+                                 float(rest[3]), int(rest[4]))
     else:
       result = _child_memory(rest[0], float(rest[1]))
     print(json.dumps(result), flush=True)
@@ -301,20 +314,25 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--seconds", type=float, default=20.0)
   parser.add_argument("--groups", default=",".join(GROUPS))
+  parser.add_argument("--modes", default=",".join(MODES))
   parser.add_argument("--setup", type=float, default=SETUP_S,
                       help="Seconds each run's processes get to start and "
                       "warm up before the common start.")
   parser.add_argument("--memory", type=int, default=None, metavar="LIMIT_MB",
                       help="Run the cgroup memory measurement instead.")
   args = parser.parse_args()
+  modes = args.modes.split(",")
+  unknown = sorted(set(modes) - set(MODES))
+  if unknown:
+    parser.error(f"unknown modes {unknown}; valid: {sorted(MODES)}")
   if args.memory:
-    memory(args.memory, args.repeats, args.seconds)
+    memory(args.memory, modes, args.repeats, args.seconds)
   else:
     groups = args.groups.split(",")
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
       parser.error(f"unknown groups {unknown}; valid: {sorted(GROUPS)}")
-    throughput(groups, args.repeats, args.seconds, args.setup)
+    throughput(groups, modes, args.repeats, args.seconds, args.setup)
 
 
 if __name__ == "__main__":
