@@ -7,7 +7,8 @@ one small JSON file, `<pid>.json`, in a folder of its user's
 rewritten atomically (a temporary file, then `os.replace`; mode 0600) by the
 tuner's budget pass every second. The file holds the process's pid, uid,
 start time, weight, demand (rows/s, the CPUs it keeps busy, the CPUs it can
-use, its buffered bytes), the share it took, and a heartbeat. Every process
+use, its buffered bytes), the share it took, the CPUs it is confined to,
+and a heartbeat. Every process
 reads every lease at each pass and splits the host with the same rule
 (`split_cpus`, `whole_cpus`, `split_ram`), so the shares agree without a
 coordinator. A lease whose heartbeat is older than `LEASE_S` or whose pid is
@@ -34,11 +35,10 @@ The rule.
   CPUs only (`confine_to`, `host.place_process`: every thread's affinity).
   A share that is only a thread count leaves the kernel to split the CPUs
   among all the processes' threads, and each job's threads to move between
-  all the CPUs (docs/benchmarks.md, "Several jobs on one host"). A
-  consumer-bound
-  process is not confined (its model's training needs CPUs its pipelines'
-  demand does not count), nor a process alone: it gets its CPUs back
-  within a lease when the others go.
+  all the CPUs (docs/host.md has the figures). A consumer-bound process is
+  not confined (its model's training needs CPUs its pipelines' demand does
+  not count), nor a process alone: it gets its CPUs back within a lease
+  when the others go.
 - RAM, by weight. The host's pool is `DEFAULT_RAM_SHARE` of what the
   processes could use (the memory available now, capped by the cgroup's
   headroom, plus what every process's buffers hold), at most the memory

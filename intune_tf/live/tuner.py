@@ -7,6 +7,7 @@ its options (default 0.5 s). A training loop can instead call `step()` itself.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import time
 from typing import Any, Mapping
@@ -400,6 +401,8 @@ class Tuner:
         self._host_failure_reported = True
         logging.error("InTune: the host arbiter failed: %r (reported once; "
                       "this process budgets as if alone).", e, exc_info=True)
+      with contextlib.suppress(Exception):
+        host.place_process(None)  # alone: on every CPU given to it
       return None
 
   def _apply_budget(self, t: _Tuned, budget: int, held: int,
