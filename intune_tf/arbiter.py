@@ -7,8 +7,8 @@ one small JSON file, `<pid>.json`, in a folder of its user's
 rewritten atomically (a temporary file, then `os.replace`; mode 0600) by the
 tuner's budget pass every second. The file holds the process's pid, uid,
 start time, weight, demand (rows/s, the CPUs it keeps busy, the CPUs it can
-use, its buffered bytes), the share it took, the CPUs it is confined to,
-and a heartbeat. Every process
+use, its buffered bytes), the share it took, the CPUs it was given and the
+ones it is confined to, and a heartbeat. Every process
 reads every lease at each pass and splits the host with the same rule
 (`split_cpus`, `whole_cpus`, `split_ram`), so the shares agree without a
 coordinator. A lease whose heartbeat is older than `LEASE_S` or whose pid is
@@ -32,7 +32,9 @@ The rule.
 - Placement. The whole shares are dealt out over the host's CPUs in pid
   order (`place_cpus`), and a process whose pipelines are the slower side
   (input-bound) and whose every session shares the host runs on its own
-  CPUs only (`confine_to`, `host.place_process`: every thread's affinity).
+  CPUs only (`confine_to`, `host.place_process`: every thread's affinity),
+  when every sharing process was given the same CPUs (else their deals
+  could overlap, and none is confined).
   A share that is only a thread count leaves the kernel to split the CPUs
   among all the processes' threads, and each job's threads to move between
   all the CPUs (docs/host.md has the figures). A consumer-bound process is
@@ -266,22 +268,26 @@ class Lease:
   cpus: int | None  # the share it took at its last pass (None: none yet)
   ram: int | None
   confined: tuple[int, ...] | None = None  # the CPUs it runs on (None: any)
+  given: tuple[int, ...] | None = None  # the CPUs given to it (None: unsaid)
 
 
-def confine_to(share: Share | None, demand: Demand,
-               whole_process: bool) -> tuple[int, ...] | None:
+def confine_to(share: Share | None, demand: Demand, whole_process: bool,
+               same_cpus: bool) -> tuple[int, ...] | None:
   """The CPUs a process runs on (`host.place_process`), or None for all it
   is given: its share's `cpu_ids` when it shares the host with others,
   every session of it shares the host (`whole_process`; the affinity is the
-  whole process's) and it is input-bound (`demand.cpus_wanted` None). A
-  consumer-bound process is not confined: its consumer (a model's training)
-  needs CPUs its pipelines' demand does not count.
+  whole process's), every sharing process was given the same CPUs
+  (`same_cpus`; else the deals of `place_cpus` could overlap) and it is
+  input-bound (`demand.cpus_wanted` None). A consumer-bound process is not
+  confined: its consumer (a model's training) needs CPUs its pipelines'
+  demand does not count.
 
   Examples: 2 processes, input-bound, share on CPUs (1,) -> (1,); the same
   consumer-bound (wanted 1.0) -> None; 1 process -> None.
   """
   if (share is None or share.processes < 2 or not share.cpu_ids or
-      not whole_process or demand.cpus_wanted is not None):
+      not whole_process or not same_cpus or
+      demand.cpus_wanted is not None):
     return None
   return share.cpu_ids
 
@@ -357,6 +363,18 @@ def _number(data: dict, key: str, optional: bool = False) -> float | None:
   return value
 
 
+def _cpu_list(data: dict, key: str) -> tuple[int, ...] | None:
+  value = data.get(key)
+  if value is None:
+    return None
+  if (not isinstance(value, list) or not value or
+      not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+              for c in value)):
+    raise ValueError(f"field {key!r} is {value!r}, not a list of CPU "
+                     "numbers")
+  return tuple(value)
+
+
 def parse_lease(text: bytes) -> Lease:
   """The lease in a file's bytes.
 
@@ -380,13 +398,6 @@ def parse_lease(text: bytes) -> Lease:
   if not 0 < weight <= MAX_WEIGHT:
     raise ValueError(f"weight {weight!r} is out of (0, {MAX_WEIGHT:g}]")
   wanted = _number(data, "cpus_wanted", optional=True)
-  confined = data.get("confined")
-  if confined is not None and (
-      not isinstance(confined, list) or not confined or
-      not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
-              for c in confined)):
-    raise ValueError(f"field 'confined' is {confined!r}, not a list of "
-                     "CPU numbers")
   shares = {}
   for key in ("cpus", "ram"):
     value = data.get(key)
@@ -401,8 +412,8 @@ def parse_lease(text: bytes) -> Lease:
       busy_cpus=max(0.0, _number(data, "busy_cpus")),
       cpus_wanted=None if wanted is None else max(0.0, wanted),
       buffered_bytes=ints["buffered_bytes"], cpus=shares["cpus"],
-      ram=shares["ram"],
-      confined=None if confined is None else tuple(confined))
+      ram=shares["ram"], confined=_cpu_list(data, "confined"),
+      given=_cpu_list(data, "given"))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -610,8 +621,10 @@ class HostArbiter:
                   ram_pool=pool,
                   cpu_ids=tuple(place_cpus(whole, me, sorted(cpu_ids))
                                 if cpu_ids else ()))
-    share = dataclasses.replace(
-        share, confined=confine_to(share, demand, whole_process))
+    given = tuple(sorted(cpu_ids)) or None
+    share = dataclasses.replace(share, confined=confine_to(
+        share, demand, whole_process,
+        same_cpus=all(lease.given == given for lease in others)))
     entry = {
         "format": FORMAT, "pid": pid, "uid": os.getuid(),
         "start": self._start, "weight": float(weight), "heartbeat": now,
@@ -621,7 +634,8 @@ class HostArbiter:
         "buffered_bytes": int(max(0, demand.buffered_bytes)),
         "cpus": share.cpus, "ram": share.ram,
         "confined": (None if share.confined is None
-                     else list(share.confined))}
+                     else list(share.confined)),
+        "given": None if given is None else list(given)}
     try:
       files.write_json(self.path, entry)
     except OSError as e:

@@ -108,16 +108,18 @@ def _share(processes, cpu_ids):
                        processes, host_cpus=2, ram_pool=2, cpu_ids=cpu_ids)
 
 
-@pytest.mark.parametrize("share,wanted,whole_process,expected", [
-    (_share(2, (1,)), None, True, (1,)),  # input-bound beside another
-    (_share(2, (1,)), 1.0, True, None),  # consumer-bound: its model's CPUs
-    (_share(2, (1,)), None, False, None),  # a session of it does not share
-    (_share(1, (0, 1)), None, True, None),  # alone
-    (None, None, True, None),  # not sharing
+@pytest.mark.parametrize("share,wanted,whole_process,same_cpus,expected", [
+    (_share(2, (1,)), None, True, True, (1,)),  # input-bound beside another
+    (_share(2, (1,)), 1.0, True, True, None),  # consumer-bound: its model's
+    (_share(2, (1,)), None, False, True, None),  # a session does not share
+    (_share(2, (1,)), None, True, False, None),  # given other CPUs than it
+    (_share(1, (0, 1)), None, True, True, None),  # alone
+    (None, None, True, True, None),  # not sharing
 ])
-def test_confine_to(share, wanted, whole_process, expected):
+def test_confine_to(share, wanted, whole_process, same_cpus, expected):
   demand = arbiter.Demand(cpus_wanted=wanted)
-  assert arbiter.confine_to(share, demand, whole_process) == expected
+  assert arbiter.confine_to(share, demand, whole_process,
+                            same_cpus) == expected
 
 
 @pytest.mark.parametrize("available,buffered,limit,share,expected", [
@@ -193,11 +195,11 @@ def test_make_folder_is_private(folder):
 
 
 def test_a_live_lease_is_read(folder, sleeper):
-  _write(folder / f"{sleeper}.json", _entry(sleeper, weight=2.0,
-                                            confined=[0, 2]))
+  _write(folder / f"{sleeper}.json", _entry(
+      sleeper, weight=2.0, confined=[0, 2], given=[0, 1, 2]))
   (lease,) = arbiter.read_leases(folder)
-  assert (lease.pid, lease.weight, lease.cpus_wanted, lease.confined) == (
-      sleeper, 2.0, None, (0, 2))
+  assert (lease.pid, lease.weight, lease.cpus_wanted, lease.confined,
+          lease.given) == (sleeper, 2.0, None, (0, 2), (0, 1, 2))
 
 
 def test_a_lease_of_a_dead_pid_is_ignored_and_removed(folder):
@@ -258,6 +260,10 @@ def _bad_cpus(folder, pid):
   return _write(folder / f"{pid}.json", _entry(pid, confined=[0, -1]))
 
 
+def _bad_given(folder, pid):
+  return _write(folder / f"{pid}.json", _entry(pid, given="all"))
+
+
 def _not_a_lease(folder, pid):
   return _write(folder / f"{pid}.json", [1, 2, 3])
 
@@ -281,6 +287,7 @@ def _a_folder(folder, pid):
     (_open_mode, "its mode is 666"),
     (_wrong_types, "field 'weight' is 'heavy'"),
     (_bad_cpus, "field 'confined' is [0, -1]"),
+    (_bad_given, "field 'given' is 'all'"),
     (_not_a_lease, "not a intune_tf.host/1 object"),
     (_names_another_pid, "names pid 1"),
     (_a_folder, "not a regular file"),
@@ -373,7 +380,7 @@ def test_every_process_breaks_ties_alike(folder, sleeper):
 
 def test_an_input_bound_process_is_confined_and_its_lease_says_so(
     folder, sleeper):
-  _write(folder / f"{sleeper}.json", _entry(sleeper))
+  _write(folder / f"{sleeper}.json", _entry(sleeper, given=[0, 1]))
   a = arbiter.HostArbiter(folder)
   # 2 CPUs [0, 1], two alike processes: 1 each, the lower pid on CPU 0.
   mine = (0,) if os.getpid() < sleeper else (1,)
@@ -383,13 +390,27 @@ def test_an_input_bound_process_is_confined_and_its_lease_says_so(
   assert share.cpu_ids == share.confined == mine
   (me,) = [lease for lease in arbiter.read_leases(folder)
            if lease.pid == os.getpid()]
-  assert me.confined == mine
+  assert (me.confined, me.given) == (mine, (0, 1))
   # Consumer-bound (wanted 0.5): not confined, and the lease says so.
   share = a.update(1.0, arbiter.Demand(busy_cpus=0.4, cpus_wanted=0.5),
                    cpus=2, available=1000, limit=10**6, ram_share=0.5,
                    cpu_ids=[0, 1], whole_process=True)
   assert share.confined is None
   assert json.loads(a.path.read_text())["confined"] is None
+  a.withdraw()
+
+
+@pytest.mark.parametrize("given", [[1], [0, 1, 2], None])
+def test_processes_given_other_cpus_are_not_confined(folder, sleeper, given):
+  # The other was given CPU 1 only (taskset), more CPUs, or says nothing:
+  # its deal of `place_cpus` may overlap ours, so neither is confined.
+  _write(folder / f"{sleeper}.json", _entry(sleeper, given=given))
+  a = arbiter.HostArbiter(folder)
+  share = a.update(1.0, arbiter.Demand(), cpus=2, available=1000,
+                   limit=10**6, ram_share=0.5, cpu_ids=[0, 1],
+                   whole_process=True)
+  assert share.processes == 2 and share.cpu_ids
+  assert share.confined is None
   a.withdraw()
 
 
