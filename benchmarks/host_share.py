@@ -8,18 +8,19 @@ interleaved repeats (the modes' order rotates every repeat): `autotune`
 (tf.data AUTOTUNE everywhere), `autotune-pinned` (AUTOTUNE with job i started
 on CPU i mod C alone, as `taskset` would: the placement the arbiter gives
 input-bound jobs, by hand), `intune-alone` (InTune with `host_share=False`:
-each process plans for the whole host) and `intune-shared` (InTune with the
-host arbiter). Every process of a run imports and builds its pipeline, pulls
-until a common start time (the warm-up), then counts rows for `--seconds`; a
-process that was not ready by the start time is reported late and its run
-discarded. Each run gets its own lease folder. Printed per run: each job's
-rows/s, the total and Jain's fairness index; then per group and mode the
-medians, and per repeat the ratios of the total to AUTOTUNE's. Jain's index is
-taken over each job's rows/s divided by the same job's median rows/s under
-AUTOTUNE in that group (so pipelines of different row costs compare; for alike
-jobs it is the index of the raw rates). The mean of those speedups is printed
-too: for unlike jobs (an image row costs about 25 L4 rows) the total rows/s
-counts mostly the cheaper pipeline's.
+each process plans for the whole host), `intune-shared` (InTune with the host
+arbiter) and, only when named, `intune-weighted` (the arbiter with job i given
+`host_weight` `--weights[i]`). Every process of a run imports and builds its
+pipeline, pulls until a common start time (the warm-up), then counts rows for
+`--seconds`; a process that was not ready by the start time is reported late
+and its run discarded. Each run gets its own lease folder. Printed per run:
+each job's rows/s, the total and Jain's fairness index; then per group and
+mode the medians, and per repeat the ratios of the total to AUTOTUNE's. Jain's
+index is taken over each job's rows/s divided by the same job's median rows/s
+under AUTOTUNE in that group (so pipelines of different row costs compare; for
+alike jobs it is the index of the raw rates). The mean of those speedups is
+printed too: for unlike jobs (an image row costs about 25 L4 rows) the total
+rows/s counts mostly the cheaper pipeline's.
 
 Memory (`--memory LIMIT_MB`). Two processes run under one real cgroup memory
 limit (a child of this process's memory cgroup: v2 memory.max with swap 0, or
@@ -35,7 +36,8 @@ alone's, with fairness at least 0.9; under the memory limit, every shared run
 completes. The figures need a quiet machine.
 
 Run: `python benchmarks/host_share.py [--repeats 5] [--seconds 20] [--groups
-2x-l4,4x-l4,l4+image] [--modes autotune,...] [--setup 60] [--memory 1500]`.
+2x-l4,4x-l4,l4+image] [--modes autotune,...] [--weights 4,1] [--setup 60]
+[--memory 1500]`.
 """
 
 from __future__ import annotations
@@ -56,7 +58,11 @@ MODES = {
     "autotune-pinned": None,
     "intune-alone": {"host_share": False},
     "intune-shared": {"host_share": True},
+    "intune-weighted": {"host_share": True},
 }
+# The modes run when `--modes` is not given.
+DEFAULT_MODES = ("autotune", "autotune-pinned", "intune-alone",
+                 "intune-shared")
 GROUPS = {
     "2x-l4": ("criteo-l4-b4096",) * 2,
     "4x-l4": ("criteo-l4-b4096",) * 4,
@@ -88,8 +94,9 @@ def jain_index(values: list[float]) -> float:
 
 
 def _child_throughput(scenario_name: str, mode: str, start_at: float,
-                      seconds: float, index: int) -> dict:
-  """Job `index`: rows/s of `scenario_name` under `mode` from `start_at`."""
+                      seconds: float, index: int, weight: float) -> dict:
+  """Job `index`: rows/s of `scenario_name` under `mode` from `start_at`,
+  with `host_weight` `weight` in `intune-weighted`."""
   if mode in PINNED:  # before TensorFlow sizes its thread pools
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[index % len(cpus)]})
@@ -100,6 +107,8 @@ def _child_throughput(scenario_name: str, mode: str, start_at: float,
   ds = scenario.make(None)
   fields = MODES[mode]
   if fields is not None:
+    if mode == "intune-weighted":
+      fields = dict(fields, host_weight=weight)
     ds = intune_tf.tune(ds, warm_start=False, **fields)
   it = iter(ds)
   next(it)
@@ -163,25 +172,30 @@ def _result(proc: subprocess.Popen, timeout: float) -> dict:
 
 
 def run_group(jobs: tuple[str, ...], mode: str, seconds: float,
-              setup_s: float = SETUP_S) -> list[dict | None]:
-  """One run: `jobs` at once under `mode`; one result per job."""
+              setup_s: float = SETUP_S,
+              weights: tuple[float, ...] = ()) -> list[dict | None]:
+  """One run: `jobs` at once under `mode`; one result per job. Job i has
+  host weight `weights[i]` (default (): 1 each)."""
   with tempfile.TemporaryDirectory(prefix="intune-host-") as host_dir:
     start_at = time.time() + setup_s
+    weights = weights or (1.0,) * len(jobs)
     procs = [_launch(["throughput", job, mode, repr(start_at),
-                      repr(seconds), str(i)], host_dir, None)
+                      repr(seconds), str(i), repr(weights[i])], host_dir,
+                     None)
              for i, job in enumerate(jobs)]
     return [_result(p, setup_s + seconds + 60) for p in procs]
 
 
 def throughput(groups: list[str], modes: list[str], repeats: int,
-               seconds: float, setup_s: float = SETUP_S) -> None:
+               seconds: float, setup_s: float = SETUP_S,
+               weights: tuple[float, ...] = ()) -> None:
   totals: dict[tuple[str, str], list[float]] = {}
   rates: dict[tuple[str, str], list[list[float]]] = {}
   for repeat in range(repeats):
     order = modes[repeat % len(modes):] + modes[:repeat % len(modes)]
     for group in groups:
       for mode in order:
-        results = run_group(GROUPS[group], mode, seconds, setup_s)
+        results = run_group(GROUPS[group], mode, seconds, setup_s, weights)
         if any("error" in r or r["late"] for r in results):
           print(f"repeat {repeat + 1} {group} {mode}: a process failed or "
                 f"was late ({results}); run discarded", flush=True)
@@ -305,7 +319,8 @@ def main() -> None:
     kind, rest = sys.argv[2], sys.argv[3:]
     if kind == "throughput":
       result = _child_throughput(rest[0], rest[1], float(rest[2]),
-                                 float(rest[3]), int(rest[4]))
+                                 float(rest[3]), int(rest[4]),
+                                 float(rest[5]))
     else:
       result = _child_memory(rest[0], float(rest[1]))
     print(json.dumps(result), flush=True)
@@ -314,12 +329,15 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--seconds", type=float, default=20.0)
   parser.add_argument("--groups", default=",".join(GROUPS))
-  parser.add_argument("--modes", default=",".join(MODES))
+  parser.add_argument("--modes", default=",".join(DEFAULT_MODES))
   parser.add_argument("--setup", type=float, default=SETUP_S,
                       help="Seconds each run's processes get to start and "
                       "warm up before the common start.")
   parser.add_argument("--memory", type=int, default=None, metavar="LIMIT_MB",
                       help="Run the cgroup memory measurement instead.")
+  parser.add_argument("--weights", default="",
+                      help="Comma-separated host weights of each group's "
+                      "jobs in intune-weighted (default: 1 each).")
   args = parser.parse_args()
   modes = args.modes.split(",")
   unknown = sorted(set(modes) - set(MODES))
@@ -332,7 +350,15 @@ def main() -> None:
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
       parser.error(f"unknown groups {unknown}; valid: {sorted(GROUPS)}")
-    throughput(groups, modes, args.repeats, args.seconds, args.setup)
+    try:
+      weights = tuple(float(w) for w in args.weights.split(",") if w)
+    except ValueError:
+      parser.error(f"--weights {args.weights!r}: give numbers, e.g. 3,1")
+    if weights and any(len(weights) != len(GROUPS[g]) for g in groups):
+      parser.error(f"--weights {args.weights!r}: give one per job of "
+                   f"every group ({', '.join(groups)})")
+    throughput(groups, modes, args.repeats, args.seconds, args.setup,
+               weights)
 
 
 if __name__ == "__main__":
