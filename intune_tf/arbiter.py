@@ -616,12 +616,12 @@ class HostArbiter:
     pool = ram_pool(available, demand.buffered_bytes + sum(
         lease.buffered_bytes for lease in others), limit, ram_share)
     ram = split_ram(pool, weights)
+    given = tuple(sorted(cpu_ids)) or None
     share = Share(cpus=min(cpus, whole[me]), cpu_share=shares[me],
                   ram=ram[me], processes=len(table), host_cpus=cpus,
                   ram_pool=pool,
-                  cpu_ids=tuple(place_cpus(whole, me, sorted(cpu_ids))
-                                if cpu_ids else ()))
-    given = tuple(sorted(cpu_ids)) or None
+                  cpu_ids=tuple(place_cpus(whole, me, given) if given
+                                else ()))
     share = dataclasses.replace(share, confined=confine_to(
         share, demand, whole_process,
         same_cpus=all(lease.given == given for lease in others)))
