@@ -461,7 +461,7 @@ class _Child:
   """A `python -c _CHILD` process and the lines it printed."""
 
   def __init__(self, host_dir, share: bool, seconds: float = 240.0,
-               bound: str = "consumer-bound"):
+               bound: str = "consumer-bound", cpus=None):
     env = dict(os.environ, INTUNE_HOST_DIR=str(host_dir), INTUNE_STATUS="off",
                TF_CPP_MIN_LOG_LEVEL="2")
     # Run outside the checkout, so that the child imports the installed
@@ -473,7 +473,9 @@ class _Child:
     self.proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, "on" if share else "off",
          str(seconds), bound], stdout=subprocess.PIPE, stderr=self._stderr,
-        text=True, env=env, cwd=work)
+        text=True, env=env, cwd=work,
+        preexec_fn=None if cpus is None else (
+            lambda: os.sched_setaffinity(0, cpus)))  # as `taskset` does
     self.lines = []
     self._reader = threading.Thread(target=self._read, daemon=True)
     self._reader.start()
@@ -595,6 +597,28 @@ def test_input_bound_processes_run_on_cpus_of_their_own_until_one_dies(
   second.wait_for(lambda line: line["host_processes"] == 1 and
                   line["affinity"] == given, 5,
                   "the survivor back on every CPU")
+
+
+@pytest.mark.slow
+def test_processes_started_on_other_cpus_stay_on_them(tmp_path, children):
+  from intune_tf import host  # noqa: PLC0415 (only this test)
+  given = host.cpu_ids()
+  if len(given) < 2:
+    pytest.skip("needs 2 CPUs to start a process on fewer")
+  # b is started on the first CPU only (`taskset -c`); a on every CPU. The
+  # deals of `place_cpus` over their two CPU sets would overlap, so neither
+  # is confined: each keeps the CPUs it was started with.
+  a = children(tmp_path, share=True, bound="input-bound")
+  b = children(tmp_path, share=True, bound="input-bound", cpus=given[:1])
+  for child in (a, b):
+    child.wait_for(lambda line: line["host_processes"] == 2, 180,
+                   "both sharing")
+  shared = (len(a.lines), len(b.lines))
+  time.sleep(3)  # a budget pass each second
+  for child, start, cpus in ((a, shared[0], given), (b, shared[1],
+                                                     given[:1])):
+    seen = [line["affinity"] for line in child.lines[start:]]
+    assert len(seen) >= 5 and all(s == cpus for s in seen), seen
 
 
 @pytest.mark.slow
