@@ -171,15 +171,28 @@ def cgroup_cpu_quota() -> float | None:
   return min(quotas) if quotas else None
 
 
+# Most passes `set_process_cpus` makes over the threads.
+_AFFINITY_PASSES = 5
+
+
 def set_process_cpus(cpus: Sequence[int]) -> None:
   """Sets the CPU affinity of every thread of this process (threads created
   afterwards inherit it from their creator)."""
   wanted = set(cpus)
-  for thread in psutil.Process().threads():
-    try:
-      os.sched_setaffinity(thread.id, wanted)
-    except OSError:
-      pass  # the thread ended meanwhile
+  # A thread that was not yet moved can start another one while the threads
+  # are walked, and that one inherits the old affinity: walk again until a
+  # pass finds every thread already moved.
+  for _ in range(_AFFINITY_PASSES):
+    moved = False
+    for thread in psutil.Process().threads():
+      try:
+        if os.sched_getaffinity(thread.id) != wanted:
+          os.sched_setaffinity(thread.id, wanted)
+          moved = True
+      except OSError:
+        pass  # the thread ended meanwhile
+    if not moved:
+      return
 
 
 # The CPUs this process had before `place_process` confined it, and the ones
