@@ -1,0 +1,569 @@
+"""Sizing a tf.data service worker pool from what the trainer measures.
+
+Every control period a controller reads a `PoolReading` (the trainer's
+share of time spent waiting for input, the consumer's pace, the rows/s each
+worker's tuner reports) and returns a `Decision`: the pool size it wants and
+why. Scalers (`intune_tf.scalers`) carry the decision out; the simulator
+(`intune_tf.sim.cluster`) scores the controllers at cluster scale.
+
+Controllers (`CONTROLLERS`):
+
+- `intune` (`IntuneController`): a model proposes the size, the workers'
+  measured capacity against the consumer's demand plus a headroom,
+  `workers_needed`; measurement confirms each change once the new workers are
+  up (a growth that did not deliver at least `confirm_share` of its predicted
+  gain is taken back, and the size that delivered becomes a ceiling; a shrink
+  after which the trainer waits is taken back, and the old size becomes a
+  floor). It grows while the trainer waits, shrinks only after
+  `shrink_patience` calm rounds (to the largest size any of them needed), and
+  makes no change while workers are starting or within `min_interval_s` of
+  the last change taking effect.
+- `tf-formula` (`TfFormulaController`): TensorFlow's `AutoScaler` estimate
+  (`tf_formula_estimate`, growth capped by `cap_growth`) applied every
+  period, as if the dispatcher scaled to it (TensorFlow only exports it).
+- `cachew` (`CachewController`): Cachew's hill climb on the batch time.
+- `fixed` (`FixedController`): a constant size (the simulator's
+  `fixed-best` is the best constant size in hindsight).
+
+The learned (DQN) policy is not used here: the pool's size is one integer
+whose effect the model predicts directly; see docs/service.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Sequence
+
+# Cachew's thresholds (Graur et al., USENIX ATC'22): one more worker while the
+# batch time improves by more than 7%, one fewer while it worsens by less than
+# 3%; a stable pool is probed again after 20 rounds if the batch time grows
+# 1.5x.
+CACHEW_GROW_GAIN = 0.07
+CACHEW_SHRINK_LOSS = 0.03
+CACHEW_STABLE_ROUNDS = 20
+CACHEW_REPROBE_GROWTH = 1.5
+# TensorFlow's AutoScaler: rates further than this many standard deviations
+# from the mean are replaced by the median; the estimate may grow the pool by
+# at most this factor and this many workers at once.
+TF_OUTLIER_SIGMAS = 1.0
+TF_MAX_GROWTH_FACTOR = 4
+TF_MAX_GROWTH_WORKERS = 500
+
+
+def check_bounds(min_workers: int, max_workers: int) -> None:
+  """Raises ValueError unless 1 <= min_workers <= max_workers (integers)."""
+  for name, value in (("MIN", min_workers), ("MAX", max_workers)):
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise ValueError(f"the pool's {name} must be an integer, got "
+                       f"{value!r}.")
+    if value < 1:
+      raise ValueError(f"the pool's {name} must be at least 1 worker, got "
+                       f"{value}.")
+  if min_workers > max_workers:
+    raise ValueError(f"the pool's MIN ({min_workers}) is above its MAX "
+                     f"({max_workers}).")
+
+
+def clamp(size: int, min_workers: int, max_workers: int) -> int:
+  """`size` within [min_workers, max_workers]. clamp(0, 1, 4) = 1."""
+  return max(min_workers, min(max_workers, size))
+
+
+def replace_outliers(values: Sequence[float],
+                     sigmas: float = TF_OUTLIER_SIGMAS) -> list[float]:
+  """TensorFlow AutoScaler's outlier rule: a value further than `sigmas`
+  sample standard deviations from the mean is replaced by the median (the
+  upper median of an even count, as TensorFlow takes it).
+
+  replace_outliers([1, 2, 3, 10]): mean 4, sd sqrt((9 + 4 + 1 + 36) / 3) =
+  4.08; 10 is outside [-0.08, 8.08] and becomes the median sorted[2] = 3:
+  [1, 2, 3, 3].
+
+  Args:
+    values: the rates.
+    sigmas: how many standard deviations are kept. Default 1.
+  """
+  values = [float(v) for v in values]
+  if len(values) <= 1:
+    return values
+  mean = sum(values) / len(values)
+  sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+  median = sorted(values)[len(values) // 2]
+  return [v if abs(v - mean) <= sd * sigmas else median for v in values]
+
+
+def tf_formula_estimate(consumer_rates: Sequence[float],
+                        worker_rates: Sequence[float]) -> int | None:
+  """TensorFlow AutoScaler's estimate of the workers needed: ceil(sum of the
+  consumers' target rates / mean worker rate), each after
+  `replace_outliers`, and at least 1. None without a rate of each kind.
+
+  tf_formula_estimate([1000], [300, 300, 290]) = ceil(1000 / 296.7) = 4.
+  """
+  if not consumer_rates or not worker_rates:
+    return None
+  demand = sum(replace_outliers(consumer_rates))
+  mean = sum(replace_outliers(worker_rates)) / len(worker_rates)
+  if mean <= 0:
+    return None
+  return max(1, math.ceil(demand / mean - 1e-9))
+
+
+def cap_growth(estimate: int, current: int,
+               factor: int = TF_MAX_GROWTH_FACTOR,
+               step: int = TF_MAX_GROWTH_WORKERS) -> int:
+  """An estimate above the current pool capped at min(factor x current,
+  current + step), as TensorFlow caps its metric; shrinking is not capped.
+
+  cap_growth(50, 15) = 50 (<= 60); cap_growth(100, 15) = 60;
+  cap_growth(2000, 300) = 800 (300 + 500 < 1200).
+
+  Args:
+    estimate: the workers the formula asks for.
+    current: the workers in the pool (at least 1 for a cap to apply).
+    factor: at most this many times the current pool. Default 4.
+    step: at most this many more workers. Default 500.
+  """
+  if estimate <= current or current < 1:
+    return estimate
+  return min(estimate, current * factor, current + step)
+
+
+def workers_needed(demand: float, per_worker: float,
+                   headroom: float = 0.0) -> int:
+  """Workers whose capacity covers `demand` with `headroom`:
+  ceil(demand (1 + headroom) / per_worker), at least 1.
+
+  workers_needed(1000, 300, 0.1) = ceil(1100 / 300) = 4.
+  """
+  if per_worker <= 0:
+    raise ValueError(f"per-worker capacity must be positive, got "
+                     f"{per_worker}.")
+  return max(1, math.ceil(demand * (1 + headroom) / per_worker - 1e-9))
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolReading:
+  """What the trainer and the workers measured over one control period.
+
+  Attributes:
+    time_s: when the period ended, seconds (any origin).
+    workers: workers up and serving.
+    starting: workers asked for and not yet serving. Default 0.
+    wait_share: share of the trainer's wall time spent waiting for input,
+      0..1. Default 0.
+    consumer_rate: the consumer's pace: rows/s the trainer would take if
+      input never made it wait (rows per step / compute time per step).
+      Default 0 (unknown).
+    worker_rates: rows/s each serving worker produced, as its tuner reports.
+      Default none.
+    worker_capacities: rows/s each serving worker could produce unblocked,
+      as its tuner estimates them. Default none.
+  """
+  time_s: float
+  workers: int
+  starting: int = 0
+  wait_share: float = 0.0
+  consumer_rate: float = 0.0
+  worker_rates: tuple[float, ...] = ()
+  worker_capacities: tuple[float, ...] = ()
+
+  @property
+  def delivered_rate(self) -> float:
+    """Rows/s the trainer got: consumer_rate x (1 - wait_share)."""
+    return self.consumer_rate * (1.0 - self.wait_share)
+
+  @property
+  def asked(self) -> int:
+    """Workers serving or starting."""
+    return self.workers + self.starting
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+  """A controller's answer: the pool size it wants and why.
+
+  Attributes:
+    size: workers the pool should have (serving and starting).
+    reason: why, in a sentence for the logs.
+    change: whether `size` differs from the pool asked for before.
+  """
+  size: int
+  reason: str
+  change: bool = False
+
+
+class PoolController:
+  """A controller: `decide(reading)` once per control period.
+
+  Args:
+    min_workers: the pool's MIN (at least 1).
+    max_workers: the pool's MAX (at least MIN).
+  """
+
+  name = "controller"
+
+  def __init__(self, min_workers: int, max_workers: int):
+    check_bounds(min_workers, max_workers)
+    self.min_workers = min_workers
+    self.max_workers = max_workers
+
+  def decide(self, reading: PoolReading) -> Decision:
+    raise NotImplementedError
+
+  def _to(self, reading: PoolReading, size: int, reason: str) -> Decision:
+    size = clamp(int(size), self.min_workers, self.max_workers)
+    return Decision(size, reason, size != reading.asked)
+
+  def _hold(self, reading: PoolReading, reason: str) -> Decision:
+    return self._to(reading, reading.asked, reason)
+
+
+class FixedController(PoolController):
+  """A constant pool of `size` workers."""
+
+  name = "fixed"
+
+  def __init__(self, size: int):
+    super().__init__(size, size)
+
+  def decide(self, reading: PoolReading) -> Decision:
+    return self._to(reading, self.min_workers, "fixed size")
+
+
+class TfFormulaController(PoolController):
+  """TensorFlow's AutoScaler estimate, applied every period as if it scaled.
+
+  The workers' rates are their capacities when reported (TensorFlow's
+  workers report their processing time per element), else the rows/s they
+  produced; the consumer's target rate is its pace.
+  """
+
+  name = "tf-formula"
+
+  def decide(self, reading: PoolReading) -> Decision:
+    rates = reading.worker_capacities or reading.worker_rates
+    estimate = tf_formula_estimate([reading.consumer_rate] if
+                                   reading.consumer_rate > 0 else [], rates)
+    if estimate is None:
+      return self._hold(reading, "no worker or consumer rate reported yet")
+    size = cap_growth(estimate, max(1, reading.workers))
+    return self._to(reading, size, f"TF estimate {estimate} (ceil of "
+                    f"{reading.consumer_rate:.0f} rows/s over the mean "
+                    "worker rate)")
+
+
+class CachewController(PoolController):
+  """Cachew's hill climb on the trainer's batch time.
+
+  Rounds count only when no worker is starting (a change is in effect). It
+  adds one worker at a time while each improves the batch time by more than
+  7%; the first that does not is taken back, and it then removes one at a
+  time while each worsens it by less than 3% (a removal that costs more is
+  taken back). Then it holds; after `CACHEW_STABLE_ROUNDS` stable rounds it
+  probes again if the batch time grew 1.5x, or if the trainer now waits
+  (wait share above 5% and 1.5x that of the stable reference: our stand-in
+  for Cachew's queue signal).
+
+  The batch time is the trainer's time per row, 1 / delivered rows/s.
+  """
+
+  name = "cachew"
+
+  def __init__(self, min_workers: int, max_workers: int):
+    super().__init__(min_workers, max_workers)
+    self.mode = "up"
+    self.previous: float | None = None  # batch time before the last move
+    self.last_move = 0
+    self.stable_rounds = 0
+    self.reference: tuple[float, float] | None = None
+
+  def decide(self, reading: PoolReading) -> Decision:
+    if reading.starting:
+      return self._hold(reading, "waiting for workers to start")
+    delivered = reading.delivered_rate
+    if delivered <= 0:
+      return self._hold(reading, "no rows delivered yet")
+    t = 1.0 / delivered
+    n = reading.workers
+    if self.mode == "stable":
+      self.stable_rounds += 1
+      ref_t, ref_wait = self.reference
+      grew = t >= CACHEW_REPROBE_GROWTH * ref_t or (
+          reading.wait_share > 0.05 and
+          reading.wait_share >= CACHEW_REPROBE_GROWTH * ref_wait)
+      if self.stable_rounds < CACHEW_STABLE_ROUNDS or not grew:
+        return self._hold(reading, "stable")
+      self.mode, self.previous, self.last_move = "up", None, 0
+    if self.mode == "up":
+      if self.last_move == 0 or t < self.previous * (1 - CACHEW_GROW_GAIN):
+        if n >= self.max_workers:
+          return self._settle(reading, t, "at MAX")
+        reason = ("batch time improved > 7%: +1" if self.last_move else
+                  "probing: +1")
+        self.previous, self.last_move = t, +1
+        return self._to(reading, n + 1, reason)
+      # The last +1 did not pay: take it back, then try removing.
+      self.mode, self.last_move = "down", 0
+      self.previous = None
+      return self._to(reading, n - 1, "+1 improved the batch time <= 7%: "
+                      "taken back")
+    # mode "down"
+    if self.last_move == 0 or t <= self.previous * (1 + CACHEW_SHRINK_LOSS):
+      if n <= self.min_workers:
+        return self._settle(reading, t, "at MIN")
+      reason = ("-1 cost the batch time < 3%: -1" if self.last_move else
+                "probing: -1")
+      self.previous, self.last_move = t, -1
+      return self._to(reading, n - 1, reason)
+    return self._settle(reading, t, "-1 cost the batch time >= 3%: taken "
+                        "back", n + 1)
+
+  def _settle(self, reading: PoolReading, t: float, reason: str,
+              size: int | None = None) -> Decision:
+    self.mode, self.stable_rounds = "stable", 0
+    self.reference = (t, reading.wait_share)
+    return self._to(reading, reading.workers if size is None else size,
+                    reason)
+
+
+@dataclasses.dataclass
+class _Pending:
+  """A change waiting for its confirmation by measurement."""
+  before: int
+  after: int
+  delivered: float
+  wait_share: float
+  per_worker: float
+  demand: float
+
+
+class IntuneController(PoolController):
+  """InTune's pool controller (module docstring).
+
+  Args:
+    min_workers: the pool's MIN (at least 1).
+    max_workers: the pool's MAX (at least MIN).
+    min_interval_s: seconds between a change taking effect (its workers up)
+      and the next change. Default 30.
+    grow_wait: wait share above which the trainer is input-bound. Default
+      0.03.
+    shrink_wait: wait share below which a smaller pool is considered.
+      Default 0.01.
+    headroom: capacity kept above the consumer's demand. Default 0.05.
+    confirm_share: a growth must deliver at least this share of its
+      predicted gain. Default 0.5.
+    shrink_patience: calm rounds in a row before a shrink. Default 3.
+    limit_ttl_s: seconds a ceiling or floor learned from a taken-back change
+      holds (also dropped when the consumer's pace moves 25%). Default 600.
+  """
+
+  name = "intune"
+
+  def __init__(self, min_workers: int, max_workers: int,
+               min_interval_s: float = 30.0, grow_wait: float = 0.03,
+               shrink_wait: float = 0.01, headroom: float = 0.05,
+               confirm_share: float = 0.5, shrink_patience: int = 3,
+               limit_ttl_s: float = 600.0):
+    super().__init__(min_workers, max_workers)
+    self.min_interval_s = min_interval_s
+    self.grow_wait = grow_wait
+    self.shrink_wait = shrink_wait
+    self.headroom = headroom
+    self.confirm_share = confirm_share
+    self.shrink_patience = shrink_patience
+    self.limit_ttl_s = limit_ttl_s
+    self.per_worker: float | None = None
+    self.pending: _Pending | None = None
+    self.settled_at: float | None = None  # when the last change took effect
+    self.calm: list[int] = []
+    # (size, demand when learned, time learned)
+    self.ceiling: tuple[int, float, float] | None = None
+    self.floor: tuple[int, float, float] | None = None
+    self.startup_s: list[float] = []  # measured start-up delays
+    self._asked_at: float | None = None  # when the last change was asked
+    self._grew = False
+    # The pace at which an aged-out ceiling was learned: probe small there.
+    self._small_probe: float | None = None
+
+  # --- the model -------------------------------------------------------------
+  def _learn(self, reading: PoolReading) -> None:
+    """Updates the per-worker capacity estimate."""
+    n = reading.workers
+    if n < 1:
+      return
+    if reading.worker_capacities:
+      sample = statistics.median(reading.worker_capacities)
+    else:
+      produced = (sum(reading.worker_rates) if reading.worker_rates else
+                  reading.delivered_rate)
+      sample = produced / n
+      if reading.wait_share < self.grow_wait:
+        # Not saturated: the workers could do at least this much.
+        if self.per_worker is None or sample > self.per_worker:
+          self.per_worker = sample
+        return
+    if sample <= 0:
+      return
+    self.per_worker = (sample if self.per_worker is None else
+                       0.5 * self.per_worker + 0.5 * sample)
+
+  def proposal(self, demand: float) -> int | None:
+    """Workers the model proposes for `demand` rows/s (None: no estimate
+    yet), within MIN/MAX and any live ceiling and floor."""
+    if self.per_worker is None or self.per_worker <= 0 or demand <= 0:
+      return None
+    size = workers_needed(demand, self.per_worker, self.headroom)
+    return self._limit(size)
+
+  def _limit(self, size: int) -> int:
+    if self.ceiling is not None:
+      size = min(size, self.ceiling[0])
+    if self.floor is not None:
+      size = max(size, self.floor[0])
+    return clamp(size, self.min_workers, self.max_workers)
+
+  def _expire(self, reading: PoolReading) -> None:
+    for which in ("ceiling", "floor"):
+      limit = getattr(self, which)
+      if limit is None:
+        continue
+      _, demand, since = limit
+      moved = abs(reading.consumer_rate - demand) > 0.25 * demand
+      if moved or reading.time_s - since > self.limit_ttl_s:
+        setattr(self, which, None)
+        # A ceiling that only aged out is probed again in a small step,
+        # while the pace stays where it was.
+        if which == "ceiling" and not moved:
+          self._small_probe = demand
+
+  # --- decisions -------------------------------------------------------------
+  def decide(self, reading: PoolReading) -> Decision:
+    if reading.starting:
+      return self._hold(reading, f"waiting for {reading.starting} worker(s) "
+                        "to start")
+    if self._asked_at is not None:
+      # The last change is in effect from this period on; the next period
+      # is the first measured wholly with it.
+      if self._grew:
+        self.startup_s.append(reading.time_s - self._asked_at)
+      self._asked_at = None
+      self.settled_at = reading.time_s
+      if self.pending is not None:
+        return self._hold(reading, "measuring the change")
+    self._expire(reading)
+    if self.pending is not None:
+      confirmed = self._confirm(reading)
+      if confirmed is not None:
+        return confirmed
+      self.settled_at = None  # the pace moved: decide afresh, now
+    self._learn(reading)
+    n = reading.workers
+    demand = reading.consumer_rate
+    if (self.settled_at is not None and
+        reading.time_s - self.settled_at < self.min_interval_s):
+      return self._hold(reading, "minimum interval since the last change")
+    want = self.proposal(demand)
+    if reading.wait_share > self.grow_wait:
+      self.calm = []
+      if want is None or want <= n:
+        want = self._limit(n + 1)  # the model says enough; measure one more
+      probe = self._small_probe
+      if probe is not None and abs(demand - probe) <= 0.25 * probe:
+        want = min(want, n + max(1, n // 10))
+      if want <= n:
+        return self._hold(reading, f"trainer waits {reading.wait_share:.0%}"
+                          f" but the pool is at its limit ({n})")
+      return self._change(reading, want, f"trainer waits "
+                          f"{reading.wait_share:.0%}: {demand:.0f} rows/s "
+                          f"asked, {self.per_worker or 0:.0f} per worker")
+    if reading.wait_share < self.shrink_wait and want is not None:
+      self.calm.append(want)
+      self.calm = self.calm[-self.shrink_patience:]
+      target = max(self.calm)
+      if len(self.calm) >= self.shrink_patience and target < n:
+        self.calm = []
+        return self._change(reading, target, f"no wait for "
+                            f"{self.shrink_patience} rounds: {demand:.0f} "
+                            f"rows/s need {target} at "
+                            f"{self.per_worker:.0f} per worker")
+      return self._hold(reading, "calm")
+    self.calm = []
+    return self._hold(reading, "within the band")
+
+  def _change(self, reading: PoolReading, size: int,
+              reason: str) -> Decision:
+    self.pending = _Pending(reading.workers, size, reading.delivered_rate,
+                            reading.wait_share, self.per_worker or 0.0,
+                            reading.consumer_rate)
+    return self._ask(reading, size, reason)
+
+  def _ask(self, reading: PoolReading, size: int, reason: str) -> Decision:
+    decision = self._to(reading, size, reason)
+    self._asked_at = reading.time_s
+    self._grew = decision.size > reading.asked
+    return decision
+
+  def _confirm(self, reading: PoolReading) -> Decision | None:
+    """The first period wholly after a change took effect: keep the change
+    or take it back. None: the consumer's pace moved 10% or more under the
+    change, so the measurement says nothing about it."""
+    p, self.pending = self.pending, None
+    self._small_probe = None
+    n = reading.workers
+    if abs(reading.consumer_rate - p.demand) > 0.1 * p.demand:
+      return None
+    if p.after > p.before and p.wait_share > self.grow_wait:
+      predicted = min((p.after - p.before) * p.per_worker,
+                      p.demand - p.delivered)
+      gain = reading.delivered_rate - p.delivered
+      # The trainer still waits and the new workers delivered too little of
+      # what they should: the pool is not what limits the trainer.
+      if (reading.wait_share > self.grow_wait and predicted > 0 and
+          gain < self.confirm_share * predicted):
+        keep = p.before
+        if p.per_worker > 0 and gain > 0:
+          keep += math.ceil(gain / p.per_worker)
+        keep = clamp(min(keep, p.after), self.min_workers, self.max_workers)
+        self.ceiling = (keep, reading.consumer_rate, reading.time_s)
+        self._learn(reading)
+        if keep < n:
+          return self._ask(reading, keep, f"{p.before} -> {p.after} gave "
+                          f"+{gain:.0f} rows/s of +{predicted:.0f} predicted:"
+                          f" back to {keep} (ceiling)")
+        return self._hold(reading, f"ceiling at {keep}")
+      self._learn(reading)
+      return self._hold(reading, f"{p.before} -> {p.after} confirmed: "
+                        f"+{gain:.0f} rows/s")
+    if p.after < p.before and reading.wait_share > self.grow_wait:
+      self.floor = (p.before, reading.consumer_rate, reading.time_s)
+      return self._ask(reading, p.before, f"{p.before} -> {p.after}: trainer "
+                      f"waits {reading.wait_share:.0%}; back to {p.before} "
+                      "(floor)")
+    self._learn(reading)
+    return self._hold(reading, f"{p.before} -> {p.after} confirmed")
+
+
+CONTROLLERS = {
+    "intune": IntuneController,
+    "tf-formula": TfFormulaController,
+    "cachew": CachewController,
+}
+
+
+def make_controller(name: str, min_workers: int, max_workers: int,
+                    **kwargs) -> PoolController:
+  """The controller called `name` (`CONTROLLERS`) for a pool of
+  MIN..MAX workers; `kwargs` go to `IntuneController`.
+
+  Raises:
+    ValueError: an unknown name, or bad bounds (`check_bounds`).
+  """
+  if name not in CONTROLLERS:
+    raise ValueError(f"unknown pool controller {name!r}; known: "
+                     f"{', '.join(CONTROLLERS)}.")
+  if name == "intune":
+    return IntuneController(min_workers, max_workers, **kwargs)
+  return CONTROLLERS[name](min_workers, max_workers)

@@ -1,0 +1,263 @@
+"""Tests of intune_tf.pool: the worker-pool controllers, by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from intune_tf import pool
+
+
+@pytest.mark.parametrize("values,expected", [
+    # mean 4, sd sqrt((9 + 4 + 1 + 36) / 3) = 4.08: 10 is outside
+    # [-0.08, 8.08] and becomes the upper median sorted[2] = 3.
+    ([1, 2, 3, 10], [1, 2, 3, 3]),
+    # mean 325, sd sqrt((3 x 225^2 + 675^2) / 3) = 450: 1000 > 775 -> 100.
+    ([100, 100, 100, 1000], [100, 100, 100, 100]),
+    ([5], [5]),
+    ([7, 7, 7], [7, 7, 7]),  # sd 0: every value is the mean
+])
+def test_replace_outliers_by_hand(values, expected):
+  assert pool.replace_outliers(values) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("consumers,workers,expected", [
+    ([1000], [300, 300, 290], 4),  # ceil(1000 / 296.67) = ceil(3.37)
+    # The 1000 rows/s worker is an outlier (previous test): mean 100.
+    ([1000], [100, 100, 100, 1000], 10),
+    ([600, 400], [250, 250], 4),  # ceil(1000 / 250)
+    ([10], [1000], 1),  # at least 1
+    ([], [100], None),
+    ([100], [], None),
+])
+def test_tf_formula_estimate_by_hand(consumers, workers, expected):
+  assert pool.tf_formula_estimate(consumers, workers) == expected
+
+
+@pytest.mark.parametrize("estimate,current,expected", [
+    (50, 15, 50),  # 50 <= 4 x 15 = 60
+    (100, 15, 60),  # 4 x 15
+    (2000, 300, 800),  # 300 + 500 < 4 x 300
+    (3, 10, 3),  # shrinking is not capped
+])
+def test_cap_growth_by_hand(estimate, current, expected):
+  assert pool.cap_growth(estimate, current) == expected
+
+
+@pytest.mark.parametrize("demand,per_worker,headroom,expected", [
+    (1000, 300, 0.1, 4),  # ceil(1100 / 300) = ceil(3.67)
+    (900, 300, 0.0, 3),  # exactly 3
+    (1, 300, 0.0, 1),
+])
+def test_workers_needed_by_hand(demand, per_worker, headroom, expected):
+  assert pool.workers_needed(demand, per_worker, headroom) == expected
+
+
+@pytest.mark.parametrize("bounds,message", [
+    ((0, 4), "MIN must be at least 1"),
+    ((-1, 3), "MIN must be at least 1"),
+    ((5, 4), r"MIN \(5\) is above its MAX \(4\)"),
+    ((2, 0), "MAX must be at least 1"),
+    ((2.5, 4), "MIN must be an integer"),
+])
+def test_bad_bounds_raise(bounds, message):
+  with pytest.raises(ValueError, match=message):
+    pool.check_bounds(*bounds)
+  for name in pool.CONTROLLERS:
+    with pytest.raises(ValueError, match=message):
+      pool.make_controller(name, *bounds)
+
+
+class _ToyPool:
+  """A pool of workers of `capacity` rows/s each (the tuners report
+  `reported`), behind a host that takes at most `ceiling` rows/s; a worker
+  asked for at reading i serves from reading i + `startup` on."""
+
+  def __init__(self, size, capacity=100.0, reported=None, ceiling=math.inf,
+               startup=1):
+    self.serving = size
+    self.starting = []  # reading index at which each starting one serves
+    self.capacity = capacity
+    self.reported = capacity if reported is None else reported
+    self.ceiling = ceiling
+    self.startup = startup
+    self.i = 0
+    self.sizes = []
+    self.changes = 0
+    self.reasons = []
+
+  def reading(self, pace):
+    joined = [r for r in self.starting if r <= self.i]
+    self.starting = [r for r in self.starting if r > self.i]
+    self.serving += len(joined)
+    supply = min(self.serving * self.capacity, self.ceiling)
+    wait = max(0.0, 1.0 - supply / pace)
+    got = pace * (1 - wait)
+    return pool.PoolReading(
+        time_s=10.0 * (self.i + 1), workers=self.serving,
+        starting=len(self.starting), wait_share=wait, consumer_rate=pace,
+        worker_rates=(got / self.serving,) * self.serving,
+        worker_capacities=(self.reported,) * self.serving)
+
+  def apply(self, decision):
+    asked = self.serving + len(self.starting)
+    if decision.size > asked:
+      self.starting += [self.i + self.startup] * (decision.size - asked)
+    elif decision.size < asked:
+      drop = asked - decision.size
+      from_starting = min(drop, len(self.starting))
+      self.starting = self.starting[:len(self.starting) - from_starting]
+      self.serving -= drop - from_starting
+    self.changes += decision.change
+    self.sizes.append(decision.size)
+    self.reasons.append(decision.reason)
+    self.i += 1
+
+  def drive(self, controller, paces):
+    for pace in paces:
+      self.apply(controller.decide(self.reading(pace)))
+    return self
+
+
+def test_intune_grows_once_to_the_model_size_and_confirms():
+  # 2 workers of 100 rows/s, a consumer of 500 rows/s: the trainer waits
+  # 60%; the model asks ceil(500 x 1.05 / 100) = 6 at once, and the next
+  # readings (no wait) confirm it.
+  toy = _ToyPool(2).drive(pool.IntuneController(1, 64), [500.0] * 20)
+  assert toy.sizes[0] == 6
+  assert set(toy.sizes) == {6}
+  assert toy.changes == 1
+  assert any("2 -> 6 confirmed" in r for r in toy.reasons), toy.reasons
+
+
+def test_intune_takes_back_a_growth_that_does_not_deliver():
+  # The host takes at most 400 rows/s: 4 workers already reach it. The
+  # trainer (800 rows/s) waits 50%; the model asks ceil(840 / 100) = 9; the
+  # 5 more workers deliver +0 of the +400 predicted, so the controller goes
+  # back to 4 and holds there (a ceiling), though the trainer still waits.
+  toy = _ToyPool(4, ceiling=400.0).drive(pool.IntuneController(1, 64),
+                                         [800.0] * 50)
+  # 0: grow; 1: the workers serve, measuring; 2: the measurement.
+  assert toy.sizes[:3] == [9, 9, 4]
+  assert set(toy.sizes[3:]) == {4}
+  assert toy.changes == 2
+  assert "gave +0 rows/s of +400 predicted: back to 4" in toy.reasons[2]
+
+
+def test_intune_shrinks_after_patience_to_the_largest_need():
+  # 10 workers, the consumer needs 300 rows/s: no wait. Three calm rounds
+  # propose ceil(315 / 100) = 4, ceil(105 / 100) = 2 and 4: the largest, 4.
+  toy = _ToyPool(10).drive(pool.IntuneController(1, 64),
+                           [300.0, 100.0, 300.0] + [300.0] * 10)
+  assert toy.sizes[:3] == [10, 10, 4]
+  assert set(toy.sizes[3:]) == {4}
+  assert toy.changes == 1
+
+
+def test_intune_takes_back_a_shrink_after_which_the_trainer_waits():
+  # The tuners report 100 rows/s but a worker delivers 60: the model's 4
+  # workers give 240 of the 300 rows/s asked (wait 20%), so the shrink is
+  # taken back to 10, which then holds as a floor.
+  toy = _ToyPool(10, capacity=60.0, reported=100.0).drive(
+      pool.IntuneController(1, 64), [300.0] * 40)
+  assert toy.sizes[:5] == [10, 10, 4, 4, 10]
+  assert set(toy.sizes[4:]) == {10}
+  assert toy.changes == 2
+  assert "trainer waits 20%; back to 10 (floor)" in toy.reasons[4]
+
+
+def test_intune_waits_for_starting_workers_and_the_minimum_interval():
+  # Workers take 3 readings to start: no decision meanwhile; after the
+  # change is confirmed, a new need waits out 30 s (3 readings).
+  controller = pool.IntuneController(1, 64, min_interval_s=30.0)
+  toy = _ToyPool(2, startup=3).drive(controller, [500.0] * 8 + [900.0] * 8)
+  # 0: ask 6; 1, 2: starting; 3: serving (measuring); 4: confirmed.
+  assert toy.sizes[:8] == [6] * 8
+  assert toy.changes >= 2
+  first_regrow = next(i for i, s in enumerate(toy.sizes) if s > 6)
+  assert toy.reasons[1] == "waiting for 4 worker(s) to start"
+  # 900 rows/s from reading 8 on; the change took effect at reading 3, so
+  # the interval is over: it grows at once to ceil(945 / 100) = 10.
+  assert first_regrow == 8 and toy.sizes[8] == 10
+  # Asked at 10 s, serving at 40 s; asked at 90 s, serving at 120 s.
+  assert controller.startup_s == [30.0, 30.0]
+
+
+@pytest.mark.parametrize("name", ["intune", "tf-formula", "cachew"])
+@pytest.mark.parametrize("bounds", [(1, 1), (2, 5), (3, 64)])
+def test_pool_never_leaves_min_max(name, bounds):
+  rng = np.random.default_rng(0)
+  controller = pool.make_controller(name, *bounds)
+  lo, hi = bounds
+  for i in range(400):
+    workers = int(rng.integers(0, hi + 3))
+    reading = pool.PoolReading(
+        time_s=10.0 * i, workers=workers,
+        starting=int(rng.integers(0, 3)) * int(rng.random() < 0.2),
+        wait_share=float(rng.choice([0.0, 0.005, 0.2, 0.9])),
+        consumer_rate=float(rng.choice([0.0, 10.0, 1e3, 1e6])),
+        worker_rates=tuple(rng.uniform(1, 500, workers).tolist()),
+        worker_capacities=tuple(rng.uniform(1, 500, workers).tolist()))
+    decision = controller.decide(reading)
+    assert lo <= decision.size <= hi, (i, reading, decision)
+
+
+def test_a_flapping_consumer_does_not_make_intune_flap():
+  # The consumer's pace flips between 500 and 100 rows/s every reading,
+  # faster than workers start (2 readings). intune grows once to cover the
+  # fast pace and stays; TF's formula, applied as if it scaled, follows
+  # every flip.
+  paces = [500.0, 100.0] * 100
+  toy = _ToyPool(3, startup=2).drive(pool.IntuneController(1, 64), paces)
+  assert toy.changes <= 2, toy.reasons
+  assert min(toy.sizes[10:]) >= 5  # the fast pace needs 5
+  formula = _ToyPool(3, startup=2).drive(pool.TfFormulaController(1, 64),
+                                         paces)
+  assert formula.changes >= 50
+
+
+def test_cachew_climbs_one_worker_at_a_time_by_hand():
+  # 100 rows/s per worker, a consumer of 350 rows/s, from 1 worker: the
+  # batch time (s per row) 1/100, 1/200, 1/300, 1/350 improves > 7% at each
+  # +1; 1/350 again at 5 does not: back to 4; then -1 (probe) to 3 costs
+  # 1/300 vs 1/350 = +16.7% >= 3%: back to 4, stable.
+  toy = _ToyPool(1).drive(pool.CachewController(1, 64), [350.0] * 40)
+  changes = [s for i, s in enumerate(toy.sizes)
+             if i == 0 or s != toy.sizes[i - 1]]
+  assert changes == [2, 3, 4, 5, 4, 3, 4]
+  assert toy.sizes[-1] == 4
+  assert toy.changes == 7
+
+
+def test_cachew_stops_climbing_where_one_worker_is_under_7_percent():
+  # n -> n + 1 workers cuts the batch time by 1 / (n + 1): 12 -> 13 by
+  # 7.7%, 13 -> 14 by 7.1%, 14 -> 15 by 6.7% < 7% (taken back). Cachew's
+  # rule stops at 14 although the consumer asks for 30 workers.
+  toy = _ToyPool(12).drive(pool.CachewController(1, 64), [3000.0] * 40)
+  assert toy.sizes[:3] == [13, 14, 15]
+  assert toy.sizes[-1] == 14
+
+
+def test_tf_formula_caps_growth_and_follows_the_estimate():
+  controller = pool.TfFormulaController(1, 64)
+  # ceil(1000 / 100) = 10, capped at 4 x 2 = 8.
+  decision = controller.decide(pool.PoolReading(
+      time_s=0, workers=2, consumer_rate=1000.0,
+      worker_capacities=(100.0, 100.0)))
+  assert (decision.size, decision.change) == (8, True)
+  # Without reports it holds.
+  decision = controller.decide(pool.PoolReading(time_s=1, workers=3))
+  assert (decision.size, decision.change) == (3, False)
+
+
+def test_fixed_controller_holds_its_size():
+  controller = pool.FixedController(3)
+  decision = controller.decide(pool.PoolReading(time_s=0, workers=1,
+                                                wait_share=0.9,
+                                                consumer_rate=1e6))
+  assert (decision.size, decision.change) == (3, True)
+
+
+def test_unknown_controller_raises():
+  with pytest.raises(ValueError, match="unknown pool controller 'x'"):
+    pool.make_controller("x", 1, 2)
