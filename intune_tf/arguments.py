@@ -8,6 +8,7 @@ them.
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 
 def positive_int(text: str) -> int:
@@ -24,3 +25,22 @@ def positive_int(text: str) -> int:
     raise argparse.ArgumentTypeError(
         f"{text!r} is not a positive integer; pass 1 or more.")
   return value
+
+
+def int_in(low: int, high: int, what: str) -> Callable[[str], int]:
+  """An argparse type: an integer from `low` to `high`.
+
+  int_in(1, 512, "pool size")("64") = 64; for "0" it raises
+  argparse.ArgumentTypeError("'0' is not a pool size; pass 1 to 512.").
+  """
+  def check(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      value = low - 1
+    if not low <= value <= high:
+      raise argparse.ArgumentTypeError(
+          f"{text!r} is not a {what}; pass {low} to {high}.")
+    return value
+  check.__name__ = what.replace(" ", "_")
+  return check

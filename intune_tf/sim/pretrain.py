@@ -26,6 +26,7 @@ from intune_tf.agent import allocator as allocator_lib
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
 from intune_tf.options import IntuneOptions
+from intune_tf.sim import cluster
 from intune_tf.sim import simulator as sim_lib
 from intune_tf.tuning import env as env_lib
 from intune_tf.tuning import mdp
@@ -959,6 +960,8 @@ def format_comparison(result: dict) -> str:
 
 
 def main_simulate(args) -> int:
+  if args.service:
+    return cluster.main(args)
   names = tuple(n for n in args.policies.split(",") if n)
   steps = args.steps
   if steps is None:
@@ -1044,4 +1047,15 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
                  "intune-dqn).")
   p.add_argument("--json", type=files.output_file_arg, default=None,
                  help="Write the scores here.")
+  p.add_argument("--service", action="store_true",
+                 help="Score the tf.data service worker-pool controllers "
+                 "(intune, tf-formula, cachew, fixed-best) on a simulated "
+                 "job instead (docs/service.md).")
+  p.add_argument("--workers", type=arguments.int_in(1, 512, "pool size"),
+                 default=64,
+                 help="With --service: the pool's MAX, 1 to 512 (default "
+                 "64).")
+  p.add_argument("--seeds", type=arguments.positive_int, default=1,
+                 help="With --service: score seeds --seed, --seed + 1, ... "
+                 "this many, with paired 95%% CIs (default 1).")
   p.set_defaults(func=main_simulate)
