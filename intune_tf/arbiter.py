@@ -52,7 +52,10 @@ uid, not writable by others) is used; otherwise sharing is off with one
 warning and each process budgets as if alone. A lease that is not a regular
 file (a FIFO is never opened), a link, owned by another uid, writable by
 others, larger than `MAX_ENTRY_BYTES`, not JSON, or with wrong fields is
-ignored with one warning per entry.
+ignored with one warning per entry: a field of the wrong type or out of
+range, a `pid` that is not a process id (`host.is_pid`: the OS is never
+asked about -1, 0 or 2**70), a heartbeat in the future. A bad lease never
+stops the arbiter or `intune inspect`.
 
 Standard library, psutil and absl only: `intune inspect` reads the leases
 without TensorFlow.
@@ -77,6 +80,7 @@ from absl import logging
 import psutil
 
 from intune_tf import files
+from intune_tf import host
 
 FORMAT = "intune_tf.host/1"
 ENV_DIR = "INTUNE_HOST_DIR"
@@ -90,6 +94,8 @@ DEMAND_HEADROOM = 1.25
 MAX_ENTRY_BYTES = 4096
 # Largest `IntuneOptions.host_weight`.
 MAX_WEIGHT = 1e6
+# CPU numbers of a lease are below this (Linux's NR_CPUS is at most 8192).
+MAX_CPU_ID = 1 << 16
 
 
 def fair_shares(total: float, weights: Sequence[float]) -> list[float]:
@@ -359,7 +365,7 @@ def _number(data: dict, key: str, optional: bool = False) -> float | None:
     return None
   if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
       not math.isfinite(value)):
-    raise ValueError(f"field {key!r} is {value!r}, not a finite number")
+    raise ValueError(f"field {key!r} is {value!r:.40}, not a finite number")
   return value
 
 
@@ -368,9 +374,9 @@ def _cpu_list(data: dict, key: str) -> tuple[int, ...] | None:
   if value is None:
     return None
   if (not isinstance(value, list) or not value or
-      not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
-              for c in value)):
-    raise ValueError(f"field {key!r} is {value!r}, not a list of CPU "
+      not all(isinstance(c, int) and not isinstance(c, bool) and
+              0 <= c < MAX_CPU_ID for c in value)):
+    raise ValueError(f"field {key!r} is {value!r:.40}, not a list of CPU "
                      "numbers")
   return tuple(value)
 
@@ -386,13 +392,18 @@ def parse_lease(text: bytes) -> Lease:
     data = json.loads(text.decode("utf-8"))
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
     raise ValueError(f"not JSON ({e})") from None
+  except RecursionError:
+    raise ValueError("its JSON nests too deeply") from None
   if not isinstance(data, dict) or data.get("format") != FORMAT:
     raise ValueError(f"not a {FORMAT} object")
-  ints = {}
-  for key in ("pid", "uid", "buffered_bytes"):
+  if not host.is_pid(data.get("pid")):
+    raise ValueError(f"field 'pid' is {data.get('pid')!r:.40}, not a "
+                     f"process id from 1 to {host.PID_MAX}")
+  ints = {"pid": data["pid"]}
+  for key in ("uid", "buffered_bytes"):
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-      raise ValueError(f"field {key!r} is {value!r}, not an int >= 0")
+      raise ValueError(f"field {key!r} is {value!r:.40}, not an int >= 0")
     ints[key] = value
   weight = _number(data, "weight")
   if not 0 < weight <= MAX_WEIGHT:
@@ -403,7 +414,7 @@ def parse_lease(text: bytes) -> Lease:
     value = data.get(key)
     if value is not None and (isinstance(value, bool) or
                               not isinstance(value, int) or value < 1):
-      raise ValueError(f"field {key!r} is {value!r}, not an int >= 1")
+      raise ValueError(f"field {key!r} is {value!r:.40}, not an int >= 1")
     shares[key] = value
   return Lease(
       pid=ints["pid"], uid=ints["uid"], start=_number(data, "start"),
@@ -417,6 +428,8 @@ def parse_lease(text: bytes) -> Lease:
 
 
 def _pid_alive(pid: int) -> bool:
+  if not host.is_pid(pid):
+    return False  # never asked of the OS: see `host.is_pid`
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -426,11 +439,13 @@ def _pid_alive(pid: int) -> bool:
   return True
 
 
-def read_lease(path: pathlib.Path) -> Lease | None:
+def read_lease(path: pathlib.Path, now: float | None = None) -> Lease | None:
   """The lease in `path`, or None (with one warning per entry and reason)
   when it is not a regular file of this uid and mode, too large, or not a
-  valid lease. A FIFO or a device is never opened; the file is opened
-  without following links and without blocking."""
+  valid lease, or its heartbeat is more than `LEASE_S` after `now` (default
+  None: `time.time()`; such a lease would never expire while its pid
+  lives). A FIFO or a device is never opened; the file is opened without
+  following links and without blocking."""
   try:
     info = os.lstat(path)
   except FileNotFoundError:
@@ -486,6 +501,10 @@ def read_lease(path: pathlib.Path) -> Lease | None:
     _warn_once(path, info.st_ino, f"it names pid {lease.pid} and uid "
                f"{lease.uid}, not what its name and owner say")
     return None
+  if lease.heartbeat - (time.time() if now is None else now) > LEASE_S:
+    _warn_once(path, info.st_ino, "its heartbeat is in the future (its "
+               "writer's clock or its contents are wrong)")
+    return None
   return lease
 
 
@@ -517,7 +536,7 @@ def read_leases(directory: pathlib.Path | None = None,
     if name.startswith(".") or not name.endswith(".json"):
       continue  # a writer's temporary file
     path = directory / name
-    lease = read_lease(path)
+    lease = read_lease(path, now)
     if lease is None:
       continue
     if not _pid_alive(lease.pid):

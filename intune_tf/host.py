@@ -37,6 +37,22 @@ _meminfo_lock = threading.Lock()
 CGROUP_LIMITS_REFRESH_S = 1.0
 _limits_cache: dict[str, tuple[float, Any]] = {}
 _T = TypeVar("_T")
+# The largest process id Linux can give (PID_MAX_LIMIT, the ceiling of
+# /proc/sys/kernel/pid_max on 64-bit kernels).
+PID_MAX = 1 << 22
+
+
+def is_pid(value: Any) -> bool:
+  """Whether `value` (read from a shared file) may name a process: an int
+  (not a bool) from 1 to `PID_MAX`. Checked before the OS is asked about it:
+  `os.kill(0, 0)` signals the caller's process group, `psutil.Process(-1)`
+  raises ValueError and `os.kill(2**31, 0)` OverflowError.
+
+  Examples: is_pid(4242) is True; is_pid(-1), is_pid(0), is_pid(2**70),
+  is_pid(True) and is_pid("7") are False.
+  """
+  return (isinstance(value, int) and not isinstance(value, bool) and
+          1 <= value <= PID_MAX)
 
 
 @functools.cache

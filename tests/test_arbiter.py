@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+import _fuzz
 import pytest
 
 from intune_tf import arbiter
@@ -278,6 +279,22 @@ def _a_folder(folder, pid):
   return path
 
 
+def _naming_pid(value):
+  """A lease of pid `value` in a file of that name: the OS must never be
+  asked about it (`os.kill(0, 0)` signals the reader's process group,
+  `os.kill(2**31, 0)` raises OverflowError)."""
+  def make(folder, pid):
+    del pid
+    return _write(folder / f"{value}.json", _entry(value))
+  return make
+
+
+def _from_the_future(folder, pid):
+  # Would never expire while its pid lives.
+  return _write(folder / f"{pid}.json",
+                _entry(pid, heartbeat=time.time() + 3600))
+
+
 @pytest.mark.parametrize("make,reason", [
     (_fifo, "not a regular file"),
     (_symlink, "symbolic link"),
@@ -291,6 +308,11 @@ def _a_folder(folder, pid):
     (_not_a_lease, "not a intune_tf.host/1 object"),
     (_names_another_pid, "names pid 1"),
     (_a_folder, "not a regular file"),
+    (_naming_pid(-1), "field 'pid' is -1, not a process id from 1 to"),
+    (_naming_pid(0), "field 'pid' is 0, not a process id from 1 to"),
+    (_naming_pid(2**31), "field 'pid' is 2147483648, not a process id"),
+    (_naming_pid(2**70), "field 'pid' is 1180591620717411303424, not a"),
+    (_from_the_future, "its heartbeat is in the future"),
 ])
 def test_a_hostile_entry_is_ignored_with_one_warning(folder, sleeper, caplog,
                                                      make, reason):
@@ -645,3 +667,65 @@ def test_a_process_that_opts_out_keeps_per_process_budgets(tmp_path,
   # The sharing process sees itself alone.
   assert _alone(a_line, cpus) and a_line["cpu_budget"] == cpus
   assert [p.name for p in tmp_path.iterdir()] == [f"{a.proc.pid}.json"]
+
+
+# Fuzzing: the readers of the lease folder in a fresh process (`_fuzz`).
+
+
+def test_fuzzed_leases_are_read_or_told_once_and_never_stop_the_arbiter():
+  out = _fuzz.run_reader("""
+      import io, json, logging, os, pathlib, tempfile, time
+      import psutil
+      import _fuzz
+      from intune_tf import arbiter
+      from intune_tf.observe import inspect as inspect_lib
+
+      told = []
+      class Catch(logging.Handler):
+        def emit(self, record):
+          if record.levelno >= logging.WARNING:
+            told.append(record.getMessage())
+      logging.getLogger().addHandler(Catch())
+      pids = psutil.pids()
+
+      def valid(rng):
+        return {"format": arbiter.FORMAT, "pid": rng.choice(pids),
+                "uid": os.getuid(), "start": 0.0,
+                "weight": rng.choice([1.0, 2.0, arbiter.MAX_WEIGHT]),
+                "heartbeat": time.time(), "rate": 10.0, "busy_cpus": 0.5,
+                "cpus_wanted": rng.choice([None, 0.5]),
+                "buffered_bytes": 1000, "cpus": 1, "ram": 1 << 30,
+                "confined": rng.choice([None, [0]]),
+                "given": rng.choice([None, [0, 1]])}
+
+      def name(data, i):
+        pid = data.get("pid") if isinstance(data, dict) else None
+        if isinstance(pid, int) and not isinstance(pid, bool):
+          return f"{pid}.json"
+        return f"{10_000_000 + i}.json"
+
+      for seed in SEEDS:
+        print("fuzz seed", seed, flush=True)
+        folder = pathlib.Path(tempfile.mkdtemp()) / "host"
+        arbiter.make_folder(folder)
+        paths = _fuzz.fill(folder, seed, 150, valid, name,
+                           arbiter.MAX_ENTRY_BYTES)
+        start = len(told)
+        read = {p: arbiter.read_lease(p) for p in paths}
+        leases = arbiter.read_leases(folder, remove_dead=True)
+        share = arbiter.HostArbiter(folder).update(
+            1.0, arbiter.Demand(), cpus=2, available=1 << 30,
+            limit=2 << 30, ram_share=0.5, cpu_ids=(0, 1),
+            whole_process=True)
+        assert share is not None and 1 <= share.cpus <= 2, share
+        inspect_lib.host_split(leases, folder)
+        for p in paths:
+          named = [m for m in told[start:] if f"ignoring {p}: " in m]
+          assert len(named) == (read[p] is None), (seed, p, named)
+        print(f"seed {seed}: {len(paths)} files, "
+              f"{sum(r is None for r in read.values())} told, "
+              f"{len(leases)} live leases", flush=True)
+  """)
+  print(out)
+  assert [line.split()[2] for line in out.splitlines()
+          if line.startswith("fuzz seed")] == [str(s) for s in _fuzz.SEEDS]
