@@ -21,8 +21,9 @@ The model, one second per step (`ClusterScenario`):
   consumed.
 
 Scores: `stall_fraction` (the trainer's waiting time / the run's time),
-`worker_hours` (workers asked for, serving or starting, integrated over the
-run), `changes` (pool resizes), `run_time_s`.
+`stall_starting` (the share of that waiting spent while asked-for workers
+were starting), `worker_hours` (workers asked for, serving or starting,
+integrated over the run), `changes` (pool resizes), `run_time_s`.
 
 Calibration: the mean per-worker rate is the median one-worker rate measured
 on this machine by `benchmarks/service.py` (3,263 rows/s, docs/service.md),
@@ -133,6 +134,7 @@ def scenario(workers: int, seed: int, phase_s: float = 900.0
 class RunResult:
   """What one controller (or fixed pool) did on a scenario."""
   stall_fraction: float
+  stall_starting: float  # share of the waiting while workers were starting
   worker_hours: float
   changes: int
   run_time_s: float
@@ -142,6 +144,7 @@ class RunResult:
 
   def summary(self) -> dict:
     return {"stall_fraction": self.stall_fraction,
+            "stall_starting": self.stall_starting,
             "worker_hours": self.worker_hours, "changes": self.changes,
             "run_time_s": self.run_time_s, "finished": self.finished}
 
@@ -180,7 +183,7 @@ def run(sc: ClusterScenario,
   bounds = np.cumsum([rows for rows, _ in sc.phases])
   total = float(bounds[-1])
   done = 0.0
-  wait = worker_s = 0.0
+  wait = worker_s = starting_wait = 0.0
   p_wait = p_rows = p_pace = 0.0
   changes = 0
   sizes, reasons = [(0.0, asked)], []
@@ -200,6 +203,8 @@ def run(sc: ClusterScenario,
     step_wait = 1.0 - got / pace
     done += got
     wait += step_wait
+    if not serving.all():
+      starting_wait += step_wait
     worker_s += asked
     p_wait += step_wait
     p_rows += got
@@ -237,6 +242,7 @@ def run(sc: ClusterScenario,
     sizes.append((now, asked))
   run_time = float(t + (1 if done < total else 0))
   return RunResult(stall_fraction=wait / max(run_time, 1.0),
+                   stall_starting=starting_wait / max(wait, 1e-9),
                    worker_hours=worker_s / 3600.0, changes=changes,
                    run_time_s=run_time, finished=bool(done >= total),
                    sizes=sizes, reasons=reasons)
@@ -326,7 +332,8 @@ def compare(workers: int, seeds: list[int],
   for name in names:
     rs = [r["policies"][name] for r in runs]
     policies[name] = {k: float(np.mean([r[k] for r in rs])) for k in (
-        "stall_fraction", "worker_hours", "changes", "run_time_s")}
+        "stall_fraction", "stall_starting", "worker_hours", "changes",
+        "run_time_s")}
     if name == "fixed-best":
       policies[name]["sizes"] = [r["size"] for r in rs]
   vs = {}
@@ -353,8 +360,10 @@ def format_comparison(result: dict) -> str:
   lines = [f"{result['workers']} workers at most, seeds {result['seeds']}: "
            "means over seeds; vs intune: intune minus the controller's "
            "stall fraction, and intune / its worker-hours, mean [95% paired "
-           "t CI].",
-           f"{'controller':12}{'stall':>8}{'w-hours':>10}{'changes':>9}"
+           "t CI]; starting: share of the stall spent while workers "
+           "started.",
+           f"{'controller':12}{'stall':>8}{'starting':>9}{'w-hours':>10}"
+           f"{'changes':>9}"
            f"{'time s':>9}{'stall diff [95% CI]':>30}"
            f"{'w-hours ratio [95% CI]':>28}"]
   for name, p in result["policies"].items():
@@ -366,6 +375,7 @@ def format_comparison(result: dict) -> str:
     else:
       stall = ratio = "-"
     lines.append(f"{name:12}{p['stall_fraction']:8.4f}"
+                 f"{p['stall_starting']:9.2f}"
                  f"{p['worker_hours']:10.1f}{p['changes']:9.1f}"
                  f"{p['run_time_s']:9.0f}{stall:>30}{ratio:>28}")
   return "\n".join(lines)
