@@ -1,7 +1,10 @@
-"""Shared test fixtures."""
+"""Shared test fixtures, and the split of the suite between the stacks."""
 
+import importlib.abc
+import importlib.machinery
 import os
 import pathlib
+import sys
 import tempfile
 
 import pytest
@@ -30,3 +33,87 @@ def criteo_real_dir() -> pathlib.Path:
     pytest.skip(f"real Criteo sample not found at {CRITEO_REAL_DIR} (it sits "
                 "beside the repository, in ../shared/data/criteo)")
   return CRITEO_REAL_DIR
+
+
+# Test modules whose code under test never imports TensorFlow or Keras: their
+# behaviour cannot depend on the TensorFlow version, so `make test` runs them
+# once, on the main stack, with `--tf-free` (which refuses any import of
+# TensorFlow or Keras, so a module listed here that starts to need them fails
+# loudly instead of quietly losing the compat stack). Every other module runs
+# on both stacks (`--needs-tf`).
+TF_FREE_MODULES = frozenset({
+    "test_build_files.py",
+    "test_calibration.py",
+    "test_cc_units.py",
+    "test_change.py",
+    "test_docs.py",
+    "test_files.py",
+    "test_host.py",
+    "test_mdp.py",
+    "test_meter.py",
+    "test_ranked.py",
+    "test_records.py",
+    "test_registry.py",
+    "test_resize.py",
+    "test_search.py",
+    "test_simulator.py",
+    "test_tf_versions.py",
+})
+_TF_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras"})
+
+
+class _RefuseTensorFlow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """An import hook under which importing TensorFlow or Keras fails.
+
+  It only fails the import itself: `importlib.util.find_spec` (which
+  `intune_tf` uses to say whether TensorFlow is installed) still finds them.
+  """
+
+  def find_spec(self, name, path=None, target=None):
+    del path, target  # unused
+    if name.partition(".")[0] in _TF_PACKAGES:
+      return importlib.machinery.ModuleSpec(name, self)
+    return None
+
+  def create_module(self, spec):
+    del spec  # unused
+    return None
+
+  def exec_module(self, module):
+    raise ImportError(
+        f"{module.__name__} imported under --tf-free: a module in conftest's "
+        "TF_FREE_MODULES now needs TensorFlow or Keras; remove it from that "
+        "list so that it runs on both stacks")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+  group = parser.getgroup("intune_tf")
+  group.addoption("--tf-free", action="store_true",
+                  help="run only the modules in conftest's TF_FREE_MODULES, "
+                  "refusing every import of TensorFlow or Keras")
+  group.addoption("--needs-tf", action="store_true",
+                  help="run only the modules not in TF_FREE_MODULES")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+  if config.getoption("--tf-free") and config.getoption("--needs-tf"):
+    raise pytest.UsageError("give --tf-free or --needs-tf, not both")
+  if config.getoption("--tf-free"):
+    already = _TF_PACKAGES.intersection(sys.modules)
+    if already:
+      raise pytest.UsageError(f"--tf-free: {sorted(already)} imported before "
+                              "the tests started")
+    sys.meta_path.insert(0, _RefuseTensorFlow())
+
+
+def pytest_ignore_collect(collection_path: pathlib.Path,
+                          config: pytest.Config) -> bool | None:
+  if collection_path.suffix != ".py" or not collection_path.name.startswith(
+      "test_"):
+    return None
+  listed = collection_path.name in TF_FREE_MODULES
+  if config.getoption("--tf-free") and not listed:
+    return True
+  if config.getoption("--needs-tf") and listed:
+    return True
+  return None

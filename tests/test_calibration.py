@@ -250,7 +250,7 @@ def test_bad_traces(tmp_path, content, match):
 
 def _calibrate(argv, capsys):
   """Runs `intune calibrate argv` in-process: (exit status, stderr)."""
-  args = cli.parser().parse_args(["calibrate", *argv])
+  args = cli.parser(["calibrate"]).parse_args(["calibrate", *argv])
   status = args.func(args)
   return status, capsys.readouterr().err
 

@@ -1,5 +1,6 @@
 """Tests of intune_tf.sim.simulator: the throughput model, optimum, dynamics."""
 
+import dataclasses
 import itertools
 import math
 
@@ -243,3 +244,27 @@ def test_buffers_only_raise_the_rate_as_the_optimum_assumes(seed):
                             pipe.cpus, pipe.consumer_step_s, params)
              for b in (0, 1, 4, sim.MAX_BUFFER)]
     assert rates == sorted(rates)
+
+
+@pytest.mark.parametrize("params", [
+    sim.SimParams(),
+    sim.SimParams(oversubscription=0.4, handoff_s=2e-3, pipelining=2.0),
+    sim.SimParams(oversubscription=0.0, handoff_s=0.0, pipelining=1.0),
+])
+def test_throughput_batch_is_throughput_over_arrays(params):
+  rng = np.random.default_rng(7)
+  stages = [sim.SimStage(f"S{i}", float(rng.uniform(1e-4, 1e-2)),
+                         cv=float(rng.uniform(0.0, 1.5))) for i in range(4)]
+  par = rng.integers(1, 7, size=(3, 20, 4)).astype(float)
+  buf = rng.integers(0, 5, size=(3, 20, 4)).astype(float)
+  cpus = rng.integers(1, 9, size=(3, 20)).astype(float)
+  scales = np.array([0.5, 1.0, 1.3])[:, None, None]
+  costs = np.array([st.cost_s for st in stages]) * scales
+  batch = sim.throughput_batch(costs, [st.cv for st in stages], par, buf,
+                               cpus, params)
+  assert batch.shape == (3, 20)
+  for k, n in itertools.product(range(3), range(20)):
+    scaled = [dataclasses.replace(st, cost_s=st.cost_s * scales[k, 0, 0])
+              for st in stages]
+    assert batch[k, n] == pytest.approx(sim.throughput(
+        scaled, par[k, n], buf[k, n], cpus[k, n], 0.0, params), rel=1e-12)

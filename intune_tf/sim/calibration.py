@@ -32,7 +32,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from intune_tf import files
+from intune_tf import arguments
 from intune_tf import records
 from intune_tf.sim import simulator as sim_lib
 
@@ -312,17 +312,51 @@ def fit(points_by_scenario: dict[str, list[Point]],
   hand-off cost; k = 1, a chain that does not overlap at all; k = inf,
   perfect pipelining) or well beyond any fit on this machine.
   """
+  scales = np.asarray(list(cost_scale), float)
   best = None
-  for o, h, k in itertools.product(oversubscription, handoff_s, pipelining):
-    params = sim_lib.SimParams(oversubscription=float(o), handoff_s=float(h),
-                               pipelining=float(k))
-    base = _base_pipelines(points_by_scenario, params)
-    for k in cost_scale:
-      rows = errors(points_by_scenario, params, float(k), base)
-      score = float(np.median([abs(r["error"]) for r in rows]))
-      if best is None or score < best[0]:
-        best = (score, params, float(k), rows)
-  return best[1], best[2], best[3]
+  pipelining = list(pipelining)
+  for o, h in itertools.product(oversubscription, handoff_s):
+    # The base costs divide out contention, which pipelining plays no part in.
+    base = _base_pipelines(points_by_scenario, sim_lib.SimParams(
+        oversubscription=float(o), handoff_s=float(h)))
+    for k in pipelining:
+      params = sim_lib.SimParams(oversubscription=float(o),
+                                 handoff_s=float(h), pipelining=float(k))
+      scores = np.median(np.abs(np.concatenate(
+          [_relative_errors(points_by_scenario[scenario], pipeline, index,
+                            scales, params)
+           for scenario, (pipeline, index) in base.items()], axis=1)), axis=1)
+      i = int(np.argmin(scores))
+      if best is None or scores[i] < best[0]:
+        best = (float(scores[i]), params, float(scales[i]), base)
+  _, params, scale, base = best
+  return params, scale, errors(points_by_scenario, params, scale, base)
+
+
+def _relative_errors(points: Sequence[Point], pipeline: sim_lib.SimPipeline,
+                     index: dict[str, int], scales: np.ndarray,
+                     params: sim_lib.SimParams) -> np.ndarray:
+  """predicted / measured - 1 of each configuration (columns) under each
+  cost scale (rows): what `errors` gives, for a whole grid at once."""
+  n = len(pipeline.stages)
+  par, buf = np.ones((len(points), n)), np.zeros((len(points), n))
+  for row, p in enumerate(points):
+    for name, value in p.config.items():
+      stage, kind = records.split_knob(name)
+      if stage not in index:
+        continue
+      if kind == "parallelism":
+        par[row, index[stage]] = max(1.0, value)
+      else:
+        buf[row, index[stage]] = max(0.0, value)
+  costs = np.array([st.cost_s for st in pipeline.stages])
+  rate = sim_lib.throughput_batch(
+      costs * scales[:, None, None], [st.cv for st in pipeline.stages], par,
+      buf, [p.cpus for p in points], params)
+  predicted = rate * np.array([p.rows_per_element for p in points])
+  measured = np.array([p.rows_per_s for p in points])
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return np.where(measured > 0, predicted / measured - 1, np.inf)
 
 
 def ranks(values: Sequence[float]) -> np.ndarray:
@@ -516,6 +550,6 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
       "calibrate", help=helps["calibrate"])
   p.add_argument("--trace", required=True, help="Trace (JSON lines).")
-  p.add_argument("--json", type=files.output_file_arg, default=None,
+  p.add_argument("--json", type=arguments.output_file, default=None,
                  help="Write the fit here.")
   p.set_defaults(func=main)

@@ -198,6 +198,51 @@ def throughput(stages: Sequence[SimStage], parallelism: Sequence[float],
   return x0 * factor
 
 
+def throughput_batch(costs: np.ndarray, cv: np.ndarray,
+                     parallelism: np.ndarray, buffers: np.ndarray,
+                     cpus: np.ndarray, params: SimParams = SimParams()
+                     ) -> np.ndarray:
+  """`throughput` of many allocations at once, for a calibration's grid.
+
+  The same formula over arrays (tests/test_simulator.py checks that the two
+  agree), with no consumer and no co-tenant.
+
+  Args:
+    costs: per-stage costs, shape [..., S] (broadcast against the rest).
+    cv: per-stage coefficients of variation, shape [S].
+    parallelism: threads per stage, shape [..., S].
+    buffers: buffer elements after each stage, shape [..., S].
+    cpus: usable CPUs, shape [...].
+    params: model constants.
+
+  Returns:
+    Output elements/s, shape [...].
+  """
+  par = np.asarray(parallelism, float)
+  cpus = np.asarray(cpus, float)[..., None]
+  threads = par.sum(-1, keepdims=True)
+  contention = 1 + params.oversubscription * np.maximum(
+      0.0, threads / cpus - 1)
+  eff = (np.asarray(costs, float) * contention +
+         np.where(par > cpus, params.handoff_s, 0.0))
+  bounds = np.concatenate(
+      [par / eff, np.broadcast_to(cpus, eff.shape[:-1] + (1,)) /
+       eff.sum(-1, keepdims=True)], axis=-1)
+  low = bounds.min(-1)
+  if math.isinf(params.pipelining):
+    x0 = low
+  else:
+    k = params.pipelining
+    with np.errstate(divide="ignore", invalid="ignore"):
+      x0 = low * ((low[..., None] / bounds) ** k).sum(-1) ** (-1.0 / k)
+    x0 = np.where(low > 0, x0, 0.0)
+  busy = np.minimum(1.0, x0[..., None] * eff / par)
+  variability = np.asarray(cv, float) ** 2 / (1 + np.asarray(cv, float) ** 2)
+  factor = np.prod(1 - params.jitter_loss * variability *
+                   busy ** (np.asarray(buffers, float) + 1), axis=-1)
+  return x0 * factor
+
+
 def available_cpus(threads: float, cpus: float, background: float) -> float:
   """CPUs the pipeline's `threads` get beside a co-tenant's `background`
   busy threads: max(C - m, C T / (T + m)); C without a co-tenant.
