@@ -213,6 +213,11 @@ class PoolController:
   def decide(self, reading: PoolReading) -> Decision:
     raise NotImplementedError
 
+  def rejected(self, decision: Decision) -> None:
+    """The scaler could not carry out `decision`: the pool is as it was.
+    Default: nothing to undo."""
+    del decision
+
   def _to(self, reading: PoolReading, size: int, reason: str) -> Decision:
     size = clamp(int(size), self.min_workers, self.max_workers)
     return Decision(size, reason, size != reading.asked)
@@ -320,6 +325,11 @@ class CachewController(PoolController):
       return self._to(reading, n - 1, reason)
     return self._settle(reading, t, "-1 cost the batch time >= 3%: taken "
                         "back", n + 1)
+
+  def rejected(self, decision: Decision) -> None:
+    """The move did not happen: the climb starts over from this size."""
+    del decision
+    self.previous, self.last_move = None, 0
 
   def _settle(self, reading: PoolReading, t: float, reason: str,
               size: int | None = None) -> Decision:
@@ -492,6 +502,13 @@ class IntuneController(PoolController):
       return self._hold(reading, "calm")
     self.calm = []
     return self._hold(reading, "within the band")
+
+  def rejected(self, decision: Decision) -> None:
+    """The change did not happen: nothing to wait for or confirm; the next
+    reading decides afresh (and may ask again)."""
+    del decision
+    self.pending = None
+    self._asked_at = None
 
   def _change(self, reading: PoolReading, size: int,
               reason: str) -> Decision:

@@ -1,5 +1,6 @@
 """Tests of intune_tf.pool: the worker-pool controllers, by hand."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -261,3 +262,16 @@ def test_fixed_controller_holds_its_size():
 def test_unknown_controller_raises():
   with pytest.raises(ValueError, match="unknown pool controller 'x'"):
     pool.make_controller("x", 1, 2)
+
+
+def test_intune_asks_again_after_a_rejected_change():
+  controller = pool.IntuneController(1, 64)
+  reading = pool.PoolReading(time_s=10, workers=2, wait_share=0.6,
+                             consumer_rate=500.0,
+                             worker_capacities=(100.0, 100.0))
+  decision = controller.decide(reading)
+  assert decision.size == 6
+  controller.rejected(decision)
+  # The pool is still 2 and the trainer still waits: it asks for 6 again.
+  again = controller.decide(dataclasses.replace(reading, time_s=20))
+  assert (again.size, again.change) == (6, True)

@@ -1,0 +1,387 @@
+"""Scalers: what carries out a pool controller's decision.
+
+One small interface, `Scaler`: `size()` (workers asked for), `serving()`
+(workers up), `resize(n)`. Three kinds:
+
+- `LocalWorkers`: `intune service worker` processes on this host, started and
+  stopped by InTune (`--workers local:MIN-MAX`), listening on loopback-chosen
+  free ports;
+- `CommandScaler`: a shell command with the count substituted for `{n}`, for
+  example `kubectl scale deployment/tfdata-workers --replicas={n}`, run with a
+  timeout;
+- `CallbackScaler`: a Python callable taking the count.
+
+Every scaler keeps the pool within [MIN, MAX] (a request outside raises
+ValueError before anything runs) and leaves it as it was when the change
+fails: a command that exits nonzero or outlives its timeout, or a callback
+that raises, gives one `ScalerError` naming the cause.
+
+`PoolManager` joins a controller (`intune_tf.pool`) and a scaler: each
+`step(reading)` decides, resizes on a change, and records the decision and
+its reason (and a failure) in `history`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+from absl import logging
+
+from intune_tf import pool
+
+# Seconds a scale command may run.
+DEFAULT_COMMAND_TIMEOUT_S = 60.0
+# Seconds a stopped local worker gets to exit after SIGTERM before SIGKILL.
+DEFAULT_STOP_TIMEOUT_S = 10.0
+_REGISTERED = "Worker registered with dispatcher"
+_SPEC = re.compile(r"^local:(-?\d+)-(-?\d+)$")
+
+
+class ScalerError(RuntimeError):
+  """A resize failed; the pool is as it was."""
+
+
+def parse_local_spec(text: str) -> tuple[int, int]:
+  """(MIN, MAX) of a "local:MIN-MAX" pool.
+
+  parse_local_spec("local:1-4") = (1, 4).
+
+  Raises:
+    ValueError: not of that form, a negative count, MIN below 1 or above
+      MAX.
+  """
+  match = _SPEC.match(text.strip()) if isinstance(text, str) else None
+  if not match:
+    raise ValueError(f"--workers must be local:MIN-MAX (for example "
+                     f"local:1-4), got {text!r}.")
+  low, high = int(match.group(1)), int(match.group(2))
+  pool.check_bounds(low, high)
+  return low, high
+
+
+class Scaler:
+  """A pool of workers that can be resized within [MIN, MAX].
+
+  Args:
+    min_workers: MIN, at least 1.
+    max_workers: MAX, at least MIN.
+  """
+
+  kind = "scaler"
+
+  def __init__(self, min_workers: int, max_workers: int):
+    pool.check_bounds(min_workers, max_workers)
+    self.min_workers = min_workers
+    self.max_workers = max_workers
+
+  def size(self) -> int:
+    """Workers asked for (serving or starting)."""
+    raise NotImplementedError
+
+  def serving(self) -> int:
+    """Workers up and serving (default: all asked for)."""
+    return self.size()
+
+  def resize(self, n: int) -> None:
+    """Makes the pool `n` workers.
+
+    Raises:
+      ValueError: `n` outside [MIN, MAX] (nothing changes).
+      ScalerError: the change failed (the pool is as it was).
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not (
+        self.min_workers <= n <= self.max_workers):
+      raise ValueError(f"cannot resize the pool to {n!r} workers: it must "
+                       f"stay within MIN {self.min_workers} and MAX "
+                       f"{self.max_workers}.")
+    if n != self.size():
+      self._resize(n)
+
+  def _resize(self, n: int) -> None:
+    raise NotImplementedError
+
+  def close(self) -> None:
+    """Releases what the scaler holds (default: nothing)."""
+
+
+class CallbackScaler(Scaler):
+  """Calls `callback(n)`; the pool is `n` once it returns.
+
+  Args:
+    callback: takes the new count; raising means the change failed.
+    min_workers: MIN.
+    max_workers: MAX.
+    initial: the workers the pool has now. Default None: MIN.
+  """
+
+  kind = "callback"
+
+  def __init__(self, callback: Callable[[int], object], min_workers: int,
+               max_workers: int, initial: int | None = None):
+    super().__init__(min_workers, max_workers)
+    self._callback = callback
+    self._size = min_workers if initial is None else initial
+
+  def size(self) -> int:
+    return self._size
+
+  def _resize(self, n: int) -> None:
+    try:
+      self._callback(n)
+    except Exception as e:  # any failure of user code, re-raised
+      raise ScalerError(f"the scale callback failed for {n} workers: "
+                        f"{type(e).__name__}: {e}; the pool stays at "
+                        f"{self._size}.") from e
+    self._size = n
+
+
+class CommandScaler(Scaler):
+  """Runs a shell command with `{n}` replaced by the count.
+
+  Args:
+    template: the command, with `{n}` where the count goes.
+    min_workers: MIN.
+    max_workers: MAX.
+    initial: the workers the pool has now. Default None: MIN.
+    timeout_s: seconds the command may run; then it (and its children) is
+      killed and the resize fails. Default `DEFAULT_COMMAND_TIMEOUT_S` (60).
+
+  Raises:
+    ValueError: no `{n}` in the template, or a timeout that is not a finite
+      positive number.
+  """
+
+  kind = "command"
+
+  def __init__(self, template: str, min_workers: int, max_workers: int,
+               initial: int | None = None,
+               timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S):
+    super().__init__(min_workers, max_workers)
+    if "{n}" not in template:
+      raise ValueError(f"the scale command must contain {{n}} where the "
+                       f"count goes, got {template!r}.")
+    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < 1e9):
+      raise ValueError(f"the scale command's timeout must be finite seconds "
+                       f"above 0, got {timeout_s!r}.")
+    self.template = template
+    self.timeout_s = float(timeout_s)
+    self._size = min_workers if initial is None else initial
+
+  def size(self) -> int:
+    return self._size
+
+  def command(self, n: int) -> str:
+    """The command for `n` workers."""
+    return self.template.replace("{n}", str(int(n)))
+
+  def _resize(self, n: int) -> None:
+    command = self.command(n)
+    proc = subprocess.Popen(["/bin/sh", "-c", command],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+      out, err = proc.communicate(timeout=self.timeout_s)
+    except subprocess.TimeoutExpired:
+      try:
+        os.killpg(proc.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+      proc.communicate()
+      raise ScalerError(
+          f"the scale command `{command}` did not finish within "
+          f"{self.timeout_s:g} s and was killed; the pool stays at "
+          f"{self._size}.") from None
+    if proc.returncode != 0:
+      tail = (err or out).decode(errors="replace").strip()[-300:]
+      raise ScalerError(
+          f"the scale command `{command}` failed (exit status "
+          f"{proc.returncode}): {tail or 'no output'}; the pool stays at "
+          f"{self._size}.")
+    self._size = n
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+  """A TCP port free on `host` now."""
+  with socket.socket() as s:
+    s.bind((host, 0))
+    return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class _LocalWorker:
+  proc: subprocess.Popen
+  port: int
+  log_path: pathlib.Path
+  log: object
+  started_at: float
+
+  def registered(self) -> bool:
+    try:
+      return _REGISTERED in self.log_path.read_text(errors="replace")
+    except OSError:
+      return False
+
+
+class LocalWorkers(Scaler):
+  """`intune service worker` processes on this host, on free ports.
+
+  Workers start in order and stop newest first (SIGTERM, then SIGKILL
+  after `stop_timeout_s`). A worker that died on its own (killed, crashed)
+  leaves the pool and is counted in `lost`; the next `resize` replaces it.
+
+  Args:
+    dispatcher: the dispatcher's HOST:PORT.
+    min_workers: MIN.
+    max_workers: MAX.
+    host: the address the workers advertise. Default "127.0.0.1".
+    log_dir: where each worker's log goes. Default None: a new temporary
+      folder.
+    env: extra environment of the workers (e.g. INTUNE_STATUS_DIR).
+      Default None.
+    worker_args: extra flags of `intune service worker`. Default none.
+    stop_timeout_s: seconds between SIGTERM and SIGKILL. Default 10.
+  """
+
+  kind = "local"
+
+  def __init__(self, dispatcher: str, min_workers: int, max_workers: int,
+               host: str = "127.0.0.1", log_dir: str | None = None,
+               env: dict[str, str] | None = None,
+               worker_args: tuple[str, ...] = (),
+               stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S):
+    super().__init__(min_workers, max_workers)
+    self.dispatcher = dispatcher
+    self.host = host
+    self.log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(
+        prefix="intune-workers-"))
+    self.log_dir.mkdir(parents=True, exist_ok=True)
+    self.env = dict(os.environ, **(env or {}))
+    self.worker_args = tuple(worker_args)
+    self.stop_timeout_s = stop_timeout_s
+    self.workers: list[_LocalWorker] = []
+    self.lost = 0
+    self._started = 0
+
+  def _reap(self) -> None:
+    alive = []
+    for w in self.workers:
+      if w.proc.poll() is None:
+        alive.append(w)
+      else:
+        self.lost += 1
+        w.log.close()
+        logging.warning("Local worker on port %d (pid %d) exited with %s; "
+                        "it leaves the pool.", w.port, w.proc.pid,
+                        w.proc.returncode)
+    self.workers = alive
+
+  def size(self) -> int:
+    self._reap()
+    return len(self.workers)
+
+  def serving(self) -> int:
+    self._reap()
+    return sum(w.registered() for w in self.workers)
+
+  def ports(self) -> list[int]:
+    """The ports of the live workers, oldest first."""
+    self._reap()
+    return [w.port for w in self.workers]
+
+  def _resize(self, n: int) -> None:
+    while len(self.workers) < n:
+      self.workers.append(self._start())
+    while len(self.workers) > n:
+      self._stop(self.workers.pop())
+
+  def _start(self) -> _LocalWorker:
+    port = free_port(self.host)
+    self._started += 1
+    log_path = self.log_dir / f"worker{self._started}-{port}.log"
+    log = open(log_path, "wb")
+    args = [sys.executable, "-m", "intune_tf", "service", "worker",
+            "--dispatcher", self.dispatcher, "--port", str(port), "--host",
+            self.host, *self.worker_args]
+    try:
+      proc = subprocess.Popen(args, env=self.env, stdout=log,
+                              stderr=subprocess.STDOUT)
+    except OSError as e:
+      log.close()
+      raise ScalerError(f"cannot start a local worker: {e}; the pool stays "
+                        f"at {len(self.workers)}.") from e
+    logging.info("Started local worker pid %d on port %d.", proc.pid, port)
+    return _LocalWorker(proc, port, log_path, log, time.monotonic())
+
+  def _stop(self, w: _LocalWorker) -> None:
+    if w.proc.poll() is None:
+      w.proc.send_signal(signal.SIGTERM)
+      try:
+        w.proc.wait(self.stop_timeout_s)
+      except subprocess.TimeoutExpired:
+        w.proc.kill()
+        w.proc.wait()
+    w.log.close()
+    logging.info("Stopped local worker pid %d on port %d.", w.proc.pid,
+                 w.port)
+
+  def close(self) -> None:
+    while self.workers:
+      self._stop(self.workers.pop())
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolEvent:
+  """One decision of a `PoolManager`: when, the size before and wanted,
+  why, and the error when the resize failed."""
+  time_s: float
+  before: int
+  size: int
+  reason: str
+  error: str | None = None
+
+
+class PoolManager:
+  """A controller driving a scaler (module docstring).
+
+  Args:
+    controller: decides the size.
+    scaler: carries it out.
+  """
+
+  def __init__(self, controller: pool.PoolController, scaler: Scaler):
+    self.controller = controller
+    self.scaler = scaler
+    self.history: list[PoolEvent] = []
+    self.failures = 0
+
+  def step(self, reading: pool.PoolReading) -> pool.Decision:
+    """Decides on `reading` and resizes on a change. A failed resize is
+    logged once as an error and recorded; the pool stays as it was."""
+    decision = self.controller.decide(reading)
+    before = self.scaler.size()
+    if decision.size == before:
+      return decision
+    error = None
+    try:
+      self.scaler.resize(decision.size)
+      logging.info("Worker pool %d -> %d: %s", before, decision.size,
+                   decision.reason)
+    except (ScalerError, ValueError) as e:
+      error = str(e)
+      self.failures += 1
+      self.controller.rejected(decision)
+      logging.error("Worker pool %d -> %d failed: %s", before, decision.size,
+                    error)
+    self.history.append(PoolEvent(reading.time_s, before, decision.size,
+                                  decision.reason, error))
+    return decision

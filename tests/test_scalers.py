@@ -1,0 +1,220 @@
+"""Tests of intune_tf.scalers: commands, callbacks, local worker processes."""
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from _waiting import wait_until
+import pytest
+
+from intune_tf import pool
+from intune_tf import scalers
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("local:1-4", (1, 4)),
+    (" local:2-2 ", (2, 2)),
+])
+def test_parse_local_spec(text, expected):
+  assert scalers.parse_local_spec(text) == expected
+
+
+@pytest.mark.parametrize("text,message", [
+    ("local:4-1", r"MIN \(4\) is above its MAX \(1\)"),
+    ("local:-1-3", "MIN must be at least 1"),
+    ("local:0-3", "MIN must be at least 1"),
+    ("local:1", "must be local:MIN-MAX"),
+    ("remote:1-2", "must be local:MIN-MAX"),
+    ("local:a-b", "must be local:MIN-MAX"),
+])
+def test_parse_local_spec_rejects(text, message):
+  with pytest.raises(ValueError, match=message):
+    scalers.parse_local_spec(text)
+
+
+def test_command_scaler_runs_the_command_with_the_count(tmp_path):
+  out = tmp_path / "replicas"
+  s = scalers.CommandScaler(f"echo {{n}} > {out}", 1, 8, initial=2)
+  assert s.command(5) == f"echo 5 > {out}"
+  s.resize(5)
+  assert out.read_text().strip() == "5" and s.size() == 5
+  s.resize(5)  # no change: the command does not run again
+  out.unlink()
+  s.resize(5)
+  assert not out.exists()
+
+
+def test_a_failing_command_gives_one_clear_error_and_the_pool_stays(
+    tmp_path):
+  s = scalers.CommandScaler("echo replicas={n} >&2; exit 3", 1, 8,
+                            initial=2)
+  with pytest.raises(scalers.ScalerError,
+                     match=r"failed \(exit status 3\): replicas=4; the "
+                     "pool stays at 2"):
+    s.resize(4)
+  assert s.size() == 2
+
+
+def test_a_hanging_command_times_out_and_is_killed(tmp_path):
+  pid_file = tmp_path / "pid"
+  s = scalers.CommandScaler(f"echo $$ > {pid_file}; sleep 60; echo {{n}}",
+                            1, 8, initial=3, timeout_s=0.5)
+  start = time.monotonic()
+  with pytest.raises(scalers.ScalerError,
+                     match=r"did not finish within 0.5 s and was killed; "
+                     "the pool stays at 3"):
+    s.resize(6)
+  assert time.monotonic() - start < 10
+  assert s.size() == 3
+  pid = int(pid_file.read_text())
+  with pytest.raises(ProcessLookupError):  # the shell and its sleep are gone
+    os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("n", [0, -1, 9, 2.5, True])
+def test_resize_outside_min_max_raises_and_runs_nothing(tmp_path, n):
+  out = tmp_path / "ran"
+  s = scalers.CommandScaler(f"echo {{n}} > {out}", 1, 8, initial=2)
+  with pytest.raises(ValueError, match="must stay within MIN 1 and MAX 8"):
+    s.resize(n)
+  assert not out.exists() and s.size() == 2
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"template": "kubectl scale --replicas=3"}, r"must contain \{n\}"),
+    ({"timeout_s": 0}, "timeout must be finite seconds above 0"),
+    ({"timeout_s": float("nan")}, "timeout must be finite seconds above 0"),
+    ({"timeout_s": float("inf")}, "timeout must be finite seconds above 0"),
+    ({"min_workers": 3, "max_workers": 2}, "above its MAX"),
+    ({"min_workers": -2}, "at least 1"),
+])
+def test_command_scaler_rejects_bad_setup(kwargs, message):
+  args = dict(template="echo {n}", min_workers=1, max_workers=4)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=message):
+    scalers.CommandScaler(**args)
+
+
+def test_callback_scaler():
+  calls = []
+  s = scalers.CallbackScaler(calls.append, 1, 4)
+  assert s.size() == 1
+  s.resize(3)
+  assert calls == [3] and s.size() == 3
+
+  def broken(n):
+    raise RuntimeError(f"quota exceeded at {n}")
+  s = scalers.CallbackScaler(broken, 1, 4, initial=2)
+  with pytest.raises(scalers.ScalerError,
+                     match="RuntimeError: quota exceeded at 4; the pool "
+                     "stays at 2"):
+    s.resize(4)
+  assert s.size() == 2
+
+
+def _reading(i, workers, pace, capacity=100.0):
+  supply = workers * capacity
+  wait = max(0.0, 1 - supply / pace)
+  return pool.PoolReading(time_s=10.0 * i, workers=workers,
+                          wait_share=wait, consumer_rate=pace,
+                          worker_capacities=(capacity,) * workers)
+
+
+def test_manager_records_a_failed_resize_and_keeps_the_pool():
+  fail = [True]
+  calls = []
+
+  def scale(n):
+    calls.append(n)
+    if fail[0]:
+      raise OSError("cluster API unreachable")
+  manager = scalers.PoolManager(pool.IntuneController(1, 8),
+                                scalers.CallbackScaler(scale, 1, 8,
+                                                       initial=2))
+  # 2 workers of 100 rows/s, 500 asked: the controller wants 6.
+  decision = manager.step(_reading(0, 2, 500.0))
+  assert decision.size == 6
+  assert manager.scaler.size() == 2 and manager.failures == 1
+  event = manager.history[-1]
+  assert (event.before, event.size) == (2, 6)
+  assert "cluster API unreachable; the pool stays at 2" in event.error
+  fail[0] = False
+  manager.step(_reading(1, 2, 500.0))
+  assert calls == [6, 6] and manager.scaler.size() == 6
+
+
+def test_manager_under_a_flapping_consumer_does_not_flap():
+  calls = []
+  scaler = scalers.CallbackScaler(calls.append, 1, 64, initial=3)
+  manager = scalers.PoolManager(pool.IntuneController(1, 64), scaler)
+  for i in range(200):
+    manager.step(_reading(i, scaler.size(), 500.0 if i % 2 else 100.0))
+  assert len(calls) <= 2, manager.history
+  assert 1 <= min(calls) and max(calls) <= 64
+
+
+# --- local worker processes (real `intune service` processes on loopback) --
+
+_TIMEOUT_S = 240.0
+
+
+def _service(*args, log):
+  return subprocess.Popen([sys.executable, "-m", "intune_tf", "service",
+                           *args], stdout=log, stderr=subprocess.STDOUT)
+
+
+@pytest.fixture
+def dispatcher(tmp_path):
+  port = scalers.free_port()
+  log = open(tmp_path / "dispatcher.log", "wb")
+  proc = _service("dispatcher", "--port", str(port), "--worker-timeout-ms",
+                  "2000", log=log)
+
+  def listening():
+    assert proc.poll() is None, (tmp_path / "dispatcher.log").read_text()
+    with socket.socket() as s:
+      return s.connect_ex(("127.0.0.1", port)) == 0
+  wait_until(listening, timeout=_TIMEOUT_S, what="the dispatcher")
+  yield f"127.0.0.1:{port}"
+  proc.send_signal(signal.SIGTERM)
+  try:
+    proc.wait(30)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+  log.close()
+
+
+@pytest.mark.slow
+def test_local_workers_start_stop_and_a_dead_one_leaves_the_pool(
+    dispatcher, tmp_path):
+  s = scalers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
+                           env={"INTUNE_STATUS_DIR": str(tmp_path)},
+                           worker_args=("--heartbeat-interval-ms", "500",
+                                        "--dispatcher-wait", "120"))
+  try:
+    s.resize(2)
+    assert s.size() == 2
+    wait_until(lambda: s.serving() == 2, timeout=_TIMEOUT_S,
+               what="two local workers to register")
+    with pytest.raises(ValueError, match="MIN 1 and MAX 2"):
+      s.resize(3)
+    assert s.size() == 2
+    victim = s.workers[0]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait()
+    assert s.size() == 1 and s.lost == 1
+    s.resize(1)  # already 1: nothing starts
+    assert s.size() == 1
+    survivor = s.workers[0].proc
+    s.resize(2)
+    assert s.size() == 2 and s.workers[0].proc is survivor
+  finally:
+    s.close()
+  assert s.size() == 0
+  logs = list(pathlib.Path(tmp_path).glob("worker*.log"))
+  assert len(logs) == 3
