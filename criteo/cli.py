@@ -251,7 +251,8 @@ def add_commands(subparsers) -> None:
   p.add_argument("--rows", type=arguments.positive_int, required=True,
                  help="Rows in total.")
   p.add_argument("--out", required=True, help="Output directory.")
-  p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
+  p.add_argument("--seed", type=arguments.non_negative_int, default=0,
+                 help="Seed, 0 or more (default 0).")
   p.add_argument("--rows-per-file", type=arguments.positive_int,
                  default=1_000_000,
                  help="Rows per file (default 1,000,000).")
@@ -270,10 +271,12 @@ def add_commands(subparsers) -> None:
   p = subparsers.add_parser(
       "compare", help="PNG comparing real and synthetic distributions.")
   p.add_argument("--real", required=True, help="Real dac-layout file.")
-  p.add_argument("--out", required=True, help="PNG to write.")
+  p.add_argument("--out", type=arguments.output_file, required=True,
+                 help="PNG to write.")
   p.add_argument("--synthetic", default=None,
                  help="Synthetic file (default: generate as many rows).")
-  p.add_argument("--seed", type=int, default=0, help="Seed (default 0).")
+  p.add_argument("--seed", type=arguments.non_negative_int, default=0,
+                 help="Seed, 0 or more (default 0).")
   p.set_defaults(func=_input_errors("compare", "--real", "real", _compare))
 
   p = subparsers.add_parser(
@@ -303,16 +306,18 @@ def add_commands(subparsers) -> None:
       "bench", help="Markdown table of L1-L5 pipeline throughput.")
   p.add_argument("--files", nargs="*", default=None,
                  help="Criteo files (default: the cached synthetic set).")
-  p.add_argument("--rows", type=int, default=200_000,
+  p.add_argument("--rows", type=arguments.positive_int, default=200_000,
                  help="Rows of the synthetic set (default 200,000).")
   p.add_argument("--cache-dir", default=None,
                  help="Where the synthetic set is kept.")
   p.add_argument("--levels", type=_parse_levels, default="1,2,3,4,5",
                  help="Comma-separated levels (default 1,2,3,4,5).")
-  p.add_argument("--batch-size", type=int, default=4096)
-  p.add_argument("--warmup-batches", type=int, default=10)
-  p.add_argument("--window-batches", type=int, default=10)
-  p.add_argument("--windows", type=int, default=5)
+  p.add_argument("--batch-size", type=arguments.positive_int, default=4096)
+  p.add_argument("--warmup-batches", type=arguments.non_negative_int,
+                 default=10, help="Batches before measuring, 0 for none "
+                 "(default 10).")
+  p.add_argument("--window-batches", type=arguments.positive_int, default=10)
+  p.add_argument("--windows", type=arguments.positive_int, default=5)
   p.add_argument("--parallelism", type=_parse_parallelism, default=None,
                  help="Fixed stage parallelism, e.g. read=2,parse=1 "
                  "(default: AUTOTUNE).")

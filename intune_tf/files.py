@@ -6,7 +6,6 @@ records, agent weights and the synthetic Criteo writer.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -51,11 +50,3 @@ def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
   with atomic_write(path) as f:
     json.dump(data, f, sort_keys=True)
 
-
-def output_file_arg(path: str) -> str:
-  """An argparse type: a file a command writes when it is done (not a
-  folder), checked before the command does its work."""
-  if os.path.isdir(path):
-    raise argparse.ArgumentTypeError(
-        f"{path} is a folder: pass the path of a file to write.")
-  return path

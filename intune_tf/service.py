@@ -47,6 +47,8 @@ from typing import Any
 
 from absl import logging
 
+from intune_tf import arguments
+
 # Seconds a worker waits for its dispatcher to accept connections at start.
 DEFAULT_DISPATCHER_WAIT_S = 30.0
 # Seconds between updates of a dispatcher's status (its worker count).
@@ -296,17 +298,6 @@ def worker_status(status_dir: str | os.PathLike | None = None,
   return result
 
 
-def _port(text: str) -> int:
-  try:
-    value = int(text)
-  except ValueError:
-    value = 0
-  if not 1 <= value <= 65535:
-    raise argparse.ArgumentTypeError(f"must be a port in 1..65535, got "
-                                     f"{text!r}")
-  return value
-
-
 def _fail(command: str, error: Exception) -> int:
   logging.error("intune service %s: %s", command, error)
   print(f"intune service {command}: error: {error}", flush=True)
@@ -338,7 +329,7 @@ def add_commands(subparsers) -> None:
   """The `intune service` commands."""
   d = subparsers.add_parser(
       "dispatcher", help="Start a tf.data service dispatcher (InTune loaded).")
-  d.add_argument("--port", type=_port, required=True,
+  d.add_argument("--port", type=arguments.port, required=True,
                  help="Port to listen on (TensorFlow listens on all "
                  "interfaces).")
   d.add_argument("--host", default="127.0.0.1",
@@ -347,7 +338,8 @@ def add_commands(subparsers) -> None:
   d.add_argument("--work-dir", default=None,
                  help="Journal directory: a restarted dispatcher resumes its "
                  "jobs (default: none).")
-  d.add_argument("--worker-timeout-ms", type=int, default=None,
+  d.add_argument("--worker-timeout-ms", type=arguments.positive_int,
+                 default=None,
                  help="Drop a worker after this long without a heartbeat "
                  "(default: TensorFlow's).")
   d.set_defaults(func=_dispatcher_main)
@@ -355,17 +347,18 @@ def add_commands(subparsers) -> None:
       "worker", help="Start a tf.data service worker tuned by InTune.")
   w.add_argument("--dispatcher", required=True, metavar="HOST:PORT",
                  help="The dispatcher's address.")
-  w.add_argument("--port", type=_port, required=True,
+  w.add_argument("--port", type=arguments.port, required=True,
                  help="Port to listen on (TensorFlow listens on all "
                  "interfaces).")
   w.add_argument("--host", default="127.0.0.1",
                  help="The address this worker advertises to the dispatcher "
                  "and clients (default 127.0.0.1).")
-  w.add_argument("--dispatcher-wait", type=float,
+  w.add_argument("--dispatcher-wait", type=arguments.optional_duration,
                  default=DEFAULT_DISPATCHER_WAIT_S, metavar="SECONDS",
                  help="Seconds to wait for the dispatcher at start (default "
                  f"{DEFAULT_DISPATCHER_WAIT_S:g}).")
-  w.add_argument("--heartbeat-interval-ms", type=int, default=None,
+  w.add_argument("--heartbeat-interval-ms", type=arguments.positive_int,
+                 default=None,
                  help="How often to report to the dispatcher; keep it below "
                  "the dispatcher's --worker-timeout-ms (default: "
                  "TensorFlow's).")

@@ -1,6 +1,5 @@
 """Tests of intune_tf.files (atomic writes)."""
 
-import argparse
 import json
 import os
 import stat
@@ -38,11 +37,3 @@ def test_two_open_writes_of_one_path_do_not_share_a_temporary(tmp_path):
     b.write("b")
   assert path.read_text() == "a"  # `b` closes first; `a` renames last
 
-
-def test_output_file_arg_refuses_a_folder(tmp_path):
-  assert files.output_file_arg(str(tmp_path / "new.json")) == str(
-      tmp_path / "new.json")
-  with pytest.raises(argparse.ArgumentTypeError,
-                     match=f"^{tmp_path} is a folder: pass the path of a file "
-                     "to write.$"):
-    files.output_file_arg(str(tmp_path))

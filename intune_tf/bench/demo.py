@@ -31,6 +31,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 import intune_tf
+from intune_tf import arguments
 from intune_tf import host
 from intune_tf import keras as intune_keras
 from intune_tf import records
@@ -575,27 +576,30 @@ def main(args) -> int:
 def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
       "demo", help=helps["demo"])
-  p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES,
+  p.add_argument("--minutes", type=arguments.positive_float,
+                 default=DEFAULT_MINUTES,
                  help="Total minutes of timed runs, both tuners (default "
                  f"{DEFAULT_MINUTES:g}; setup adds ~1 min). 0.3 is a quick "
                  "look.")
-  p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+  p.add_argument("--repeats", type=arguments.positive_int,
+                 default=DEFAULT_REPEATS,
                  help=f"Runs per tuner, interleaved (default "
                  f"{DEFAULT_REPEATS}).")
   p.add_argument("--policy", default=None,
                  help="InTune policy (default: IntuneOptions' default).")
-  p.add_argument("--level", type=int, default=4,
+  p.add_argument("--level", type=int, choices=(3, 4, 5), default=4,
                  help="Criteo pipeline level, 3-5 (default 4).")
-  p.add_argument("--batch-size", type=int, default=4096,
+  p.add_argument("--batch-size", type=arguments.positive_int, default=4096,
                  help="Rows per batch (default 4096).")
-  p.add_argument("--rows", type=int, default=200_000,
+  p.add_argument("--rows", type=arguments.positive_int, default=200_000,
                  help="Rows of the synthetic set when there is no real "
                  "sample (default 200,000).")
-  p.add_argument("--ceiling-seconds", type=float,
+  p.add_argument("--ceiling-seconds", type=arguments.duration,
                  default=2.0,
                  help="Seconds per prefix pipeline when measuring the "
                  "ceiling (default 2).")
-  p.add_argument("--out", default=os.path.join("out", "demo"),
+  p.add_argument("--out", type=arguments.output_folder,
+                 default=os.path.join("out", "demo"),
                  help="Directory of demo.png and demo.json (default "
                  "out/demo).")
   p.set_defaults(func=main)

@@ -32,7 +32,6 @@ from tqdm import tqdm
 
 import intune_tf
 from intune_tf import arguments
-from intune_tf import files
 from intune_tf import host
 from intune_tf import records
 from intune_tf.bench import meter as meter_lib
@@ -891,28 +890,31 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
       "bench", help=helps["bench"])
   p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+                 type=arguments.names_in(valid_policies, "policy"),
                  help="Comma-separated policies (default: the baselines and "
                  "intune)."
                  f" Valid: {', '.join(BASELINES)}, and registered ones.")
   p.add_argument("--scenarios", default=scenarios_lib.DEFAULT,
+                 type=arguments.names_in(scenarios_lib.names, "scenario"),
                  help=f"Comma-separated scenarios (default "
                  f"{scenarios_lib.DEFAULT}).")
-  p.add_argument("--repeats", type=int, default=5,
-                 help="Interleaved repeats per policy (default 5).")
-  p.add_argument("--seconds", type=float, default=20.0,
-                 help="Measured seconds per run, after the warm-up "
-                 "(default 20).")
-  p.add_argument("--warmup", type=float, default=5.0,
-                 help="Warm-up seconds per run (default 5).")
-  p.add_argument("--cpu-budget", type=int, default=None,
+  p.add_argument("--repeats", type=arguments.positive_int, default=5,
+                 help="Interleaved repeats per policy, at least 1 (default "
+                 "5).")
+  p.add_argument("--seconds", type=arguments.duration, default=20.0,
+                 help="Measured seconds per run, after the warm-up, finite "
+                 "and above 0 (default 20).")
+  p.add_argument("--warmup", type=arguments.optional_duration, default=5.0,
+                 help="Warm-up seconds per run, 0 for none (default 5).")
+  p.add_argument("--cpu-budget", type=arguments.positive_int, default=None,
                  help="CPU budget of the InTune policies (default: usable).")
-  p.add_argument("--ram-budget", type=int, default=None,
+  p.add_argument("--ram-budget", type=arguments.positive_int, default=None,
                  help="RAM budget in bytes (default: the scenario's or half "
                  "of the available memory).")
   p.add_argument("--warm-start", action="store_true",
                  help="Let InTune repeats start from the configuration saved "
                  "by earlier repeats (default: every repeat starts cold).")
-  p.add_argument("--oracle-seconds", type=float, default=1.5,
+  p.add_argument("--oracle-seconds", type=arguments.duration, default=1.5,
                  help="Seconds the oracle search measures each configuration "
                  "(longer: less noise, e.g. for calibration traces).")
   p.add_argument("--oracle-repeats", type=arguments.positive_int, default=1,
@@ -922,9 +924,10 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p.add_argument("--oracle-cpus", type=_cpu_counts, default=None,
                  help="Comma-separated CPU counts the oracle searches, e.g. "
                  "1,2 (default: the scenario's, or the usable CPUs).")
-  p.add_argument("--json", type=files.output_file_arg, default=None,
+  p.add_argument("--json", type=arguments.output_file, default=None,
                  help="Write the results here.")
-  p.add_argument("--plots", default=None, help="Write PNG plots here.")
-  p.add_argument("--trace", type=files.output_file_arg, default=None,
+  p.add_argument("--plots", type=arguments.output_folder, default=None,
+                 help="Write PNG plots in this folder.")
+  p.add_argument("--trace", type=arguments.output_file, default=None,
                  help="Append the observation stream here (JSON lines).")
   p.set_defaults(func=main)

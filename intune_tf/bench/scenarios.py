@@ -163,6 +163,11 @@ def all_scenarios() -> dict[str, Scenario]:
 DEFAULT = "criteo-l4-b4096"
 
 
+def names() -> list[str]:
+  """Every scenario's name, sorted."""
+  return sorted(all_scenarios())
+
+
 def get(name: str) -> Scenario:
   scenarios = all_scenarios()
   if name not in scenarios:

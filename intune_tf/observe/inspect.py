@@ -19,6 +19,7 @@ import time
 from typing import Any, Mapping, Sequence, TextIO
 
 from intune_tf import arbiter as arbiter_lib
+from intune_tf import arguments
 from intune_tf.observe import status as status_lib
 
 NOTHING_RUNNING = "no running InTune job found (looked in {dir})"
@@ -216,13 +217,6 @@ def inspect(directory: str | pathlib.Path | None = None,
     return 0
 
 
-def _positive(text: str) -> float:
-  value = float(text)
-  if not value > 0:
-    raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
-  return value
-
-
 def main(args: argparse.Namespace) -> int:
   return inspect(args.status_dir, args.pid, args.watch, args.service,
                  args.ended, host_dir=args.host_dir)
@@ -232,10 +226,11 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
       "inspect", help=helps["inspect"],
       description=__doc__.split("\n\n")[1])
-  p.add_argument("--pid", type=int, default=None,
+  p.add_argument("--pid", type=arguments.positive_int, default=None,
                  help="Only this process (default: every running job).")
-  p.add_argument("--watch", type=_positive, default=None, metavar="SECONDS",
-                 help="Refresh every SECONDS until Ctrl-C (default: once).")
+  p.add_argument("--watch", type=arguments.duration, default=None,
+                 metavar="SECONDS", help="Refresh every SECONDS (finite, "
+                 "above 0) until Ctrl-C (default: once).")
   p.add_argument("--status-dir", default=None,
                  help="Where tuned processes write their status "
                  f"(default: ${status_lib.ENV_DIR} or "

@@ -21,7 +21,6 @@ from absl import logging
 import numpy as np
 
 from intune_tf import arguments
-from intune_tf import files
 from intune_tf.agent import allocator as allocator_lib
 from intune_tf.agent import dqn
 from intune_tf.agent import ranked
@@ -652,6 +651,8 @@ BASELINES = ("jump-climb", "climb", "coordinate", "plumber", "analytic",
 # DQN acting alone).
 LEARNERS = ("intune", "intune-ablated")
 POLICIES = LEARNERS + BASELINES
+# Every policy `compare` knows (`intune simulate --policies`).
+SIMULATED = POLICIES + ("intune-search", "intune-dqn")
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, seed: int = 0,
@@ -1003,10 +1004,11 @@ def _weights_file(path: str) -> str:
 def add_parser(subparsers, helps: Mapping[str, str]) -> None:
   p = subparsers.add_parser(
       "pretrain", help=helps["pretrain"])
-  p.add_argument("--seed", type=int, default=0, help="Random seed.")
+  p.add_argument("--seed", type=arguments.non_negative_int, default=0,
+                 help="Random seed, 0 or more (default 0).")
   p.add_argument("--steps", type=arguments.positive_int, default=60_000,
                  help="Simulator steps (at least 1).")
-  p.add_argument("--out", type=files.output_file_arg, required=True,
+  p.add_argument("--out", type=arguments.output_file, required=True,
                  help="Weights file to write (.npz).")
   p.add_argument("--allocator", action="store_true",
                  help="Train the allocation network of intune "
@@ -1033,7 +1035,7 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
                  help="The ranker of intune and intune-ablated (.npz).")
   p.add_argument("--pipelines", type=arguments.positive_int, default=200,
                  help="Random pipelines to score on (at least 1).")
-  p.add_argument("--seed", type=int, default=1234)
+  p.add_argument("--seed", type=arguments.non_negative_int, default=1234)
   p.add_argument("--steps", type=arguments.positive_int, default=None,
                  help=f"Tuning steps per pipeline (default {EPISODE_STEPS}; "
                  f"{DYNAMIC_STEPS} with --dynamic).")
@@ -1042,10 +1044,11 @@ def add_parser(subparsers, helps: Mapping[str, str]) -> None:
                  "co-tenant, a stage's cost doubling, memory pressure; "
                  "scored by regret against the per-phase optimum.")
   p.add_argument("--policies", default=",".join(POLICIES),
+                 type=arguments.names_in(lambda: SIMULATED, "policy"),
                  help="Comma-separated policies (default: intune, "
                  "intune-ablated and every baseline; also intune-search, "
                  "intune-dqn).")
-  p.add_argument("--json", type=files.output_file_arg, default=None,
+  p.add_argument("--json", type=arguments.output_file, default=None,
                  help="Write the scores here.")
   p.add_argument("--service", action="store_true",
                  help="Score the tf.data service worker-pool controllers "
