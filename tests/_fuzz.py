@@ -34,6 +34,9 @@ TIME_LIMIT_S = 120.0
 EXTREMES = (-1, 0, 1, 2**70, -2**70, 2**31, float("nan"), float("inf"),
             float("-inf"), 1e308, -0.0, True, False, None, "", "7", "x" * 300,
             [], {}, [1, 2], {"a": 1})
+# Given to every top-level field of a valid record in turn (`grid`).
+GRID = (-1, 0, 2**31, 2**70, -2**70, float("nan"), float("inf"), "7", None,
+        True, [])
 
 
 def random_json(rng: random.Random, depth: int = 0) -> Any:
@@ -95,6 +98,16 @@ def mutate(valid: dict, rng: random.Random) -> Any:
       parent[path[-1]] = (rng.choice(EXTREMES) if rng.random() < 0.7
                           else random_json(rng, 2))
   return data
+
+
+def grid(valid: dict) -> list[dict]:
+  """`valid` with each top-level field given each of `GRID` in turn, and
+  with each left out: the cases a random pick may miss."""
+  cases = []
+  for key in valid:
+    cases += [{**valid, key: value} for value in GRID]
+    cases.append({k: v for k, v in valid.items() if k != key})
+  return cases
 
 
 def bad_contents(valid: dict, rng: random.Random) -> bytes:
@@ -161,7 +174,8 @@ def fill(folder: pathlib.Path, seed: int, count: int,
          valid: Callable[[random.Random], dict],
          name: Callable[[Any, int], str], max_bytes: int
          ) -> list[pathlib.Path]:
-  """Writes `count` bad files (about one in six an odd kind) into `folder`.
+  """Writes the `grid` of a valid record, then `count` random bad files
+  (about one in six an odd kind), into `folder`.
 
   Args:
     folder: where (made if missing).
@@ -169,7 +183,7 @@ def fill(folder: pathlib.Path, seed: int, count: int,
     count: how many.
     valid: a valid record, made fresh for each file.
     name: the file name for the decoded contents (None when not JSON) and
-      the file's index.
+      the file's index; unique for None.
     max_bytes: the largest file the reader takes (odd kinds pass it).
 
   Returns:
@@ -178,6 +192,13 @@ def fill(folder: pathlib.Path, seed: int, count: int,
   rng = random.Random(seed)
   folder.mkdir(parents=True, exist_ok=True)
   paths = []
+  cases = grid(valid(rng)) if count > 1 else []
+  for i, case in enumerate(cases):
+    path = folder / name(case, count + i)
+    if os.path.lexists(path):  # its name taken: one of no record
+      path = folder / name(None, count + i)
+    write(path, json.dumps(case, allow_nan=True).encode())
+    paths.append(path)
   for i in range(count):
     record = valid(rng)
     if rng.random() < 0.17:

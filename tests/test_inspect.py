@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 
+import _fuzz
 from _waiting import wait_until
 import numpy as np
 import pytest
@@ -286,7 +287,19 @@ def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
     ({"sessions": [{"id": 3, "stages": [{"stage": "Map", "rate": []}]}]},
      "sessions[0].stages[0].rate is [] (list), expected int or float or "
      "null"),
-    ({"pid": "7"}, "pid is '7' (str), expected an int"),
+    ({"pid": "7"}, "pid is '7' (str), expected a process id from 1 to "
+     "4194304"),
+    ({"pid": -1}, "pid is -1 (int), expected a process id from 1 to 4194304"),
+    ({"pid": 0}, "pid is 0 (int), expected a process id from 1 to 4194304"),
+    ({"pid": 2**70}, "pid is 1180591620717411303424 (int), expected a "
+     "process id from 1 to 4194304"),
+    ({"host": 7}, "host is 7 (int), expected a host name"),
+    ({"updated": float("nan")}, "updated is nan (float), expected a finite "
+     "number >= 0"),
+    ({"sessions": [{"id": 3, "output_rate": float("inf")}]},
+     "sessions[0].output_rate is inf (float), expected a finite number >= 0"),
+    ({"sessions": [{"id": 3, "stages": [{"stage": "Map", "rate": -1}]}]},
+     "sessions[0].stages[0].rate is -1 (int), expected a finite number >= 0"),
 ])
 def test_a_status_file_with_wrong_field_types_is_skipped_with_one_warning(
     tmp_path, caplog, bad, problem):
@@ -306,9 +319,94 @@ def test_a_status_file_with_wrong_field_types_is_skipped_with_one_warning(
   told = [r.getMessage() for r in caplog.records
           if "skipped the status file" in r.getMessage()]
   assert told == [f"InTune: skipped the status file {broken}: {problem}. "
-                  "The other processes' files are shown; delete this one if "
-                  "its process is gone, or update the intune_tf of the "
-                  "process that wrote it."]
+                  "The other processes' files are still read; delete this "
+                  "one if its process is gone, or update the intune_tf of "
+                  "the process that wrote it."]
+
+
+def test_a_status_file_of_pid_minus_one_stops_neither_a_writer_nor_inspect(
+    tmp_path, caplog):
+  # Used to stop every new iterator of a tuned dataset in every process
+  # using the folder, and `intune inspect`, hiding the valid files:
+  # `ValueError: pid must be a positive integer (got -1)` through
+  # remove_stale -> _is_live -> psutil.Process(-1).
+  here = socket.gethostname()
+  bad = tmp_path / status.file_name(1, here)
+  files.write_json(bad, {"format": status.FORMAT, "pid": -1, "host": here,
+                         "process_start": 1.0, "sessions": []})
+  writer = status.StatusWriter(tmp_path)
+  writer.start()  # what a tuned iterator's first step runs (`install`)
+  try:
+    for _ in range(2):  # `--watch` reads again: told once
+      out = io.StringIO()
+      assert inspect_lib.inspect(tmp_path, out=out) == 0
+      assert f"pid {os.getpid()} on {here}" in out.getvalue()
+  finally:
+    writer.close()
+  assert bad.exists()  # not this reader's to delete
+  told = [r.getMessage() for r in caplog.records if str(bad) in r.getMessage()]
+  assert told == [f"InTune: skipped the status file {bad}: pid is -1 (int), "
+                  "expected a process id from 1 to 4194304. The other "
+                  "processes' files are still read; delete this one if its "
+                  "process is gone, or update the intune_tf of the process "
+                  "that wrote it."]
+
+
+def test_fuzzed_status_files_are_read_or_told_once_and_never_stop_a_reader():
+  out = _fuzz.run_reader("""
+      import io, logging, os, pathlib, socket, tempfile, time
+      import psutil
+      import _fuzz
+      from intune_tf.observe import inspect as inspect_lib
+      from intune_tf.observe import status
+
+      told = []
+      class Catch(logging.Handler):
+        def emit(self, record):
+          if record.levelno >= logging.WARNING:
+            told.append(record.getMessage())
+      logging.getLogger().addHandler(Catch())
+      me = psutil.Process()
+
+      def valid(rng):
+        stage = {"stage": "Prefetch.ParallelMapV2", "parallelism": 2,
+                 "buffer": 4, "buffer_fill": 0.5, "rate": 100.0,
+                 "cpus": 0.5, "cpu_share": 0.6, "utilization": 0.25,
+                 "buffered_bytes": 64, "bottleneck": True}
+        session = {"id": 1, "name": "fuzz", "policy": "even", "alive": True,
+                   "steps": 3, "changes": 1, "output_rate": 100.0,
+                   "output_latency_s": 0.002, "consumer_wait_s": 0.001,
+                   "bound": "input", "cpu_budget": 2, "usable_cpus": 2,
+                   "buffered_bytes": 64, "ram_budget": 1 << 20,
+                   "unlowerable_bytes": {"Shuffle": 8}, "stages": [stage]}
+        return {"format": status.FORMAT, "pid": me.pid,
+                "host": rng.choice([socket.gethostname(), "elsewhere"]),
+                "process_start": me.create_time(), "updated": time.time(),
+                "role": rng.choice(["process", "worker", "dispatcher"]),
+                "service": {"worker_address": "h:1", "port": 1},
+                "sessions": [session], "ended_sessions": [session]}
+
+      for seed in SEEDS:
+        print("fuzz seed", seed, flush=True)
+        folder = pathlib.Path(tempfile.mkdtemp())
+        paths = _fuzz.fill(folder, seed, 150, valid,
+                           lambda data, i: f"{i}@fuzz.json", 4 << 20)
+        start = len(told)
+        status.remove_stale(folder)  # a writer's start
+        live = status.read_all(folder)
+        for ended in (False, True):
+          inspect_lib.inspect(folder, out=io.StringIO(), include_ended=ended,
+                              host_dir=folder / "no-leases")
+        for p in paths:
+          named = [m for m in told[start:] if f"status file {p}: " in m]
+          fine = not os.path.lexists(p) or status._read(p) is not None
+          assert len(named) == (not fine), (seed, p, named)
+        print(f"seed {seed}: {len(paths)} files, {len(told) - start} told, "
+              f"{len(live)} live", flush=True)
+  """)
+  print(out)
+  assert [line.split()[2] for line in out.splitlines()
+          if line.startswith("fuzz seed")] == [str(s) for s in _fuzz.SEEDS]
 
 
 def test_decision_log_lines(tmp_path):

@@ -62,6 +62,7 @@ from absl import logging
 import psutil
 
 from intune_tf import files
+from intune_tf import host
 from intune_tf import records
 
 if TYPE_CHECKING:
@@ -156,6 +157,8 @@ def _json_safe(value: Any) -> Any:
 
 
 def _process_start(pid: int) -> float | None:
+  if not host.is_pid(pid):
+    return None
   try:
     return psutil.Process(pid).create_time()
   except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
@@ -164,13 +167,14 @@ def _process_start(pid: int) -> float | None:
 
 def _is_live(data: Mapping[str, Any]) -> bool:
   """Whether the file's process runs: on this host by pid and start time, on
-  another (a shared status dir) by the age of the file's last update."""
+  another (a shared status dir) by the age of the file's last update. The
+  file's fields are checked (`format_problem`) before this is asked."""
   if data.get("host") != socket.gethostname():
     updated = data.get("updated")
     return (isinstance(updated, (int, float)) and
             time.time() - updated <= REMOTE_STALE_S)
   pid, started = data.get("pid"), data.get("process_start")
-  if not isinstance(pid, int) or not isinstance(started, (int, float)):
+  if not host.is_pid(pid) or not isinstance(started, (int, float)):
     return False
   actual = _process_start(pid)
   return actual is not None and abs(actual - started) <= _START_TOLERANCE_S
@@ -477,12 +481,13 @@ def writer() -> StatusWriter | None:
 
 def remove_stale(directory: str | os.PathLike) -> list[pathlib.Path]:
   """Deletes status files of this host's processes that are gone (files of
-  other hosts are left to them); returns their paths."""
+  other hosts are left to them); returns their paths. A file that is not a
+  valid status file is left alone, with one warning naming it (`_read`)."""
   removed = []
-  host = socket.gethostname()
+  here = socket.gethostname()
   for path in pathlib.Path(directory).glob("*.json"):
-    data = _load(path)
-    if data is not None and data.get("host") == host and not _is_live(data):
+    data = _read(path)
+    if data is not None and data.get("host") == here and not _is_live(data):
       try:
         path.unlink()
         removed.append(path)
@@ -492,26 +497,34 @@ def remove_stale(directory: str | os.PathLike) -> list[pathlib.Path]:
 
 
 def read_json_file(path: str | os.PathLike, max_bytes: int = 4 << 20) -> Any:
-  """The JSON value in a regular file of at most `max_bytes` (default 4 MiB),
-  checked before anything is read: a FIFO, a device or a huge file is
-  refused at once (opened non-blocking, so a FIFO cannot hang the reader).
+  """The JSON value in a regular file of this user of at most `max_bytes`
+  (default 4 MiB), checked before anything is read: a FIFO, a device, a
+  folder, another user's file or a huge file is refused at once (opened
+  non-blocking, so a FIFO cannot hang the reader).
 
   Raises:
     OSError: the file cannot be opened.
-    ValueError: not a regular file, too large, or not JSON.
+    ValueError: not a regular file, another user's, too large, not UTF-8,
+      not JSON, or nested too deeply to parse.
   """
   fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
   with os.fdopen(fd, "rb") as f:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
       raise ValueError(f"{path} is not a regular file")
+    if info.st_uid != os.getuid():
+      raise ValueError(f"{path} belongs to uid {info.st_uid}, not this "
+                       f"user's {os.getuid()}")
     if info.st_size > max_bytes:
       raise ValueError(f"{path} has {info.st_size} bytes, more than the "
                        f"{max_bytes} such a file may hold")
     text = f.read(max_bytes + 1)
   if len(text) > max_bytes:
     raise ValueError(f"{path} grew past {max_bytes} bytes while read")
-  return json.loads(text.decode("utf-8"))
+  try:
+    return json.loads(text.decode("utf-8"))
+  except RecursionError:
+    raise ValueError(f"{path} nests its JSON too deeply") from None
 
 
 _NUMBER = (int, float)
@@ -542,15 +555,41 @@ def _type_names(types: tuple[type, ...]) -> str:
   return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
+def _out_of_range(value: Any) -> bool:
+  """A number a status file may not hold: not finite, or below 0 (every
+  number the writer puts there is a count, a rate, a time or a size)."""
+  return (isinstance(value, _NUMBER) and not isinstance(value, bool) and
+          not (math.isfinite(value) and value >= 0))
+
+
+def _field_problem(where: str, value: Any,
+                   types: tuple[type, ...]) -> str | None:
+  if not isinstance(value, types):
+    return _wrong(where, value, _type_names(types))
+  if _out_of_range(value):
+    return _wrong(where, value, "a finite number >= 0")
+  return None
+
+
 def format_problem(data: Mapping[str, Any]) -> str | None:
-  """What makes a status file's contents (format `FORMAT`) unreadable by
-  `intune inspect`: the first field of a wrong type, as "<field> is <value>
-  (<type>), expected <type>"; None when every field it reads has its type.
-  A field left out is fine (it prints as "?" or "-")."""
-  if not isinstance(data.get("pid"), int) or isinstance(data["pid"], bool):
-    return _wrong("pid", data.get("pid"), "an int")
-  if not isinstance(data.get("updated", 0.0), _NUMBER):
-    return _wrong("updated", data["updated"], "a number (seconds)")
+  """What makes a status file's contents (format `FORMAT`) unusable: the
+  first field of a wrong type or out of its range, as "<field> is <value>
+  (<type>), expected <what>"; None when every field read has its type and
+  range: `pid` a process id (`host.is_pid`), `host` a string,
+  `updated` and `process_start` (or null) finite times >= 0, every number of a
+  session or stage row finite and >= 0. A field left out is fine (it
+  prints as "?" or "-"; a file of this host without `process_start` is
+  stale)."""
+  if not host.is_pid(data.get("pid")):
+    return _wrong("pid", data.get("pid"),
+                  f"a process id from 1 to {host.PID_MAX}")
+  if not isinstance(data.get("host", ""), str):
+    return _wrong("host", data["host"], "a host name")
+  for field, types in (("updated", _NUMBER),
+                       ("process_start", _OPTIONAL_NUMBER)):
+    if field in data and (problem := _field_problem(
+        field, data[field], types)):
+      return problem
   if not isinstance(data.get("service") or {}, dict):
     return _wrong("service", data["service"], "an object")
   for group in ("sessions", "ended_sessions"):
@@ -562,59 +601,72 @@ def format_problem(data: Mapping[str, Any]) -> str | None:
       if not isinstance(entry, dict):
         return _wrong(where, entry, "a session object")
       for field, types in _SESSION_FIELDS.items():
-        if field in entry and not isinstance(entry[field], types):
-          return _wrong(f"{where}.{field}", entry[field], _type_names(types))
+        if field in entry and (problem := _field_problem(
+            f"{where}.{field}", entry[field], types)):
+          return problem
       if "id" not in entry:
         return f"{where} has no id"
       for stage, held in (entry.get("unlowerable_bytes") or {}).items():
-        if not isinstance(held, _NUMBER):
+        if not isinstance(held, _NUMBER) or _out_of_range(held):
           return _wrong(f"{where}.unlowerable_bytes[{stage!r}]", held,
                         "a number of bytes")
       for j, row in enumerate(entry.get("stages", [])):
         if not isinstance(row, dict) or "stage" not in row:
           return _wrong(f"{where}.stages[{j}]", row, "a stage row object")
         for field, types in _STAGE_FIELDS.items():
-          if field in row and not isinstance(row[field], types):
-            return _wrong(f"{where}.stages[{j}].{field}", row[field],
-                          _type_names(types))
+          if field in row and (problem := _field_problem(
+              f"{where}.stages[{j}].{field}", row[field], types)):
+            return problem
   return None
 
 
-# Status files found unreadable by `read_all`, each warned about once.
+# Status files found unusable by `_read`, each warned about once.
 _warned_unreadable: set[str] = set()
+_warned_lock = threading.Lock()
 
 
-def _load(path: pathlib.Path) -> dict[str, Any] | None:
+def _read(path: pathlib.Path) -> dict[str, Any] | None:
+  """The status in `path`, or None: a file removed since it was listed
+  (silently), or one that is not a valid status file of this user (not a
+  regular file, too large, not JSON, another format, a field of a wrong type
+  or range: `format_problem`), skipped with one warning naming it (once per
+  process)."""
   try:
     data = read_json_file(path)
-  except (OSError, ValueError):
-    return None
-  return data if isinstance(data, dict) and data.get("format") == FORMAT \
-      else None
+  except FileNotFoundError as e:
+    if not os.path.lexists(path):
+      return None  # removed since it was listed
+    problem = f"it is a link to nothing ({e})"
+  except (OSError, ValueError) as e:
+    problem = str(e)
+  else:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+      problem = f"it is not a {FORMAT} object"
+    else:
+      problem = format_problem(data)
+  if problem is None:
+    return data
+  with _warned_lock:
+    told = str(path) in _warned_unreadable
+    _warned_unreadable.add(str(path))
+  if not told:
+    logging.warning(
+        "InTune: skipped the status file %s: %s. The other processes' "
+        "files are still read; delete this one if its process is gone, or "
+        "update the intune_tf of the process that wrote it.", path, problem)
+  return None
 
 
 def read_all(
     directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
   """Status of every live process in `directory` (default `default_dir()`),
-  by pid. Files of processes that are gone are ignored; a file of the right
-  format whose fields have wrong types (`format_problem`) is skipped with
-  one warning naming it (once per process)."""
+  by pid. Files of processes that are gone are ignored; a file that is not
+  a valid status file (`_read`) is skipped with one warning naming it (once
+  per process)."""
   directory = pathlib.Path(directory) if directory else default_dir()
   result = []
   for path in sorted(directory.glob("*.json")):
-    data = _load(path)
-    if data is None:
-      continue
-    problem = format_problem(data)
-    if problem is not None:
-      if str(path) not in _warned_unreadable:
-        _warned_unreadable.add(str(path))
-        logging.warning(
-            "InTune: skipped the status file %s: %s. The other processes' "
-            "files are shown; delete this one if its process is gone, or "
-            "update the intune_tf of the process that wrote it.", path,
-            problem)
-      continue
-    if _is_live(data):
+    data = _read(path)
+    if data is not None and _is_live(data):
       result.append(data)
   return sorted(result, key=lambda d: d["pid"])
