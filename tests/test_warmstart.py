@@ -5,6 +5,7 @@ import os
 import threading
 import types
 
+import _fuzz
 from _waiting import wait_for
 import numpy as np
 import pytest
@@ -181,3 +182,123 @@ def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
       next(it)
     assert values() == config
   del it
+
+
+@pytest.mark.parametrize("value,outside", [
+    (1e9, "= 1e+09 is outside [1, "), (-5.0, "= -5 is outside [1, ")])
+def test_a_file_that_does_not_fit_the_knob_ranges_is_dropped_naming_it(
+    session, caplog, value, outside):
+  knob = session.knobs()[0]  # the map's parallelism
+  path = warmstart.save(session, {knob.name: value}, 1.0)
+  state = warmstart.load(session)
+  assert state.path == path
+  with caplog.at_level("WARNING"):
+    assert warmstart.fitting(state, session.knobs()) is None
+  told = [r.getMessage() for r in caplog.records if path in r.getMessage()]
+  assert len(told) == 1 and outside in told[0], told
+  assert told[0].startswith(f"InTune: ignoring warm-start file {path}: it "
+                            "does not fit this pipeline's knobs (")
+
+
+def test_a_fitting_file_keeps_the_knobs_the_pipeline_has(session):
+  knob = session.knobs()[0]
+  warmstart.save(session, {knob.name: knob.min, "Gone/parallelism": 3.0}, 1.0)
+  assert warmstart.fitting(warmstart.load(session), session.knobs()) == {
+      knob.name: knob.min}
+
+
+def test_a_warm_start_out_of_range_neither_fails_a_step_nor_applies(
+    tmp_path, monkeypatch, caplog):
+  # Used to log `ERROR: InTune tuning step ... failed: ValueError(...)` with
+  # a traceback, without naming the file.
+  monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
+  probe = tf.data.Options()
+  probe.experimental_intune = intune_tf.IntuneOptions(policy="manual")
+  it = iter(_epochs().with_options(probe))
+  next(it)
+  knobs = intune_tf.session_of(it).knobs()
+  bad = {k.name: 1e9 if k.kind == "parallelism" else -5.0 for k in knobs}
+  path = warmstart.save(intune_tf.session_of(it), bad, 100.0)
+  del it
+  options = tf.data.Options()
+  # The agent's first step would apply the warm start; no other for 60 s.
+  options.experimental_intune = intune_tf.IntuneOptions(period_s=60.0)
+  with caplog.at_level("WARNING"):
+    it = iter(_epochs().with_options(options))
+    next(it)
+    assert wait_for(lambda: path in caplog.text), caplog.text
+    for _ in range(40):
+      next(it)
+  session = intune_tf.session_of(it)
+  assert all(k.min <= k.value <= k.max for k in session.knobs())
+  assert "does not fit this pipeline's knobs" in caplog.text
+  assert "failed" not in caplog.text, caplog.text
+  del it
+
+
+def test_fuzzed_warm_start_files_are_loaded_or_told_once_and_never_raise():
+  out = _fuzz.run_reader("""
+      import json, logging, os, pathlib, random, shutil, tempfile, time
+      import types
+      import _fuzz
+      from intune_tf import records
+      from intune_tf.agent import warmstart
+
+      told = []
+      class Catch(logging.Handler):
+        def emit(self, record):
+          if record.levelno >= logging.WARNING:
+            told.append(record.getMessage())
+      logging.getLogger().addHandler(Catch())
+      session = types.SimpleNamespace(
+          fingerprint="fuzz", options=types.SimpleNamespace(warm_start=True))
+      knobs = [records.Knob("Prefetch/buffer_size", "buffer_size", 4, 1, 64),
+               records.Knob("Prefetch.ParallelMapV2/parallelism",
+                            "parallelism", 1, 1, 8)]
+
+      def valid(rng):
+        return {"version": warmstart.FORMAT_VERSION, "fingerprint": "fuzz",
+                "machine": warmstart.machine(), "saved": time.time(),
+                "config": {k.name: rng.uniform(k.min, k.max) for k in knobs},
+                "rows_per_s": 100.0, "weights": rng.random() < 0.3}
+
+      def clear(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+          shutil.rmtree(path)
+        elif os.path.lexists(path):
+          os.unlink(path)
+
+      for seed in SEEDS:
+        print("fuzz seed", seed, flush=True)
+        folder = pathlib.Path(tempfile.mkdtemp())
+        os.environ["INTUNE_WARMSTART_DIR"] = str(folder)
+        base = folder / warmstart.key("fuzz")
+        path = pathlib.Path(f"{base}.json")
+        npz = pathlib.Path(f"{base}.npz")
+        rng = random.Random(seed)
+        loaded = 0
+        cases = [None] * 60 + _fuzz.grid(valid(rng))
+        for i, case in enumerate(cases):
+          clear(path)
+          clear(npz)
+          if rng.random() < 0.3:  # beside it, bad weights of any kind
+            _fuzz.odd_kind(npz, rng, b"PK garbage", 1 << 20)
+          if case is None:
+            _fuzz.fill(folder, seed * 1000 + i, 1, valid,
+                       lambda data, i: path.name, 1 << 20)
+          else:
+            _fuzz.write(path, json.dumps(case, allow_nan=True).encode())
+          start = len(told)
+          state = warmstart.load(session)
+          config = state and warmstart.fitting(state, knobs)
+          named = [m for m in told[start:]
+                   if f"warm-start file {path}: " in m]
+          assert len(named) == (config is None), (seed, i, named)
+          assert config is None or all(
+              k.min <= config.get(k.name, k.min) <= k.max for k in knobs)
+          loaded += config is not None
+        print(f"seed {seed}: {len(cases)} files, {loaded} fit", flush=True)
+  """)
+  print(out)
+  assert [line.split()[2] for line in out.splitlines()
+          if line.startswith("fuzz seed")] == [str(s) for s in _fuzz.SEEDS]

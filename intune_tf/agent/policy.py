@@ -237,7 +237,7 @@ class IntunePolicy(policies.Policy):
     self._acc_seconds = 0.0
     self._started = False
     self._hold_values: dict[str, float] = {}
-    self._warm: dict[str, float] | None = None
+    self._warm: warmstart.State | None = None
     self._cpu_budget: int | None = None
     self.session = None
 
@@ -247,7 +247,7 @@ class IntunePolicy(policies.Policy):
     self.session = session
     state = warmstart.load(session)
     if state is not None:
-      self._warm = state.config
+      self._warm = state
       if state.weights is not None:
         try:
           self.agent.set_weights(state.weights)
@@ -255,7 +255,9 @@ class IntunePolicy(policies.Policy):
           logging.warning("Ignoring warm-start agent weights: %s", e)
 
   def warm_config(self) -> dict[str, float] | None:
-    return self._warm
+    """The warm-start configuration loaded and not applied yet (None:
+    none)."""
+    return None if self._warm is None else self._warm.config
 
   def _save(self) -> None:
     best, rate = self.best_configs.best()
@@ -349,8 +351,7 @@ class IntunePolicy(policies.Policy):
       return None
     self._started = True
     if self._warm is not None:
-      current = {k.name for k in obs.knobs}
-      values = {k: v for k, v in self._warm.items() if k in current}
+      values = warmstart.fitting(self._warm, obs.knobs)
       self._warm = None
       if values:
         self._hold, self._hold_values = HOLD, values

@@ -222,7 +222,7 @@ class JumpSearchPolicy(RankedSearchPolicy):
                      **kwargs)
     self.session = None
     self.steps = 0
-    self._warm: dict[str, float] | None = None
+    self._warm = None  # the `warmstart.State` loaded, until applied
     self._decided: "records.Decision | None" = None
 
   @property
@@ -294,7 +294,7 @@ class JumpSearchPolicy(RankedSearchPolicy):
     self.session = session
     state = warmstart.load(session)
     if state is not None:
-      self._warm = dict(state.config)
+      self._warm = state
 
   def _save(self, obs: "Observation") -> None:
     # Deferred: as in `bind`.
@@ -310,8 +310,9 @@ class JumpSearchPolicy(RankedSearchPolicy):
     start = time.perf_counter()
     self.steps += 1
     if self._warm is not None and obs.knobs:
-      names = {k.name for k in obs.knobs}
-      values = {n: v for n, v in self._warm.items() if n in names}
+      # Deferred: as in `bind`.
+      from intune_tf.agent import warmstart  # noqa: PLC0415
+      values = warmstart.fitting(self._warm, obs.knobs)
       self._warm = None
       if values:
         self._decided = records.Decision(0, "warm-start")

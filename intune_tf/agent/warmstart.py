@@ -7,8 +7,10 @@ the next run of the same job on the same kind of machine starts at its tuned
 configuration, with the fine-tuned agent. Files live in
 `$INTUNE_WARMSTART_DIR` (default `~/.cache/intune_tf/warmstart`):
 `<key>.json` (configuration, throughput, machine) and `<key>.npz` (agent
-weights, numpy arrays only). Corrupt or foreign files are ignored with a
-warning; nothing is unpickled.
+weights, numpy arrays only). The folder is untrusted: a file that is not a
+regular file of this user, too large, corrupt, foreign, or whose
+configuration does not fit the pipeline's knob ranges (`fitting`) is
+ignored with one warning naming it; nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import time
 from typing import Mapping, Sequence
 
@@ -26,7 +29,7 @@ import numpy as np
 
 from intune_tf import files
 from intune_tf import host
-from intune_tf import rewrites
+from intune_tf import records
 from intune_tf.agent import dqn
 from intune_tf.observe import status
 
@@ -46,6 +49,9 @@ def graph_fingerprint(graph_def) -> str:
   `rewrites/passes.h`, the one definition), which the root also reports
   for the graph it rewrites.
   """
+  # Deferred: the kernel library loads TensorFlow, which reading the folder
+  # (`load`, `fitting`) does not need.
+  from intune_tf import rewrites  # noqa: PLC0415
   return rewrites.fingerprint(graph_def)
 
 
@@ -70,10 +76,12 @@ class State:
     config: knob values, `{knob name: value}`.
     rows_per_s: output elements/s measured under `config` (0 if unknown).
     weights: the fine-tuned agent's weights, or None.
+    path: the file it was read from. Default "" (not read from a file).
   """
   config: dict[str, float]
   rows_per_s: float
   weights: list[np.ndarray] | None
+  path: str = ""
 
 
 def _fingerprint_of(session) -> str | None:
@@ -130,6 +138,11 @@ def _check(data, fp: str, path: str) -> dict[str, float]:
       not isinstance(v, bool) and math.isfinite(v) for k, v in config.items()):
     raise ValueError("`config` is not a mapping of knob names to finite "
                      "numbers")
+  rate = data.get("rows_per_s", 0.0)
+  if (isinstance(rate, bool) or not isinstance(rate, (int, float)) or
+      not math.isfinite(rate) or rate < 0):
+    raise ValueError(f"`rows_per_s` is {rate!r:.40}, not a finite number "
+                     ">= 0")
   del path
   return {k: float(v) for k, v in config.items()}
 
@@ -142,7 +155,7 @@ def load(session) -> State | None:
     return None
   base = os.path.join(directory(), key(fp))
   path = base + ".json"
-  if not os.path.exists(path):
+  if not os.path.lexists(path):
     return None
   try:
     data = status.read_json_file(path, max_bytes=1 << 20)
@@ -152,10 +165,41 @@ def load(session) -> State | None:
     logging.warning("InTune: ignoring warm-start file %s: %s.", path, e)
     return None
   weights = None
-  if data.get("weights") and os.path.exists(base + ".npz"):
+  if data.get("weights") is True and os.path.lexists(base + ".npz"):
     try:
+      info = os.stat(base + ".npz")
+      if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        # Never opened: a FIFO would block the reader.
+        raise ValueError("not a regular file of this user")
       weights, _ = dqn.load_weights(base + ".npz")
     except (OSError, ValueError) as e:
       logging.warning("InTune: ignoring warm-start weights %s: %s.",
                       base + ".npz", e)
-  return State(config=config, rows_per_s=rate, weights=weights)
+  return State(config=config, rows_per_s=rate, weights=weights, path=path)
+
+
+def fitting(state: State, knobs: Sequence[records.Knob]
+            ) -> dict[str, float] | None:
+  """The values of `state.config` for the knobs the pipeline has now, or
+  None when one of them is outside its knob's [min, max]: the file does not
+  fit this pipeline (edited, or saved by another version), so the whole
+  configuration is dropped, with one warning naming the file. Knobs the
+  file names but the pipeline lacks are left out.
+
+  Example: config {"Prefetch/buffer_size": 4.0, "Gone/parallelism": 2.0}
+  and a knob "Prefetch/buffer_size" of range [1, 64] -> {"Prefetch/
+  buffer_size": 4.0}; a buffer size of -5 -> None.
+  """
+  ranges = {k.name: (k.min, k.max) for k in knobs}
+  values = {n: v for n, v in state.config.items() if n in ranges}
+  outside = [(n, v) for n, v in values.items()
+             if not ranges[n][0] <= v <= ranges[n][1]]
+  if not outside:
+    return values
+  logging.warning(
+      "InTune: ignoring warm-start file %s: it does not fit this pipeline's "
+      "knobs (%s); tuning starts without it.",
+      state.path or "(no file)", ", ".join(
+          f"{n} = {v:g} is outside [{ranges[n][0]:g}, {ranges[n][1]:g}]"
+          for n, v in outside))
+  return None
