@@ -1,7 +1,10 @@
 """The policy registry (intune_tf.live.registry)."""
 
+import re
+
 import pytest
 
+import intune_tf
 from intune_tf.live import registry
 from intune_tf.options import IntuneOptions
 from intune_tf.tuning import policies
@@ -49,3 +52,37 @@ def test_a_registered_name_replaces_the_built_in_until_forgotten():
   # Registered again, the name is valid again.
   registry.register("climb", search.ClimbPolicy)
   assert "climb" in registry.names()
+
+
+@pytest.mark.parametrize("name,error,message", [
+    (123, TypeError, "register_policy: the name must be a string, got 123 "
+     "(int)."),
+    (None, TypeError, "register_policy: the name must be a string, got None "
+     "(NoneType)."),
+    ("", ValueError, "register_policy: the name must be a non-empty string "
+     "without surrounding spaces, got ''."),
+    ("  ", ValueError, "register_policy: the name must be a non-empty string "
+     "without surrounding spaces, got '  '."),
+    (" even ", ValueError, "register_policy: the name must be a non-empty "
+     "string without surrounding spaces, got ' even '."),
+])
+def test_a_name_that_is_not_a_non_empty_string_is_refused(name, error,
+                                                          message):
+  # `register_policy(123, Policy)` used to be accepted; a later typo
+  # (`policy="evn"`) then raised `TypeError: '<' not supported between
+  # instances of 'int' and 'str'` instead of listing the valid names.
+  before = registry.names()
+  with pytest.raises(error, match="^" + re.escape(message) + "$"):
+    intune_tf.register_policy(name, policies.Policy)
+  assert registry.names() == before
+  with pytest.raises(ValueError, match=r"^Unknown InTune policy 'evn'\. "
+                     r"Valid policies: \[.*'even'.*\]\.$"):
+    registry.check_name("evn")  # what `tune(ds, policy="evn")` runs
+
+
+def test_a_factory_that_cannot_make_policies_is_refused():
+  with pytest.raises(TypeError, match="^" + re.escape(
+      "register_policy: the factory of 'x' must be callable (a Policy "
+      "subclass), got 'not callable'.") + "$"):
+    intune_tf.register_policy("x", "not callable")
+  assert "x" not in registry.names()

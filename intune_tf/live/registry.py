@@ -39,7 +39,25 @@ _HIDDEN: set[str] = set()
 
 def register(name: str, factory: Callable[[IntuneOptions], Policy]) -> None:
   """Makes `IntuneOptions(policy=name)` use policies made by `factory`; a
-  built-in of the same name is replaced."""
+  built-in of the same name is replaced.
+
+  Args:
+    name: the policy's name, a non-empty string without surrounding spaces.
+    factory: makes a policy from the options (a `Policy` subclass, say).
+
+  Raises:
+    TypeError: `name` is not a string, or `factory` is not callable.
+    ValueError: `name` is empty or only spaces, or has spaces around it.
+  """
+  if not isinstance(name, str):
+    raise TypeError(f"register_policy: the name must be a string, got "
+                    f"{name!r:.40} ({type(name).__name__}).")
+  if not name.strip() or name != name.strip():
+    raise ValueError(f"register_policy: the name must be a non-empty string "
+                     f"without surrounding spaces, got {name!r:.40}.")
+  if not callable(factory):
+    raise TypeError(f"register_policy: the factory of {name!r} must be "
+                    f"callable (a Policy subclass), got {factory!r:.40}.")
   _REGISTERED[name] = factory
   _HIDDEN.discard(name)
 
