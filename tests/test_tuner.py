@@ -434,6 +434,80 @@ def test_what_the_guard_cannot_lower_is_warned_only_when_it_matters(
     gc.collect()
 
 
+def _told_of(caplog, session, text: str) -> list[str]:
+  return [r.getMessage() for r in caplog.records
+          if repr(session) in r.getMessage() and text in r.getMessage()]
+
+
+def test_a_pipeline_with_no_stage_to_tune_is_told_once_at_info(caplog):
+  # `knobs() == []` and nothing said: the option silently did nothing.
+  caplog.set_level("INFO", logger="absl")
+  ds = tf.data.Dataset.range(1000).map(lambda x: x + 1).batch(4)
+  it = iter(intune_tf.tune(ds, policy="even", period_s=0.02))
+  try:
+    next(it)
+    session = intune_tf.session_of(it)
+    assert session.knobs() == []
+
+    def told():
+      next(it)  # noqa: F821
+      intune_tf.global_tuner().step()
+      return _told_of(caplog, session, "no stage to tune")
+
+    assert wait_for(told, timeout=30)
+    for _ in range(5):
+      told()
+    (message,) = told()
+    assert message == (
+        f"InTune {session!r}: the pipeline has no stage to tune (no parallel "
+        "map, interleave, batch or prefetch left on tf.data.AUTOTUNE), so "
+        "the option does nothing for it. Leave the stages to tune on "
+        "AUTOTUNE, or set IntuneOptions(include_fixed=True) to tune fixed "
+        "ones.")
+    assert [r.levelname for r in caplog.records
+            if r.getMessage() == message] == ["INFO"]
+  finally:
+    del it
+    gc.collect()
+
+
+def test_a_budget_smaller_than_one_element_is_warned_naming_the_stage(
+    caplog):
+  # Peak buffered 8 MiB, 8x the budget, with no warning: the floor of one
+  # element per buffer was written only in docs/benchmarks.md.
+  caplog.set_level("INFO", logger="absl")
+  ds = tf.data.Dataset.range(10**6).map(
+      lambda i: tf.fill([1 << 20], tf.cast(i, tf.float32)),  # 4 MiB
+      num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+  it = iter(intune_tf.tune(ds, ram_budget=1 << 20, policy="manual",
+                           period_s=0.02))
+  try:
+    next(it)
+    session = intune_tf.session_of(it)
+
+    def told():
+      next(it)  # noqa: F821
+      intune_tf.global_tuner().step()
+      return _told_of(caplog, session, "one element of stage Prefetch ")
+
+    assert wait_for(told, timeout=30), caplog.text
+    for _ in range(5):
+      told()
+    (message,) = told()
+    assert re.fullmatch(
+        re.escape(f"InTune {session!r}: one element of stage Prefetch holds "
+                  "4194304 bytes (4.0 MB), more than the RAM budget of "
+                  "1048576 bytes (1.0 MB). A buffer keeps at least one "
+                  "element, so the pipeline holds more than the budget. Give "
+                  "it a ram_budget of at least a few elements, or make the "
+                  "elements smaller. Reported once per stage."), message)
+    every = _told_of(caplog, session, "one element of stage")
+    assert len(every) == len(set(every)) <= 2  # once per stage
+  finally:
+    del it
+    gc.collect()
+
+
 def test_a_bounded_interleave_is_not_warned_as_what_the_guard_cannot_lower(
     caplog):
   # Its records have no knob, but the guard lowers them through per-input

@@ -136,6 +136,8 @@ class _Tuned:
     self.static_knobs: tuple[str, ...] | None = None
     self.policy_memory_told = False  # see `Tuner._apply_budgets`
     self.last_obs = None  # the last observation (`process_demand`)
+    self.knobs_seen = False  # see `Tuner._tell_nothing_to_do`
+    self.told: set[str] = set()  # what `_tell_nothing_to_do` said
 
   def first_report(self, where: str, error: Exception) -> bool:
     """Whether `error` in `where` ("policy" or "step") is new for this
@@ -499,6 +501,37 @@ class Tuner:
             "every such stage.", t.session, stage, held / (1 << 20),
             100 * held / max(1, obs.ram_budget), obs.ram_budget / (1 << 20))
 
+  def _tell_nothing_to_do(self, t: _Tuned, obs) -> None:
+    """Says, once per session, when the option can do nothing: at INFO, a
+    pipeline that returned elements with no stage to tune; at WARNING, a
+    buffer whose one element is larger than the RAM budget (a buffer keeps
+    at least one element, so the guard cannot hold the budget)."""
+    t.knobs_seen = t.knobs_seen or bool(obs.knobs)
+    if (not t.knobs_seen and obs.output_rate > 0 and obs.stages and
+        "no knobs" not in t.told):
+      t.told.add("no knobs")
+      logging.info(
+          "InTune %r: the pipeline has no stage to tune (no parallel map, "
+          "interleave, batch or prefetch left on tf.data.AUTOTUNE), so the "
+          "option does nothing for it. Leave the stages to tune on "
+          "AUTOTUNE, or set IntuneOptions(include_fixed=True) to tune fixed "
+          "ones.", t.session)
+    if obs.ram_budget <= 0:
+      return
+    for st in obs.stages:
+      if ((st.buffer_size is not None or st.buffered_bytes > 0) and
+          st.bytes_per_element > obs.ram_budget and st.name not in t.told):
+        t.told.add(st.name)
+        logging.warning(
+            "InTune %r: one element of stage %s holds %d bytes (%.1f MB), "
+            "more than the RAM budget of %d bytes (%.1f MB). A buffer keeps "
+            "at least one element, so the pipeline holds more than the "
+            "budget. Give it a ram_budget of at least a few elements, or "
+            "make the elements smaller. Reported once per stage.",
+            t.session, st.name, int(st.bytes_per_element),
+            st.bytes_per_element / (1 << 20), obs.ram_budget,
+            obs.ram_budget / (1 << 20))
+
   def _step_one_unguarded(self, t: _Tuned) -> None:
     # A static policy is stepped again only when the set of knobs changes;
     # listeners (the status file, the Keras logs) still see every step.
@@ -511,6 +544,7 @@ class Tuner:
     obs = t.env.observe()
     t.last_obs = obs
     self._tell_unlowerable(t, obs)
+    self._tell_nothing_to_do(t, obs)
     if not obs.knobs:
       return
     if held:
