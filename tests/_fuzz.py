@@ -22,6 +22,7 @@ import pathlib
 import random
 import subprocess
 import sys
+import tempfile
 import textwrap
 from typing import Any, Callable
 
@@ -237,8 +238,11 @@ def run_reader(script: str, seeds=SEEDS) -> str:
   code = (f"import sys; sys.path.insert(0, {tests!r}); SEEDS = {seeds!r}\n" +
           textwrap.dedent(script))
   try:
+    # Outside the checkout: `-c` puts the working directory first on the
+    # path, and on the compat stack the checkout is not what is installed.
     done = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          text=True, timeout=TIME_LIMIT_S, check=False)
+                          text=True, timeout=TIME_LIMIT_S, check=False,
+                          cwd=tempfile.gettempdir())
   except subprocess.TimeoutExpired as e:
     raise AssertionError(f"the reader hung past {TIME_LIMIT_S} s on the "
                          f"files of seeds {seeds}: {e.stderr!r:.2000}"
