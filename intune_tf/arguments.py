@@ -12,8 +12,8 @@ a positive integer; pass 1 or more."), before the command does any work.
 - `positive_float`: a finite number above 0;
 - `int_in(low, high, what)`: an integer from `low` to `high`; `port`: one
   from 1 to 65535;
-- `duration`: finite seconds above 0;
-- `optional_duration`: finite seconds of 0 or more (0: none);
+- `duration`: finite seconds above 0, at most `MAX_SECONDS`;
+- `optional_duration`: the same, or 0 (none);
 - `output_file`: a file to write: not a folder, in a folder that exists and
   this user may write;
 - `output_folder`: a folder to write in: one this user may write, or one
@@ -35,6 +35,9 @@ from typing import Callable, Iterable
 
 # The largest TCP port.
 MAX_PORT = 65535
+# The longest duration (seconds, about 31 years): `time.sleep(1e10)` raises
+# OverflowError ("timestamp out of range for platform time_t").
+MAX_SECONDS = 1e9
 
 
 def positive_int(text: str) -> int:
@@ -122,11 +125,15 @@ def _seconds(text: str, zero: bool) -> float:
     least = "0 or more" if zero else "above 0"
     raise argparse.ArgumentTypeError(
         f"{text!r} is not a duration; pass finite seconds {least}.")
+  if value > MAX_SECONDS:
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is too long a duration; pass at most {MAX_SECONDS:g} "
+        "seconds.")
   return value
 
 
 def duration(text: str) -> float:
-  """An argparse type: finite seconds above 0.
+  """An argparse type: finite seconds above 0, at most `MAX_SECONDS` (1e9).
 
   duration("0.5") = 0.5; duration("0"), duration("nan"), duration("inf")
   and duration("-1") raise argparse.ArgumentTypeError("'inf' is not a
@@ -136,8 +143,8 @@ def duration(text: str) -> float:
 
 
 def optional_duration(text: str) -> float:
-  """An argparse type: finite seconds of 0 or more, 0 meaning none (no
-  warm-up, no waiting).
+  """An argparse type: finite seconds of 0 or more, at most `MAX_SECONDS`
+  (1e9), 0 meaning none (no warm-up, no waiting).
 
   optional_duration("0") = 0.0; optional_duration("nan") raises
   argparse.ArgumentTypeError("'nan' is not a duration; pass finite seconds

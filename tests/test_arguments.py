@@ -76,6 +76,17 @@ def test_each_type_refuses_the_rest_saying_what_it_takes(kind, texts,
       kind(text)
 
 
+@pytest.mark.parametrize("kind", [arguments.duration,
+                                  arguments.optional_duration])
+def test_a_duration_longer_than_sleep_can_wait_is_refused(kind):
+  # `intune inspect --watch 1e10` printed once, then `OverflowError:
+  # timestamp out of range for platform time_t`, as with inf.
+  assert kind("1e9") == 1e9
+  with pytest.raises(argparse.ArgumentTypeError, match="^" + re.escape(
+      "'1e10' is too long a duration; pass at most 1e+09 seconds.") + "$"):
+    kind("1e10")
+
+
 def test_output_file_is_a_file_in_a_writable_folder(tmp_path):
   assert arguments.output_file(str(tmp_path / "new.json")) == str(
       tmp_path / "new.json")
