@@ -8,6 +8,9 @@ UV ?= $(shell command -v uv 2>/dev/null || echo "$(PYTHON_MAIN) -m uv")
 MAIN := .venv
 COMPAT := .venv-compat
 PYTEST_FLAGS ?= -q -p no:cacheprovider --durations=25
+# Test processes per stack (pytest-xdist) for the tests that need TensorFlow:
+# most of their time is spent waiting (real processes, measurement windows).
+PYTEST_WORKERS ?= 2
 
 # The TensorFlow minors the wheel carries a kernel library for
 # (intune_tf/tf_versions.py), and the two stacks' own (requirements/).
@@ -27,34 +30,47 @@ MATRIX_PYTHONS ?= 3.11=$(PYTHON_MAIN) 3.10=$(PYTHON_COMPAT) 3.12=$(PYENV_ROOT_DI
 # The CI smoke run: the minors that the two stacks' full suites do not cover.
 SMOKE_MINORS ?= $(filter-out $(MAIN_TF_MINOR) $(COMPAT_TF_MINOR),$(TF_MINORS))
 
-.PHONY: demo test lint test-main test-compat pytest-main pytest-compat setup setup-main setup-compat build bench clean tfx-example wheel matrix smoke libs
+.PHONY: demo test check coverage lint test-main test-compat pytest-main pytest-compat pytest-tf-free setup setup-main setup-compat build bench clean tfx-example wheel matrix smoke libs
 
 demo: setup-main
 	$(MAIN)/bin/intune demo
 
-# The two stacks' suites run at the same time, each beside the other on the
-# same cores (the suite must hold on a busy machine); -O prints each suite's
-# output whole when it ends.
+# The tests whose code needs TensorFlow run on both stacks, at the same time,
+# each beside the other on the same cores (the suite must hold on a busy
+# machine); the rest (tests/conftest.py's TF_FREE_MODULES) run once, on the
+# main stack, as soon as a core is free. -O prints each part's output whole
+# when it ends.
 test: lint setup
-	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat
+	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat pytest-tf-free
+
+# The developers' inner loop (about 3 minutes on 2 cores): ruff, then every
+# test not marked slow, on the main stack; it fails if those tests left a
+# module of the package unloaded. `make test` runs everything.
+check: lint
+	rm -rf build/check && mkdir -p build/check
+	$(MAIN)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) -m "not slow" --modules-loaded build/check tests
 
 # ruff, configured in pyproject.toml (Google style).
 lint: setup-main
 	$(MAIN)/bin/ruff check --no-cache .
 
 test-main: setup-main
-	$(MAKE) --no-print-directory pytest-main
+	$(MAKE) --no-print-directory pytest-main pytest-tf-free
 
 test-compat: setup-compat
 	$(MAKE) --no-print-directory pytest-compat
 
 pytest-main:
-	$(MAIN)/bin/pytest $(PYTEST_FLAGS) tests
+	$(MAIN)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --needs-tf tests
 
 # The compat stack installs the package (not editable): the source tree holds
 # the main stack's kernel library, built for another TensorFlow.
 pytest-compat:
-	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) tests
+	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --needs-tf tests
+
+# With every import of TensorFlow and Keras refused.
+pytest-tf-free:
+	$(MAIN)/bin/pytest $(PYTEST_FLAGS) --tf-free tests
 
 uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON_MAIN) -m uv --version >/dev/null 2>&1 || \
@@ -130,6 +146,14 @@ matrix: wheel
 # CI: the smoke subset on the minors the two stacks do not cover.
 smoke: wheel
 	$(PYTHON_MAIN) tools/matrix.py --wheel dist/intune_tf-*.whl --minors $(SMOKE_MINORS) --pythons 3.11=$(PYTHON_MAIN) --smoke
+
+# Line coverage of the whole suite on the main stack (not part of `make
+# test`; pyproject.toml's [tool.coverage.*]), written to build/coverage.
+coverage: setup-main
+	rm -rf build/coverage && mkdir -p build/coverage
+	$(MAIN)/bin/coverage run -m pytest $(PYTEST_FLAGS) tests
+	$(MAIN)/bin/coverage combine -q
+	$(MAIN)/bin/coverage report | tail -1
 
 bench: setup-main
 	$(MAIN)/bin/python benchmarks/live_control.py

@@ -95,6 +95,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "refusing every import of TensorFlow or Keras")
   group.addoption("--needs-tf", action="store_true",
                   help="run only the modules not in TF_FREE_MODULES")
+  group.addoption("--modules-loaded", metavar="FOLDER", default=None,
+                  help="fail unless the tests, in all their processes, "
+                  "loaded every module of intune_tf (each process writes "
+                  "its list into FOLDER)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -119,3 +123,45 @@ def pytest_ignore_collect(collection_path: pathlib.Path,
   if config.getoption("--needs-tf") and listed:
     return True
   return None
+
+
+# `make check`: the modules of the package that the selected tests loaded,
+# per test process, and the session fails naming any module none loaded.
+def _package_modules() -> set[str]:
+  """Every module of intune_tf in the checkout, criteo/ and rewrites/ as
+  setup.py installs them, except `__main__`."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  names = set()
+  for folder, package in (("intune_tf", "intune_tf"),
+                          ("criteo", "intune_tf.criteo"),
+                          ("rewrites", "intune_tf.rewrites")):
+    for path in (root / folder).rglob("*.py"):
+      parts = path.relative_to(root / folder).with_suffix("").parts
+      if parts[-1] == "__init__":
+        parts = parts[:-1]
+      if parts[-1:] != ("__main__",):
+        names.add(".".join((package, *parts)))
+  return names
+
+
+def _loaded_file(config: pytest.Config, worker: str) -> pathlib.Path:
+  return pathlib.Path(config.getoption("--modules-loaded")) / f"{worker}.txt"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+  config = session.config
+  if not config.getoption("--modules-loaded"):
+    return
+  worker = getattr(config, "workerinput", {}).get("workerid", "main")
+  loaded = sorted(m for m in sys.modules if m.split(".")[0] == "intune_tf")
+  _loaded_file(config, worker).write_text("\n".join(loaded))
+  if worker != "main":
+    return  # the controller reads every worker's list
+  folder = pathlib.Path(config.getoption("--modules-loaded"))
+  seen = {line for path in folder.glob("*.txt")
+          for line in path.read_text().splitlines()}
+  missing = sorted(_package_modules() - seen)
+  if missing:
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    print(f"\n--modules-loaded: no selected test loaded {', '.join(missing)}: "
+          "select a test of each (Makefile's check)", file=sys.stderr)
