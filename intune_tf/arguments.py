@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from typing import Callable, Iterable
 
 # The largest TCP port.
@@ -73,6 +74,30 @@ def int_in(low: int, high: int, what: str) -> Callable[[str], int]:
     return value
   check.__name__ = what.replace(" ", "_")
   return check
+
+
+def local_pool(text: str) -> tuple[int, int]:
+  """An argparse type: a pool of local workers, "local:MIN-MAX", with
+  1 <= MIN <= MAX; returns (MIN, MAX).
+
+  local_pool("local:1-4") = (1, 4); local_pool("local:4-1") raises
+  argparse.ArgumentTypeError("'local:4-1': MIN 4 is above MAX 1; pass
+  local:MIN-MAX with 1 <= MIN <= MAX.").
+  """
+  match = re.match(r"^local:(-?\d+)-(-?\d+)$", text.strip())
+  usage = "pass local:MIN-MAX with 1 <= MIN <= MAX."
+  if not match:
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a pool of local workers; {usage}")
+  low, high = int(match.group(1)), int(match.group(2))
+  if low < 1:
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: MIN {low} is below 1 (no negative or empty pool); "
+        f"{usage}")
+  if low > high:
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: MIN {low} is above MAX {high}; {usage}")
+  return low, high
 
 
 def non_negative_int(text: str) -> int:

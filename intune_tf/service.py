@@ -36,8 +36,12 @@ address they advertise); keep them on a private network or behind a firewall.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
+import json
+import math
 import os
+import pathlib
 import re
 import signal
 import socket
@@ -48,6 +52,8 @@ from typing import Any
 from absl import logging
 
 from intune_tf import arguments
+from intune_tf import pool
+from intune_tf import scalers
 
 # Seconds a worker waits for its dispatcher to accept connections at start.
 DEFAULT_DISPATCHER_WAIT_S = 30.0
@@ -170,7 +176,10 @@ def _wait_for_signal(tick=None, period_s: float = 1.0) -> str:
 
 def run_dispatcher(port: int, host: str = "127.0.0.1",
                    work_dir: str | None = None,
-                   worker_timeout_ms: int | None = None) -> int:
+                   worker_timeout_ms: int | None = None,
+                   workers: tuple[int, int] | None = None,
+                   pool_period_s: float = 10.0,
+                   pool_min_interval_s: float = 30.0) -> int:
   """Runs a tf.data service dispatcher until SIGTERM/SIGINT.
 
   Args:
@@ -183,6 +192,13 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     worker_timeout_ms: how long a worker may miss heartbeats before the
       dispatcher drops it (and clients stop waiting for it). Default None:
       TensorFlow's default.
+    workers: (MIN, MAX) of a pool of local `intune service worker`
+      processes that the dispatcher starts and sizes with
+      `intune_tf.pool.IntuneController`, from the reports of
+      `ConsumerMeter` and of the workers' tuners. Default None: no pool.
+    pool_period_s: seconds between two decisions on the pool. Default 10.
+    pool_min_interval_s: seconds between a change taking effect and the
+      next change. Default 30.
 
   Returns:
     The exit code (0).
@@ -203,15 +219,57 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   logging.info("tf.data service dispatcher with InTune at grpc://%s:%d "
                "(pid %d).", host, port, os.getpid())
   logging.warning(SECURITY_NOTE.format(port=port))
+  local = f"127.0.0.1:{port}"
+  manager = None
+  if workers is not None:
+    low, high = workers
+    scaler = scalers.LocalWorkers(local, low, high)
+    manager = scalers.PoolManager(pool.IntuneController(
+        low, high, min_interval_s=pool_min_interval_s), scaler)
+    scaler.resize(low)
+    logging.info("Worker pool local:%d-%d: started %d local worker(s); "
+                 "logs in %s.", low, high, low, scaler.log_dir)
+  last_decision = [time.monotonic()]
+
+  def step_pool(info: dict[str, Any]) -> None:
+    scaler = manager.scaler
+    now = time.monotonic()
+    if now - last_decision[0] >= pool_period_s:
+      last_decision[0] = now
+      size, serving = scaler.size(), scaler.serving()
+      reading = pool_reading(local, serving, size - serving,
+                             consumer_addresses=(f"{host}:{port}",))
+      if reading is not None:
+        decision = manager.step(reading)
+        info["pool_reason"] = decision.reason
+      else:
+        info["pool_reason"] = "no consumer report (ConsumerMeter)"
+    info.update(pool={
+        "min": scaler.min_workers, "max": scaler.max_workers,
+        "size": scaler.size(), "serving": scaler.serving(),
+        "lost": scaler.lost, "failures": manager.failures,
+        "reason": info.get("pool_reason"),
+        "decisions": [dataclasses.asdict(e) for e in manager.history[-10:]]})
+
+  pool_info: dict[str, Any] = {}
 
   def tick():
     # Deferred: `intune --help` lists this command without loading TensorFlow.
     from intune_tf.observe import status  # noqa: PLC0415
+    if manager is not None:
+      step_pool(pool_info)
     writer = status.writer()
     if writer is not None:
-      writer.set_info(workers=server._num_workers())  # noqa: SLF001
+      fields = {"workers": server._num_workers()}  # noqa: SLF001
+      if manager is not None:
+        fields["pool"] = pool_info["pool"]
+      writer.set_info(**fields)
 
-  name = _wait_for_signal(tick, _DISPATCHER_STATUS_PERIOD_S)
+  try:
+    name = _wait_for_signal(tick, _DISPATCHER_STATUS_PERIOD_S)
+  finally:
+    if manager is not None:
+      manager.scaler.close()
   logging.info("Dispatcher stopping (%s).", name)
   server.stop()
   return 0
@@ -262,6 +320,207 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   return 0
 
 
+# What each processing mode promises when workers join and leave
+# (docs/service.md).
+VISITATION = {
+    "distributed_epoch": (
+        "at most once: the elements of the splits a worker held when it "
+        "left (stopped or killed) are lost; TensorFlow cannot drain a "
+        "worker"),
+    "parallel_epochs": (
+        "every worker produces the whole dataset: a worker joining adds a "
+        "full pass, one leaving takes the rest of its pass; nothing per "
+        "element"),
+}
+
+
+class EpochTally:
+  """Counts the elements a consumer received in one epoch of a
+  distributed dataset against the elements its source holds.
+
+  With `distributed_epoch` (at most once) `lost` is what workers that left
+  took with them; an element received twice breaks the promise and is
+  counted in `extra`.
+
+  Args:
+    expected: the elements of one epoch (e.g. the source's cardinality
+      before `distribute`).
+    mode: the processing mode. Default "distributed_epoch".
+
+  Raises:
+    ValueError: a negative count or an unknown mode.
+  """
+
+  def __init__(self, expected: int, mode: str = "distributed_epoch"):
+    if isinstance(expected, bool) or not isinstance(expected, int) or (
+        expected < 0):
+      raise ValueError(f"expected must be a count of 0 or more, got "
+                       f"{expected!r}.")
+    if mode not in VISITATION:
+      raise ValueError(f"unknown processing mode {mode!r}; known: "
+                       f"{', '.join(VISITATION)}.")
+    self.expected = expected
+    self.mode = mode
+    self.received = 0
+
+  def add(self, elements: int = 1) -> None:
+    """Counts `elements` more received."""
+    self.received += elements
+
+  @property
+  def lost(self) -> int:
+    return max(0, self.expected - self.received)
+
+  @property
+  def extra(self) -> int:
+    return max(0, self.received - self.expected)
+
+  def report(self) -> dict[str, Any]:
+    """{"mode", "promise", "expected", "received", "lost", "extra"}; logs a
+    warning when elements were lost or received more than once."""
+    result = {"mode": self.mode, "promise": VISITATION[self.mode],
+              "expected": self.expected, "received": self.received,
+              "lost": self.lost, "extra": self.extra}
+    if self.lost or self.extra:
+      logging.warning(
+          "tf.data service epoch (%s): %d of %d elements received, %d lost, "
+          "%d extra (%s).", self.mode, self.received, self.expected,
+          self.lost, self.extra, VISITATION[self.mode])
+    return result
+
+
+# Seconds between a consumer meter's reports, and the age beyond which the
+# dispatcher ignores one.
+CONSUMER_REPORT_PERIOD_S = 1.0
+CONSUMER_REPORT_MAX_AGE_S = 30.0
+
+
+def _pool_dir(status_dir: str | os.PathLike | None) -> pathlib.Path:
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status  # noqa: PLC0415
+  base = pathlib.Path(status_dir) if status_dir else status.default_dir()
+  return base / "pool"
+
+
+class ConsumerMeter:
+  """The trainer's side of pool sizing: measures how long each step waits
+  for input and how long it computes, and reports them for the dispatcher
+  (`<status dir>/pool/<pid>@<host>.json`, every
+  `CONSUMER_REPORT_PERIOD_S`).
+
+      meter = service.ConsumerMeter("127.0.0.1:5050")
+      for batch in meter.iterate(distributed_ds):
+        train_step(batch)
+
+  Args:
+    dispatcher: the dispatcher's HOST:PORT.
+    status_dir: the status dir the dispatcher reads. Default None: the
+      default status dir.
+    elements_per_item: elements (as the workers count them) per item the
+      iterator yields. Default 1.
+
+  Raises:
+    ServiceError: a malformed dispatcher address.
+  """
+
+  def __init__(self, dispatcher: str, status_dir: str | None = None,
+               elements_per_item: int = 1):
+    host, port = parse_address(dispatcher, "dispatcher")
+    self.dispatcher = f"{host}:{port}"
+    self.path = _pool_dir(status_dir) / (
+        f"{os.getpid()}@{socket.gethostname()}.json")
+    self.elements_per_item = elements_per_item
+    self._wait = self._compute = 0.0
+    self._elements = 0
+    self._last_report = time.monotonic()
+
+  def record(self, wait_s: float, compute_s: float, elements: int) -> None:
+    """Counts one step: `wait_s` waiting for input, `compute_s` computing,
+    `elements` consumed; reports when a period is over."""
+    self._wait += wait_s
+    self._compute += compute_s
+    self._elements += elements
+    now = time.monotonic()
+    if now - self._last_report >= CONSUMER_REPORT_PERIOD_S:
+      self.report(now)
+
+  def report(self, now: float | None = None) -> dict[str, Any]:
+    """Writes the period's wait share and pace; starts a new period."""
+    now = time.monotonic() if now is None else now
+    busy = self._wait + self._compute
+    data = {"dispatcher": self.dispatcher, "pid": os.getpid(),
+            "time": time.time(),
+            "wait_share": self._wait / busy if busy > 0 else 0.0,
+            "consumer_rate": (self._elements / self._compute
+                              if self._compute > 0 else 0.0),
+            "elements": self._elements}
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = self.path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, self.path)
+    self._wait = self._compute = 0.0
+    self._elements = 0
+    self._last_report = now
+    return data
+
+  def iterate(self, iterable):
+    """Yields from `iterable`, timing the wait in `next()` and the compute
+    between two of them."""
+    it = iter(iterable)
+    while True:
+      start = time.monotonic()
+      try:
+        item = next(it)
+      except StopIteration:
+        return
+      got = time.monotonic()
+      yield item
+      self.record(got - start, time.monotonic() - got,
+                  self.elements_per_item)
+
+  def close(self) -> None:
+    """Removes the report."""
+    self.path.unlink(missing_ok=True)
+
+
+def pool_reading(dispatcher: str, serving: int, starting: int,
+                 status_dir: str | os.PathLike | None = None,
+                 now: float | None = None,
+                 consumer_addresses: tuple[str, ...] = ()):
+  """The `intune_tf.pool.PoolReading` of a dispatcher's pool from the
+  reports in the status dir: the consumers' fresh reports (their paces
+  summed, the largest wait share) and the rows/s of each of the
+  dispatcher's workers (the sum of its sessions' output rates). None when no
+  consumer reported within `CONSUMER_REPORT_MAX_AGE_S`. Consumers that name
+  the dispatcher by one of `consumer_addresses` count too (default none).
+  """
+  now = time.time() if now is None else now
+  accepted = {dispatcher, *consumer_addresses}
+  consumers = []
+  directory = _pool_dir(status_dir)
+  for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+    try:
+      data = json.loads(path.read_text())
+      fresh = now - float(data["time"]) <= CONSUMER_REPORT_MAX_AGE_S
+      rate, wait = float(data["consumer_rate"]), float(data["wait_share"])
+    except (OSError, ValueError, KeyError, TypeError):
+      continue
+    if (data.get("dispatcher") in accepted and fresh and
+        math.isfinite(rate) and rate >= 0 and 0 <= wait <= 1):
+      consumers.append((rate, wait))
+  if not consumers:
+    return None
+  rates = []
+  for w in worker_status(status_dir, dispatcher):
+    rates.append(sum(float(s.get("output_rate") or 0.0)
+                     for s in w.get("sessions", [])))
+  return pool.PoolReading(
+      time_s=now, workers=serving, starting=starting,
+      wait_share=max(w for _, w in consumers),
+      consumer_rate=sum(r for r, _ in consumers),
+      worker_rates=tuple(rates[:serving]))
+
+
 def worker_status(status_dir: str | os.PathLike | None = None,
                   dispatcher: str | None = None) -> list[dict[str, Any]]:
   """Status of the live InTune tf.data service workers.
@@ -307,7 +566,8 @@ def _fail(command: str, error: Exception) -> int:
 def _dispatcher_main(args: argparse.Namespace) -> int:
   try:
     return run_dispatcher(args.port, args.host, args.work_dir,
-                          args.worker_timeout_ms)
+                          args.worker_timeout_ms, args.workers,
+                          args.pool_period, args.pool_min_interval)
   except ServiceError as e:
     return _fail("dispatcher", e)
 
@@ -342,6 +602,20 @@ def add_commands(subparsers) -> None:
                  default=None,
                  help="Drop a worker after this long without a heartbeat "
                  "(default: TensorFlow's).")
+  d.add_argument("--workers", type=arguments.local_pool, default=None,
+                 metavar="local:MIN-MAX",
+                 help="Start and size a pool of local `intune service "
+                 "worker` processes, MIN to MAX of them, from what the "
+                 "trainer reports (service.ConsumerMeter) (default: no "
+                 "pool).")
+  d.add_argument("--pool-period", type=arguments.duration, default=10.0,
+                 metavar="SECONDS",
+                 help="With --workers: seconds between two decisions on "
+                 "the pool (default 10).")
+  d.add_argument("--pool-min-interval", type=arguments.optional_duration,
+                 default=30.0, metavar="SECONDS",
+                 help="With --workers: seconds between a change taking "
+                 "effect and the next change (default 30).")
   d.set_defaults(func=_dispatcher_main)
   w = subparsers.add_parser(
       "worker", help="Start a tf.data service worker tuned by InTune.")

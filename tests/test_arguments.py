@@ -261,3 +261,21 @@ def test_every_numeric_flag_refuses_nan_inf_and_what_means_nothing(
   assert stopped.value.code == 2
   named = "/".join(action.option_strings)
   assert f"argument {named}: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,expected", [("local:1-4", (1, 4)),
+                                           (" local:2-2", (2, 2))])
+def test_local_pool_takes_min_max(text, expected):
+  assert arguments.local_pool(text) == expected
+
+
+@pytest.mark.parametrize("text,message", [
+    ("local:4-1", "MIN 4 is above MAX 1"),
+    ("local:-1-3", "MIN -1 is below 1"),
+    ("local:0-3", "MIN 0 is below 1"),
+    ("local:1", "is not a pool of local workers"),
+    ("k8s:1-2", "is not a pool of local workers"),
+])
+def test_local_pool_refuses_the_rest(text, message):
+  with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+    arguments.local_pool(text)

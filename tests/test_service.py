@@ -7,6 +7,7 @@ the tests read what each worker's tuner did.
 
 import collections
 import functools
+import json
 import os
 import pathlib
 import signal
@@ -22,6 +23,7 @@ import tensorflow as tf
 import intune_tf
 from intune_tf import service
 from intune_tf.bench import demo
+from intune_tf.observe import status as intune_status
 from intune_tf.tuning import policies
 
 # Starting a process that imports TensorFlow takes a minute on this 2-core
@@ -295,3 +297,118 @@ def test_cli_no_dispatcher_exits_1():
   assert result.returncode == 1
   assert f"no dispatcher reachable at 127.0.0.1:{port}" in result.stdout, (
       result.stdout + result.stderr)
+
+
+@pytest.mark.parametrize("received,lost,extra", [(10, 0, 0), (7, 3, 0),
+                                                 (12, 0, 2), (0, 10, 0)])
+def test_epoch_tally_by_hand(received, lost, extra):
+  tally = service.EpochTally(10)
+  tally.add(received)
+  report = tally.report()
+  assert (report["lost"], report["extra"]) == (lost, extra)
+  assert report["expected"] == 10 and report["received"] == received
+
+
+@pytest.mark.parametrize("expected,mode,message", [
+    (-1, "distributed_epoch", "count of 0 or more"),
+    (1.5, "distributed_epoch", "count of 0 or more"),
+    (10, "dynamic", "unknown processing mode 'dynamic'"),
+])
+def test_epoch_tally_rejects(expected, mode, message):
+  with pytest.raises(ValueError, match=message):
+    service.EpochTally(expected, mode)
+
+
+def _consumer_file(status_dir, name, **data):
+  folder = pathlib.Path(status_dir) / "pool"
+  folder.mkdir(parents=True, exist_ok=True)
+  (folder / name).write_text(json.dumps(data))
+
+
+def test_pool_reading_from_the_consumers_reports(tmp_path):
+  now = 1000.0
+  dispatcher = "127.0.0.1:5050"
+  _consumer_file(tmp_path, "1@h.json", dispatcher=dispatcher, time=now - 1,
+                 wait_share=0.2, consumer_rate=300.0)
+  _consumer_file(tmp_path, "2@h.json", dispatcher="10.0.0.1:5050",
+                 time=now - 2, wait_share=0.5, consumer_rate=100.0)
+  # Stale, another dispatcher's, and broken reports are left out.
+  _consumer_file(tmp_path, "3@h.json", dispatcher=dispatcher, time=now - 99,
+                 wait_share=0.9, consumer_rate=1e6)
+  _consumer_file(tmp_path, "4@h.json", dispatcher="127.0.0.1:6060",
+                 time=now, wait_share=0.9, consumer_rate=1e6)
+  _consumer_file(tmp_path, "5@h.json", dispatcher=dispatcher, time=now,
+                 wait_share="x", consumer_rate=1.0)
+  (tmp_path / "pool" / "6@h.json").write_text("{not json")
+  reading = service.pool_reading(dispatcher, 2, 1, tmp_path, now=now,
+                                 consumer_addresses=("10.0.0.1:5050",))
+  # Paces summed (300 + 100), the largest wait share (0.5).
+  assert reading.consumer_rate == 400.0 and reading.wait_share == 0.5
+  assert (reading.workers, reading.starting) == (2, 1)
+  assert service.pool_reading("127.0.0.1:7070", 2, 0, tmp_path,
+                              now=now) is None
+
+
+def test_consumer_meter_reports_wait_share_and_pace(tmp_path):
+  meter = service.ConsumerMeter("127.0.0.1:5050", str(tmp_path),
+                                elements_per_item=4)
+  # 2 steps: 0.1 s waiting + 0.3 s computing, 4 elements each: the wait
+  # share is 0.2 / 0.8 = 0.25, the pace 8 elements / 0.6 s = 13.33.
+  meter.record(0.1, 0.3, 4)
+  meter.record(0.1, 0.3, 4)
+  data = meter.report()
+  assert data["wait_share"] == pytest.approx(0.25)
+  assert data["consumer_rate"] == pytest.approx(8 / 0.6)
+  assert json.loads(meter.path.read_text())["dispatcher"] == "127.0.0.1:5050"
+  items = list(meter.iterate(range(3)))
+  assert items == [0, 1, 2]
+  meter.close()
+  assert not meter.path.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec,message", [
+    ("local:3-1", "MIN 3 is above MAX 1"),
+    ("local:-1-2", "MIN -1 is below 1"),
+])
+def test_cli_bad_worker_pool_exits_2(spec, message):
+  result = _run_cli("dispatcher", "--port", str(_free_port()), "--workers",
+                    spec)
+  assert result.returncode == 2
+  assert message in result.stderr, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_dispatcher_starts_its_local_pool_at_min_and_stops_it(tmp_path):
+  status_dir = tmp_path / "status"
+  status_dir.mkdir()
+  port = _free_port()
+  dispatcher = _Server(["dispatcher", "--port", str(port), "--workers",
+                        "local:1-2", "--pool-period", "1"], status_dir,
+                       tmp_path / "dispatcher.log")
+  try:
+    def pool_up():
+      assert dispatcher.proc.poll() is None, dispatcher.output()
+      found = [d for d in intune_status.read_all(status_dir)
+               if d.get("role") == "dispatcher"]
+      info = found[0].get("pool") if found else None
+      return info if info and info["serving"] == 1 else None
+    info = _wait(pool_up, what="the dispatcher's pool of 1 to serve")
+    assert (info["min"], info["max"], info["size"]) == (1, 2, 1)
+    assert info["reason"] == "no consumer report (ConsumerMeter)"
+    workers = service.worker_status(status_dir, f"127.0.0.1:{port}")
+    assert len(workers) == 1
+    worker_pid = workers[0]["pid"]
+  finally:
+    dispatcher.stop()
+  assert dispatcher.proc.returncode == 0
+  # Its worker went with it.
+  _wait(lambda: not _alive(worker_pid), what="the local worker to stop")
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  return True
