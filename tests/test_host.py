@@ -321,3 +321,14 @@ def test_a_cpu_max_with_a_zero_period_is_left_out_with_one_warning_naming_it(
       "CPU affinity) apply. Fix the cgroup's cpu.max, e.g. 'max 100000' "
       "for no limit."]
   assert 1 <= host.usable_cpus() <= len(host.cpu_ids())
+
+
+@pytest.mark.parametrize("value,expected", [
+    (1, True), (4242, True), (host.PID_MAX, True),
+    (0, False),  # os.kill(0, 0) signals the caller's process group
+    (-1, False),  # psutil.Process(-1) raises ValueError
+    (host.PID_MAX + 1, False), (2**31, False),  # os.kill: OverflowError
+    (2**70, False), (True, False), ("7", False), (7.0, False), (None, False),
+])
+def test_is_pid_takes_only_what_may_name_a_process(value, expected):
+  assert host.is_pid(value) is expected
