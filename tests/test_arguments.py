@@ -232,6 +232,8 @@ MEANINGFUL = {
     ("criteo bench", "--warmup-batches", "0"): "no warm-up batches",
     ("service worker", "--dispatcher-wait", "0"):
         "try the dispatcher once, without waiting",
+    ("service dispatcher", "--pool-min-interval", "0"):
+        "no wait between two changes of the pool",
 }
 _PARSER = cli.parser()
 _FLAGS = list(_numeric_flags())
