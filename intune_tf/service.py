@@ -521,6 +521,55 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
       worker_rates=tuple(rates[:serving]))
 
 
+def dispatcher_pool(dispatcher: str,
+                    status_dir: str | os.PathLike | None = None
+                    ) -> dict[str, Any] | None:
+  """The worker pool a live dispatcher started with `--workers` reports in
+  its status file ("min", "max", "size", "serving", "lost", "failures",
+  "reason", "decisions"), or None (no such dispatcher, or no pool).
+
+  Args:
+    dispatcher: its HOST:PORT (matched on the port).
+    status_dir: the status dir. Default None: the default one.
+  """
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status  # noqa: PLC0415
+
+  _, port = parse_address(dispatcher, "dispatcher")
+  for data in status.read_all(status_dir):
+    service = data.get("service") or {}
+    if data.get("role") == "dispatcher" and service.get("port") == port:
+      return data.get("pool")
+  return None
+
+
+def pool_callback(dispatcher: str,
+                  status_dir: str | os.PathLike | None = None):
+  """A Keras callback that adds the dispatcher's pool to the logs at each
+  epoch's end: `intune/pool_size`, `intune/pool_serving`,
+  `intune/pool_lost` and `intune/pool_changes` (resizes so far), when the
+  dispatcher reports a pool (`dispatcher_pool`).
+  """
+  # Deferred: Keras loads TensorFlow; `intune service` must not.
+  import keras  # noqa: PLC0415
+
+  class PoolCallback(keras.callbacks.Callback):
+    """Logs the tf.data service worker pool (`pool_callback`)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+      del epoch
+      info = dispatcher_pool(dispatcher, status_dir)
+      if info is None or logs is None:
+        return
+      logs["intune/pool_size"] = info.get("size", 0)
+      logs["intune/pool_serving"] = info.get("serving", 0)
+      logs["intune/pool_lost"] = info.get("lost", 0)
+      logs["intune/pool_changes"] = sum(
+          1 for d in info.get("decisions", []) if not d.get("error"))
+
+  return PoolCallback()
+
+
 def worker_status(status_dir: str | os.PathLike | None = None,
                   dispatcher: str | None = None) -> list[dict[str, Any]]:
   """Status of the live InTune tf.data service workers.

@@ -17,6 +17,8 @@ import sys
 import time
 
 from _waiting import wait_until
+import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -399,6 +401,16 @@ def test_dispatcher_starts_its_local_pool_at_min_and_stops_it(tmp_path):
     workers = service.worker_status(status_dir, f"127.0.0.1:{port}")
     assert len(workers) == 1
     worker_pid = workers[0]["pid"]
+    assert service.dispatcher_pool(f"127.0.0.1:{port}", status_dir)[
+        "size"] == 1
+    # The pool in the Keras logs of a `fit`.
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    history = model.fit(
+        np.zeros((8, 2)), np.zeros((8, 1)), epochs=2, verbose=0,
+        callbacks=[service.pool_callback(f"127.0.0.1:{port}", status_dir)])
+    assert history.history["intune/pool_size"] == [1, 1]
+    assert history.history["intune/pool_serving"] == [1, 1]
   finally:
     dispatcher.stop()
   assert dispatcher.proc.returncode == 0
