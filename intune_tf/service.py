@@ -617,7 +617,7 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
     return run_dispatcher(args.port, args.host, args.work_dir,
                           args.worker_timeout_ms, args.workers,
                           args.pool_period, args.pool_min_interval)
-  except ServiceError as e:
+  except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
 
 
