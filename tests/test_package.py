@@ -195,7 +195,10 @@ _LAYERS = (
     ("intune_tf.live",),
     # The option in tf.data: the hooks and the root dataset.
     ("intune_tf.tfdata",),
-    ("intune_tf.sim",),
+    # The tf.data service worker pool's controllers (numpy only) and its
+    # scalers, which the simulator and the dispatcher drive.
+    ("intune_tf.pool",),
+    ("intune_tf.scalers", "intune_tf.sim"),
     # Users of the public API.
     ("intune_tf.keras", "intune_tf.bench", "intune_tf.criteo"),
     ("intune_tf.tfx", "intune_tf.service"),
