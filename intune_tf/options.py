@@ -117,6 +117,13 @@ class IntuneOptions:
     host_weight: this pipeline's weight in the host's split (a process
       takes the largest weight of its sessions), finite, in (0,
       MAX_HOST_WEIGHT (1e6)]. Default 1.0.
+    cache: keep in memory, across epochs, the elements of the deepest part
+      of the pipeline that gives the same elements every epoch (below any
+      random op, stateful op, py_function or reshuffled shuffle; see
+      `FindCachePoint` in `rewrites/passes.h`), under the RAM budget the
+      buffers share, which it gives way to first. Not added to a pipeline
+      with a cache of its own, nor under symbolic checkpoints. Default False
+      (off until it is measured on by default).
   """
 
   # The defaults come from the field table (`intune_tf.option_fields`);
@@ -135,6 +142,7 @@ class IntuneOptions:
   warm_start: bool = fields.default("warm_start")
   host_share: bool = fields.default("host_share")
   host_weight: float = fields.default("host_weight")
+  cache: bool = fields.default("cache")
 
   def __post_init__(self):
     for field in fields.FIELDS:

@@ -27,6 +27,10 @@ inline constexpr char kPrefetchOp[] = "PrefetchDataset";
 inline constexpr char kFunctionAttr[] = "f";
 inline constexpr char kUntrackedOp[] = "IntuneUntrackedDataset";
 inline constexpr char kBufferReleaseOp[] = "IntuneBufferReleaseDataset";
+// The cache that insert_cache adds, and its attribute naming the node it
+// caches (for display).
+inline constexpr char kCacheOp[] = "IntuneCacheDataset";
+inline constexpr char kCachePointAttr[] = "cache_point";
 // Its node in the model, left out of stage names.
 inline constexpr char kBufferReleaseNode[] = "IntuneBufferRelease";
 // Attrs of the bounded interleave buffers (kernels/bounded_buffers.h): the

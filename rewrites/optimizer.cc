@@ -24,6 +24,7 @@ void OptionsToParameters(const Options& options, ParameterMap* parameters) {
   (*parameters)[kInsertPrefetch].set_b(options.insert_prefetch);
   (*parameters)[kInnerStats].set_b(options.inner_stats);
   (*parameters)[kInterleaveBuffer].set_i(options.interleave_buffer);
+  (*parameters)[kCache].set_b(options.cache);
   auto* names = (*parameters)[kTfOptimizations].mutable_list();
   for (const std::string& name : options.tf_optimizations) names->add_s(name);
   auto* configs = (*parameters)[kTfOptimizationConfigs].mutable_list();
@@ -43,6 +44,8 @@ Status OptionsFromParameters(const ParameterMap& parameters, Options* options) {
       options->insert_prefetch = value.b();
     } else if (name == kInnerStats && is_bool) {
       options->inner_stats = value.b();
+    } else if (name == kCache && is_bool) {
+      options->cache = value.b();
     } else if (name == kInterleaveBuffer &&
                value.value_case() == AttrValue::kI) {
       options->interleave_buffer = value.i();

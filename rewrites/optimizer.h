@@ -21,6 +21,7 @@ inline constexpr char kIncludeFixed[] = "include_fixed";
 inline constexpr char kInsertPrefetch[] = "insert_prefetch";
 inline constexpr char kInnerStats[] = "inner_stats";
 inline constexpr char kInterleaveBuffer[] = "interleave_buffer";
+inline constexpr char kCache[] = "cache";
 inline constexpr char kTfOptimizations[] = "tf_optimizations";
 inline constexpr char kTfOptimizationConfigs[] = "tf_optimization_configs";
 

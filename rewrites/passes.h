@@ -91,6 +91,28 @@ Status DisableTfAutotune(GraphDef* graph);
 // the IntuneRewriteGraph op.
 std::string GraphFingerprint(const GraphDef& graph);
 
+// Where the pipeline stops changing between epochs: the dataset node of the
+// top-level graph, found from the output down each dataset's first input,
+// whose elements are the same every epoch (it and everything it reads are
+// pure functions of their inputs), with work below it worth caching.
+// Impure: random ops (seeded or not, stateless too), ops that
+// OpDef.is_stateful marks, py_function, a shuffle (reshuffled each epoch or
+// seeded by its own generator), a repeat (the cache goes below it), dataset
+// ops not known to repeat each epoch, and any of these inside a function a
+// node calls. A graph that holds a cache of its own (cache(), snapshot, or
+// InTune's) gets none, nor one with a global shuffle (it reads its input by
+// index, which the cache does not serve).
+struct CachePoint {
+  std::string node;    // empty: no cache point
+  std::string reason;  // what ends the pure part, or why there is none
+};
+CachePoint FindCachePoint(const GraphDef& graph);
+
+// Puts an IntuneCacheDataset (kCacheOp) above FindCachePoint's node, if any:
+// every consumer of that node reads the cache instead. `*point` says where,
+// or why nowhere. Element values and order are unchanged.
+Status InsertCache(GraphDef* graph, CachePoint* point, bool* structure_changed);
+
 }  // namespace rewrites
 }  // namespace intune
 }  // namespace tensorflow

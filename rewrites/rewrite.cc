@@ -99,6 +99,21 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
         return MakeTunable(options.include_fixed, g, fixed);
       },
       graph, report);
+  if (options.cache) {
+    RunPass(
+        "insert_cache",
+        // Not a change of structure: the cache's iterator keeps its
+        // parent's prefix, and its input's keys are those without it.
+        [report](GraphDef* g, bool*, Fixed*) {
+          CachePoint point;
+          bool inserted = false;
+          const Status status = InsertCache(g, &point, &inserted);
+          report->cache_point = point.node;
+          report->cache_reason = point.reason;
+          return status;
+        },
+        graph, report);
+  }
   if (options.insert_prefetch) {
     RunPass(
         "insert_prefetch",

@@ -46,6 +46,7 @@ struct Options {
   bool insert_prefetch = SettingValues().insert_prefetch;
   bool inner_stats = SettingValues().inner_stats;  // false: untrack_inner
   int64_t interleave_buffer = SettingValues().interleave_buffer;  // 0: TF's
+  bool cache = SettingValues().cache;  // insert_cache
   // TF's own static optimizations that apply only with autotune on, and
   // their configs ("<optimizer>:autotune:true"), as TFOptimizationsFor
   // selects them; run by TF's tf_data_meta_optimizer right after
@@ -72,13 +73,18 @@ struct Report {
   // mapper, so they read in order (TF's TODO b/325112575); the root then
   // makes its input iterators without warm start.
   bool global_shuffle = false;
+  // Where insert_cache put InTune's cache (the node it caches; empty: none),
+  // and why there or why nowhere (FindCachePoint in passes.h). Empty reason:
+  // the pass did not run.
+  std::string cache_point;
+  std::string cache_reason;
 };
 
 // Runs TF's data optimizations named in Options::tf_optimizations on a graph.
 using TfOptimizer = std::function<Status(GraphDef* graph)>;
 
 // All passes, in order: strip_roots, TF's optimizations (if any, through
-// `tf_optimizer`), make_tunable, insert_prefetch (if
+// `tf_optimizer`), make_tunable, insert_cache (if asked), insert_prefetch (if
 // asked), untrack_inner (unless inner_stats), raise_interleave_buffers (if > 0),
 // disable_tf_autotune; only strip_roots unless `options.tune`. A pass that fails (bad graph) is skipped and recorded
 // in report->skipped, and the graph is kept as it was before that pass; the

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "rewrites/optimizer.h"
+#include "rewrites/passes.h"
 #include "rewrites/rewrite.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -24,6 +25,7 @@ class IntuneRewriteGraphOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr(kInnerStats, &options_.inner_stats));
     OP_REQUIRES_OK(
         ctx, ctx->GetAttr(kInterleaveBuffer, &options_.interleave_buffer));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kCache, &options_.cache));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -63,6 +65,8 @@ class IntuneRewriteGraphOp : public OpKernel {
     changed->scalar<bool>()() = report.structure_changed;
     SetScalar(ctx, 5, report.fingerprint);
     SetScalar(ctx, 6, MakeRewriterConfig(options_).SerializeAsString());
+    SetScalar(ctx, 7, report.cache_point);
+    SetScalar(ctx, 8, report.cache_reason);
   }
 
  private:
@@ -78,6 +82,33 @@ class IntuneRewriteGraphOp : public OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("IntuneRewriteGraph").Device(DEVICE_CPU),
                         IntuneRewriteGraphOp);
+
+// IntuneCachePoint: FindCachePoint (passes.h) on a serialized GraphDef.
+class IntuneCachePointOp : public OpKernel {
+ public:
+  explicit IntuneCachePointOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(input.shape()),
+                errors::InvalidArgument(kGraphDef,
+                                        " must be a scalar, got shape ",
+                                        input.shape().DebugString()));
+    const tstring& serialized = input.scalar<tstring>()();
+    GraphDef graph;
+    OP_REQUIRES(ctx, graph.ParseFromArray(serialized.data(), serialized.size()),
+                errors::InvalidArgument(kGraphDef, " is not a GraphDef"));
+    const CachePoint point = FindCachePoint(graph);
+    for (int i = 0; i < 2; ++i) {
+      Tensor* out;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, TensorShape({}), &out));
+      out->scalar<tstring>()() = i == 0 ? point.node : point.reason;
+    }
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("IntuneCachePoint").Device(DEVICE_CPU),
+                        IntuneCachePointOp);
 
 }  // namespace
 }  // namespace rewrites

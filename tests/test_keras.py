@@ -434,3 +434,16 @@ def test_fit_survives_a_failing_policy_and_a_full_disk(tmp_path):
     told = [line for line in run.stderr.splitlines()
             if what in line and "No space left" in line]
     assert len(told) == 1, (what, run.stderr[-3000:])
+
+
+def test_fit_logs_what_the_cache_served():
+  x, y = _data()
+  ds = intune_keras.tune(_dataset(x, y), policy="even", name="cached",
+                         cache=True)
+  callback = intune_keras.IntuneCallback(log_every=1)
+  history = _model().fit(ds, epochs=3, verbose=0, callbacks=[callback])
+  served = history.history["intune/cache_served"]
+  # Epoch 1 fills the cache; epochs 2 and 3 read every batch from it.
+  assert served[0] == 0 and served[1:] == [1.0, 1.0]
+  assert all(b > 0 for b in history.history["intune/cache_bytes"][1:])
+  assert history.history["intune/cache_saved_s"][2] > 0

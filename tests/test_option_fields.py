@@ -35,7 +35,7 @@ OWN_ATTRS = {rewrites.OPTIONS_OP: DATASET_ATTRS,
              rewrites.LEGACY_ROOT_OP: DATASET_ATTRS | {"find_settings"}}
 # The options that the rewrite layer takes, by its argument name.
 REWRITE_ARGS = ("include_fixed", "insert_prefetch", "inner_stats",
-                "interleave_buffer")
+                "interleave_buffer", "cache")
 
 
 def _header_fields() -> dict[str, tuple[str, object]]:

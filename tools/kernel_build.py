@@ -38,6 +38,8 @@ KERNEL_SOURCES = [
     "intune_tf/cc/kernels/bounded_buffers.cc",
     "intune_tf/cc/kernels/budget_guard.cc",
     "intune_tf/cc/kernels/buffer_release_dataset_op.cc",
+    "intune_tf/cc/kernels/cache_dataset_op.cc",
+    "intune_tf/cc/kernels/cache_store.cc",
     "intune_tf/cc/kernels/control_ops.cc",
     "intune_tf/cc/kernels/node_access.cc",
     "intune_tf/cc/kernels/session_registry.cc",
@@ -50,6 +52,7 @@ KERNEL_SOURCES = [
     "intune_tf/cc/kernels/tf_cc_symbols.cc",
     "intune_tf/cc/ops/intune_ops.cc",
     "intune_tf/cc/ops/rewrite_ops.cc",
+    "rewrites/cache_point.cc",
     "rewrites/fingerprint.cc",
     "rewrites/graph_utils.cc",
     "rewrites/insert_prefetch.cc",
@@ -64,6 +67,7 @@ KERNEL_SOURCES = [
 ]
 KERNEL_HEADERS = [
     "intune_tf/cc/kernels/bounded_buffers.h",
+    "intune_tf/cc/kernels/cache_store.h",
     "intune_tf/cc/kernels/budget_guard.h",
     "intune_tf/cc/kernels/node_access.h",
     "intune_tf/cc/kernels/pass_through.h",

@@ -22,13 +22,24 @@ enum Counter : int {
   kCounterCreatedUs,
   kCounterUnlowerableBytes,
   kCounterPinnedRamBudget,
+  kCounterCacheBytes,
+  kCounterCacheLimit,
+  kCounterCacheElements,
+  kCounterCacheComplete,
+  kCounterCacheHits,
+  kCounterCacheMisses,
+  kCounterCacheSavedUs,
+  kCounterCacheShrinks,
   kNumCounters,
 };
 inline constexpr const char* kCounterNames[kNumCounters] = {
     "elements",       "gap_time_us",         "gap_count",
     "get_next_time_us", "buffered_bytes",    "peak_buffered_bytes",
     "ram_budget",     "guard_shrinks",       "guard_over_budget",
-    "created_us",     "unlowerable_bytes",   "pinned_ram_budget"};
+    "created_us",     "unlowerable_bytes",   "pinned_ram_budget",
+    "cache_bytes",    "cache_limit",         "cache_elements",
+    "cache_complete", "cache_hits",          "cache_misses",
+    "cache_saved_us", "cache_shrinks"};
 
 // Columns of the `stage_stats` output of IntuneObserve, one row per node.
 enum StageColumn : int {

@@ -34,7 +34,9 @@
   X(InsertPrefetch, insert_prefetch, bool, bool, false)              \
   X(InnerStats, inner_stats, bool, bool, false)                      \
   /* Records per interleave input; 0: TF's buffers. */               \
-  X(InterleaveBuffer, interleave_buffer, int64_t, int, 16)
+  X(InterleaveBuffer, interleave_buffer, int64_t, int, 16)           \
+  /* Cache where the pipeline stops changing between epochs. */      \
+  X(Cache, cache, bool, bool, false)
 // clang-format on
 
 namespace tensorflow {

@@ -93,6 +93,11 @@ def process_demand(observations: list, buffered: int) -> arbiter_lib.Demand:
       buffered_bytes=max(0, int(buffered)))
 
 
+# Elements read past an empty cache before the tuner says the budget left it
+# no room (`Tuner._tell_cache`).
+CACHE_EMPTY_AFTER = 64
+
+
 def unlowerable_matters(held: int, budget: int) -> bool:
   """Whether `held` bytes that the guard cannot lower are a real share of a
   `budget` of bytes: at least `UNLOWERABLE_WARN_SHARE` of it (any amount
@@ -167,6 +172,7 @@ class Tuner:
     self._host_failure_reported = False
     self._budget_logged: set[int] = set()
     self._unlowerable_told: set[str] = set()  # see `_tell_unlowerable`
+    self._cache_told: set[tuple[str, str]] = set()  # see `_tell_cache`
     self._stops_at_exit = False
 
   def drive(self, session_id: int) -> None:
@@ -532,7 +538,39 @@ class Tuner:
             st.bytes_per_element / (1 << 20), obs.ram_budget,
             obs.ram_budget / (1 << 20))
 
+  def _tell_cache(self, t: _Tuned) -> None:
+    """Says, once per pipeline in the process (its cache point and
+    options: `model.fit` makes a session per epoch), where InTune cached
+    (INFO, once the cache served elements), or that the RAM budget left it
+    no room for one element (one WARNING line). A session stops reading
+    once it is decided."""
+    if "cache" in t.told:
+      return
+    cache = t.session.cache()
+    key = (cache["point"], t.session.options.to_json())
+    if not cache["point"] or key in self._cache_told:
+      t.told.add("cache")
+      return
+    if cache["hits"] > 0:
+      t.told.add("cache")
+      self._cache_told.add(key)
+      logging.info(
+          "InTune %r: cached after %s (%s): %d elements, %.1f MB; %.0f%% of "
+          "this epoch served from the cache so far, %.2f s of upstream time "
+          "saved.", t.session, cache["point"], cache["reason"],
+          cache["elements"], cache["bytes"] / (1 << 20),
+          100 * cache["served"], cache["saved_s"])
+    elif cache["misses"] >= CACHE_EMPTY_AFTER and cache["elements"] == 0:
+      t.told.add("cache")
+      self._cache_told.add(key)
+      logging.warning(
+          "InTune %r: no cache: the RAM budget leaves the cache %d bytes, "
+          "less than one element of %s; every epoch recomputes it. Give it "
+          "a larger ram_budget, or IntuneOptions(cache=False) to say so.",
+          t.session, cache["limit"], cache["point"])
+
   def _step_one_unguarded(self, t: _Tuned) -> None:
+    self._tell_cache(t)
     # A static policy is stepped again only when the set of knobs changes;
     # listeners (the status file, the Keras logs) still see every step.
     held = False

@@ -37,7 +37,9 @@ _CONFIG_FORMAT = "intune_tf.config/1"
 COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "buffered_bytes", "peak_buffered_bytes", "ram_budget",
             "guard_shrinks", "guard_over_budget", "created_us",
-            "unlowerable_bytes", "pinned_ram_budget")
+            "unlowerable_bytes", "pinned_ram_budget", "cache_bytes",
+            "cache_limit", "cache_elements", "cache_complete", "cache_hits",
+            "cache_misses", "cache_saved_us", "cache_shrinks")
 # The counters `TuningSession.counters()` adds: this process's share of the
 # host.
 HOST_COUNTERS = ("host_cpu_share", "host_ram_share", "host_processes")
@@ -386,6 +388,34 @@ class TuningSession:
         (share.cpus, share.ram, share.processes) if share is not None
         else (0, 0, 0))))
     return result
+
+  def cache(self) -> dict[str, Any]:
+    """Where InTune cached this session's pipeline, and what it gave.
+
+    Returns:
+      `point`: the node the cache holds the elements of ("" when none);
+      `reason`: why there, or why nowhere ("" when the `cache` option is
+      off); `bytes`, `limit` and `elements`: what the cache holds now and
+      may hold (the RAM budget the buffers leave it); `complete`: whether it
+      holds a whole epoch; `hits` and `misses`: elements this session read
+      from it and from its input; `served`: the fraction read from it;
+      `saved_s`: the upstream seconds the hits saved, at the rate measured
+      as the cache filled (time between two elements read from the input,
+      so wall time seen by the consumer, not CPU time); `shrunk_bytes`:
+      bytes the guard dropped from it.
+    """
+    point, reason = self._call(_kernels.ops().intune_session_cache)
+    c = self._call(_kernels.ops().intune_session_counters).numpy()
+    c = dict(zip(COUNTERS, (int(v) for v in c)))
+    reads = c["cache_hits"] + c["cache_misses"]
+    return {"point": point.numpy().decode(), "reason": reason.numpy().decode(),
+            "bytes": c["cache_bytes"], "limit": c["cache_limit"],
+            "elements": c["cache_elements"],
+            "complete": bool(c["cache_complete"]), "hits": c["cache_hits"],
+            "misses": c["cache_misses"],
+            "served": c["cache_hits"] / reads if reads else 0.0,
+            "saved_s": c["cache_saved_us"] / 1e6,
+            "shrunk_bytes": c["cache_shrinks"]}
 
   def set_ram_budget(self, ram_budget: int) -> None:
     """Changes the RAM budget that the guard enforces, in bytes (> 0). From

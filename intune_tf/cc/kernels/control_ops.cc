@@ -165,6 +165,14 @@ std::vector<int64_t> CounterFields(const TuningSession* session) {
   fields[kCounterCreatedUs] = c.created_us;
   fields[kCounterUnlowerableBytes] = c.unlowerable_bytes;
   fields[kCounterPinnedRamBudget] = c.pinned_ram_budget;
+  fields[kCounterCacheBytes] = c.cache_bytes;
+  fields[kCounterCacheLimit] = c.cache_limit;
+  fields[kCounterCacheElements] = c.cache_elements;
+  fields[kCounterCacheComplete] = c.cache_complete;
+  fields[kCounterCacheHits] = c.cache_hits;
+  fields[kCounterCacheMisses] = c.cache_misses;
+  fields[kCounterCacheSavedUs] = c.cache_saved_us;
+  fields[kCounterCacheShrinks] = c.cache_shrinks;
   return fields;
 }
 
@@ -185,6 +193,23 @@ class IntuneSessionCountersOp : public OpKernel {
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
     OP_REQUIRES_OK(ctx, OutputCounters(ctx, 0, session.get()));
+  }
+};
+
+// Where the rewrite put the session's cache, and why there or nowhere.
+class IntuneSessionCacheOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    std::shared_ptr<TuningSession> session;
+    if (!FindSession(ctx, &session)) return;
+    std::string point, reason;
+    if (session != nullptr) session->CacheInfo(&point, &reason);
+    for (int i = 0; i < 2; ++i) {
+      Tensor* out;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, TensorShape({}), &out));
+      out->scalar<tstring>()() = i == 0 ? point : reason;
+    }
   }
 };
 
@@ -308,6 +333,8 @@ REGISTER_KERNEL_BUILDER(Name("IntuneSessionCounters").Device(DEVICE_CPU),
                         IntuneSessionCountersOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneObserve").Device(DEVICE_CPU),
                         IntuneObserveOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneSessionCache").Device(DEVICE_CPU),
+                        IntuneSessionCacheOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneLayout").Device(DEVICE_CPU),
                         IntuneLayoutOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSetRamBudget").Device(DEVICE_CPU),

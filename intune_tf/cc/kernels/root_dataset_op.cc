@@ -211,6 +211,8 @@ class RootDatasetOp::Dataset : public data::DatasetBase {
         OwnedModels::Global()->Add(model_.get());
         session_ = SessionRegistry::Global()->Create(dataset()->tag_,
                                                      s.ram_budget, model_);
+        session_->SetCacheInfo(dataset()->report_.cache_point,
+                               dataset()->report_.cache_reason);
       }
       data::IteratorContext input_ctx(CreateParams(ctx));
       Status status = dataset()->rewritten_->MakeIterator(
@@ -379,6 +381,9 @@ void RootDatasetOp::MakeDataset(OpKernelContext* ctx,
   options.inner_stats =
       settings->inner_stats || input->options().symbolic_checkpoint();
   options.interleave_buffer = settings->interleave_buffer;
+  // A symbolic checkpoint is merged from every iterator's GetNext; the
+  // cache's position is not one of them.
+  options.cache = settings->cache && !input->options().symbolic_checkpoint();
   rewrites::SelectTfOptimizations(input->options(), &options);
   rewrites::Report report;
   core::RefCountPtr<data::DatasetBase> rewritten;

@@ -46,5 +46,17 @@ std::shared_ptr<TuningSession> SessionRegistry::Lookup(int64_t id) const {
   return it != sessions_.end() ? it->second.lock() : nullptr;
 }
 
+std::shared_ptr<TuningSession> SessionRegistry::FindByModel(
+    const model::Model* model) const {
+  tf_shared_lock l(mu_);
+  for (const auto& [id, weak] : sessions_) {
+    auto session = weak.lock();
+    if (session != nullptr && session->tf_model().get() == model) {
+      return session;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace intune
 }  // namespace tensorflow

@@ -40,6 +40,10 @@ class SessionRegistry {
   // exhausted and released).
   std::shared_ptr<TuningSession> Lookup(int64_t id) const
       TF_LOCKS_EXCLUDED(mu_);
+  // The live session whose model is `model`, else null (an iterator below
+  // a root finds its session through the model in its context).
+  std::shared_ptr<TuningSession> FindByModel(const model::Model* model) const
+      TF_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable mutex mu_;

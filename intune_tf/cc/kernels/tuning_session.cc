@@ -284,6 +284,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   while (total > peak && !peak_buffered_bytes_.compare_exchange_weak(peak, total)) {
   }
   const int64_t budget = ram_budget_.load();
+  LimitCaches(budget, total);
   // Bounded interleave buffers by the interleave's node. One below its cap
   // needs a thorough pass.
   absl::flat_hash_map<const Node*, std::shared_ptr<BoundedBuffers>> bounded;
@@ -507,6 +508,63 @@ void TuningSession::RecordGetNext(int64_t start_us, int64_t end_us) {
   elements_.fetch_add(1);
 }
 
+void TuningSession::AttachCache(std::shared_ptr<CacheEntry> entry) {
+  {
+    mutex_lock l(cache_mu_);
+    for (const auto& held : caches_) {
+      if (held == entry) return;
+    }
+    caches_.push_back(entry);
+  }
+  // Before its first element: no room until the guard gives it some.
+  LimitCaches(ram_budget_.load(), -1);
+}
+
+void TuningSession::SetCacheInfo(std::string point, std::string reason) {
+  mutex_lock l(cache_mu_);
+  cache_point_ = std::move(point);
+  cache_reason_ = std::move(reason);
+}
+
+void TuningSession::CacheInfo(std::string* point, std::string* reason) const {
+  mutex_lock l(cache_mu_);
+  *point = cache_point_;
+  *reason = cache_reason_;
+}
+
+std::vector<std::shared_ptr<CacheEntry>> TuningSession::Caches() const {
+  mutex_lock l(cache_mu_);
+  return caches_;
+}
+
+void TuningSession::LimitCaches(int64_t budget, int64_t buffered) {
+  std::vector<std::shared_ptr<CacheEntry>> caches = Caches();
+  if (caches.empty()) return;
+  if (buffered < 0) {
+    buffered = 0;
+    std::vector<std::shared_ptr<Node>> nodes;
+    CollectNodes(model_->output(), &nodes);
+    for (const auto& node : nodes) buffered += node->buffered_bytes();
+  }
+  // What the buffers leave, split evenly; no budget (0), no cache.
+  const int64_t room = budget > 0 ? std::max<int64_t>(budget - buffered, 0) : 0;
+  const int64_t each = room / static_cast<int64_t>(caches.size());
+  for (const auto& entry : caches) {
+    cache_shrinks_.fetch_add(entry->SetLimit(each));
+  }
+}
+
+void TuningSession::RecordCacheRead(bool from_cache, double upstream_us) {
+  if (!from_cache) {
+    cache_misses_.fetch_add(1);
+    return;
+  }
+  cache_hits_.fetch_add(1);
+  double saved = cache_saved_us_.load();
+  while (!cache_saved_us_.compare_exchange_weak(saved, saved + upstream_us)) {
+  }
+}
+
 SessionCounters TuningSession::Counters() const {
   SessionCounters c;
   c.elements = elements_.load();
@@ -528,6 +586,16 @@ SessionCounters TuningSession::Counters() const {
   c.unlowerable_bytes = unlowerable_bytes_.load();
   c.created_us = created_us_;
   c.pinned_ram_budget = pinned_ram_budget_.load();
+  for (const auto& entry : Caches()) {
+    c.cache_bytes += entry->bytes();
+    c.cache_limit += entry->limit();
+    c.cache_elements += entry->size();
+    c.cache_complete += entry->complete() ? 1 : 0;
+  }
+  c.cache_hits = cache_hits_.load();
+  c.cache_misses = cache_misses_.load();
+  c.cache_saved_us = static_cast<int64_t>(cache_saved_us_.load());
+  c.cache_shrinks = cache_shrinks_.load();
   return c;
 }
 

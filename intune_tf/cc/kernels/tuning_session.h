@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/node_access.h"
 #include "tensorflow/core/framework/model.h"
 #include "tensorflow/core/platform/mutex.h"
@@ -68,6 +69,15 @@ struct SessionCounters {
   int64_t unlowerable_bytes = 0;
   int64_t created_us = 0;         // wall-clock microseconds since the epoch
   int64_t pinned_ram_budget = 0;  // the user's pin (set_ram_budget); 0: none
+  // InTune's cache (cache_store.h), over the entries the session reads.
+  int64_t cache_bytes = 0;         // bytes held now
+  int64_t cache_limit = 0;         // bytes the guard lets them hold
+  int64_t cache_elements = 0;      // elements held now
+  int64_t cache_complete = 0;      // entries that hold a whole epoch
+  int64_t cache_hits = 0;          // elements this session read from a cache
+  int64_t cache_misses = 0;        // elements it read from the input instead
+  int64_t cache_saved_us = 0;      // upstream time the hits saved
+  int64_t cache_shrinks = 0;       // bytes the guard dropped from caches
 };
 
 class TuningSession {
@@ -136,6 +146,20 @@ class TuningSession {
   void RecordGetNext(int64_t start_us, int64_t end_us);
   SessionCounters Counters() const;
 
+  // A cache entry read by this session's pipeline: its bytes are under the
+  // session's budget. The guard gives the caches what the buffers leave of
+  // the budget and, under pressure, shrinks them before any buffer knob.
+  void AttachCache(std::shared_ptr<CacheEntry> entry)
+      TF_LOCKS_EXCLUDED(cache_mu_);
+  // An element read from a cache (`from_cache`, which saved
+  // `upstream_us` of the input's time), or from the input.
+  void RecordCacheRead(bool from_cache, double upstream_us);
+  // Where the rewrite put the cache and why (rewrites::Report).
+  void SetCacheInfo(std::string point, std::string reason)
+      TF_LOCKS_EXCLUDED(cache_mu_);
+  void CacheInfo(std::string* point, std::string* reason) const
+      TF_LOCKS_EXCLUDED(cache_mu_);
+
  private:
   // One node of a walk of the model, parents before children.
   // A bounded interleave's release node (bounded_buffers.h) is left out: the
@@ -169,6 +193,12 @@ class TuningSession {
     uint64_t pass = 0;
   };
 
+  // Sets the caches' limits from the budget and the bytes buffered now.
+  void LimitCaches(int64_t budget, int64_t buffered)
+      TF_LOCKS_EXCLUDED(cache_mu_);
+  std::vector<std::shared_ptr<CacheEntry>> Caches() const
+      TF_LOCKS_EXCLUDED(cache_mu_);
+
   std::vector<WalkNode> Walk() const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Names the nodes of `walk`, applies remembered values to the new ones,
   // forgets the nodes that are gone.
@@ -194,6 +224,15 @@ class TuningSession {
   std::atomic<int64_t> guard_shrinks_{0};
   std::atomic<int64_t> guard_over_budget_{0};
   std::atomic<int64_t> unlowerable_bytes_{0};
+  std::atomic<int64_t> cache_hits_{0};
+  std::atomic<int64_t> cache_misses_{0};
+  std::atomic<double> cache_saved_us_{0};
+  std::atomic<int64_t> cache_shrinks_{0};
+
+  mutable mutex cache_mu_;
+  std::vector<std::shared_ptr<CacheEntry>> caches_ TF_GUARDED_BY(cache_mu_);
+  std::string cache_point_ TF_GUARDED_BY(cache_mu_);
+  std::string cache_reason_ TF_GUARDED_BY(cache_mu_);
 
   // Serializes knob writes (SetKnobs, the sync pass, the guard), so that a
   // validated batch of values is applied and then enforced as one step, and

@@ -111,6 +111,26 @@ With a `buffer_group`, each of its iterators is one input of a parallel
 interleave whose per-input buffers the budget guard bounds.
 )doc");
 
+REGISTER_OP("IntuneCacheDataset")
+    .Input("input_dataset: variant")
+    .Output("handle: variant")
+    .Attr("output_types: list(type) >= 1")
+    .Attr("output_shapes: list(shape) >= 1")
+    .Attr("cache_point: string = ''")
+    .Attr("metadata: string = ''")
+    .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
+                                                           "output_types"))
+    .SetShapeFn(shape_inference::ScalarShape)
+    .Doc(R"doc(
+InTune's cache, put by the rewrite where the pipeline stops changing from one
+epoch to the next. Its elements outlive the iterator, in a process-wide store
+keyed by the input's graph and tensors and checked against its files' size and
+modification time at each epoch, under the session's RAM budget. Never
+iterator state (a checkpoint holds the position, not the elements).
+
+cache_point: the node it caches, for display.
+)doc");
+
 REGISTER_OP("IntuneBufferReleaseDataset")
     .Input("input_dataset: variant")
     .Output("handle: variant")
@@ -232,6 +252,24 @@ REGISTER_OP("IntuneSessionCounters")
       c->set_output(1, c->Scalar());
       return OkStatus();
     });
+
+REGISTER_OP("IntuneSessionCache")
+    .Input("session_id: int64")
+    .Output("point: string")
+    .Output("reason: string")
+    .Output("found: bool")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      c->set_output(2, c->Scalar());
+      return OkStatus();
+    })
+    .Doc(R"doc(
+Where the rewrite put the session's cache (the node it caches; empty: none)
+and why there, or why nowhere (empty: the option's cache is off).
+)doc");
 
 REGISTER_OP("IntuneObserve")
     .Input("session_id: int64")

@@ -1,0 +1,385 @@
+// IntuneCacheDataset: the cache that the rewrite insert_cache puts where a
+// pipeline stops changing between epochs (rewrites/cache_point.cc).
+//
+// Its elements live in the process's CacheStore (cache_store.h) under a key
+// made when the dataset is made: a hash of its input's graph, serialized as
+// for a rewrite, and of the tensors that serialization passes by reference.
+// The files its input reads (every string constant that names a file) are
+// checked by each new iterator: a changed size or modification time empties
+// the entry.
+//
+// An iterator returns element i from the entry while it holds it, and
+// otherwise reads its input (made only then, and brought to element i by
+// Skip), appending what it reads while the entry is a prefix ending at i.
+// A checkpoint holds the position and, when the input was made, the input's
+// state: never the cached elements.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "intune_tf/cc/kernels/cache_store.h"
+#include "intune_tf/cc/kernels/pass_through.h"
+#include "intune_tf/cc/kernels/session_registry.h"
+#include "rewrites/graph_utils.h"
+#include "tensorflow/core/framework/dataset.h"
+#include "tensorflow/core/framework/graph.pb.h"
+#include "tensorflow/core/framework/model.h"
+#include "tensorflow/core/framework/resource_handle.h"
+#include "tensorflow/core/framework/tensor.pb.h"
+#include "tensorflow/core/graph/graph_def_builder.h"
+#include "tensorflow/core/lib/strings/proto_serialization.h"
+#include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/platform/file_statistics.h"
+#include "tensorflow/core/platform/hash.h"
+
+namespace tensorflow {
+namespace intune {
+namespace {
+
+namespace model = ::tensorflow::data::model;
+
+inline constexpr char kCacheNodeName[] = "IntuneCache";
+// Checkpoint keys (the iterator shares its parent's prefix, so that its
+// input's keys are those of the pipeline without the cache).
+inline constexpr char kPositionKey[] = "intune_cache_position";
+inline constexpr char kInputKey[] = "intune_cache_input";
+// Strings looked at as file names, at most, and their longest length.
+inline constexpr int64_t kMaxFileCandidates = 4096;
+inline constexpr size_t kMaxPathLength = 4096;
+
+uint64_t HashTensor(const Tensor& t, uint64_t seed, bool* hashable) {
+  uint64_t h = Hash64Combine(seed, static_cast<uint64_t>(t.dtype()));
+  h = Hash64Combine(h, Hash64(t.shape().DebugString()));
+  if (t.dtype() == DT_STRING) {
+    const auto strings = t.flat<tstring>();
+    for (int64_t i = 0; i < strings.size(); ++i) {
+      h = Hash64Combine(h, Hash64(strings(i).data(), strings(i).size()));
+    }
+  } else if (t.dtype() == DT_RESOURCE) {
+    // A resource is itself, not its contents: its handle names it.
+    const auto handles = t.flat<ResourceHandle>();
+    for (int64_t i = 0; i < handles.size(); ++i) {
+      const ResourceHandle& r = handles(i);
+      h = Hash64Combine(h, Hash64(absl::StrCat(r.container(), "/", r.name(),
+                                               "/", r.hash_code())));
+    }
+  } else if (DataTypeCanUseMemcpy(t.dtype())) {
+    const auto data = t.tensor_data();
+    h = Hash64Combine(h, Hash64(data.data(), data.size()));
+  } else {
+    *hashable = false;
+  }
+  return h;
+}
+
+void AddCandidates(const Tensor& t, std::vector<std::string>* candidates) {
+  if (t.dtype() != DT_STRING) return;
+  const auto strings = t.flat<tstring>();
+  for (int64_t i = 0; i < strings.size(); ++i) {
+    const tstring& s = strings(i);
+    if (static_cast<int64_t>(candidates->size()) >= kMaxFileCandidates) return;
+    if (s.empty() || s.size() > kMaxPathLength) continue;
+    const std::string path(s);
+    // Remote file systems are not polled each epoch.
+    if (absl::StrContains(path, "://") && !absl::StartsWith(path, "file://")) {
+      continue;
+    }
+    candidates->push_back(path);
+  }
+}
+
+// The cache key of `input` and the files it reads.
+Status KeyAndFiles(OpKernelContext* ctx, const data::DatasetBase* input,
+                   std::string* key, std::vector<std::string>* files) {
+  std::vector<std::pair<std::string, Tensor>> input_list;
+  data::SerializationContext::Params params(ctx);
+  params.input_list = &input_list;
+  params.external_state_policy = data::ExternalStatePolicy::POLICY_IGNORE;
+  params.is_graph_rewrite = true;
+  data::SerializationContext serialization_ctx(params);
+  GraphDefBuilder builder;
+  data::DatasetBase::DatasetGraphDefBuilder db(&builder);
+  Node* output = nullptr;
+  TF_RETURN_IF_ERROR(db.AddInputDataset(&serialization_ctx, input, &output));
+  GraphDef graph;
+  TF_RETURN_IF_ERROR(builder.ToGraphDef(&graph));
+  uint64_t h = DeterministicProtoHash64(graph);
+  bool hashable = true;
+  std::vector<std::string> candidates;
+  for (const auto& [name, tensor] : input_list) {
+    h = Hash64Combine(h, Hash64(name));
+    h = HashTensor(tensor, h, &hashable);
+    AddCandidates(tensor, &candidates);
+  }
+  if (!hashable) {
+    return errors::Unimplemented("the pipeline holds tensors of a type the "
+                                 "cache cannot key");
+  }
+  for (const NodeDef& node : graph.node()) {
+    const auto value = node.attr().find("value");
+    if (node.op() != "Const" || value == node.attr().end()) continue;
+    Tensor t;
+    if (t.FromProto(value->second.tensor())) AddCandidates(t, &candidates);
+  }
+  for (const FunctionDef& function : graph.library().function()) {
+    for (const NodeDef& node : function.node_def()) {
+      const auto value = node.attr().find("value");
+      if (node.op() != "Const" || value == node.attr().end()) continue;
+      Tensor t;
+      if (t.FromProto(value->second.tensor())) AddCandidates(t, &candidates);
+    }
+  }
+  Env* env = Env::Default();
+  for (const std::string& path : candidates) {
+    FileStatistics stat;
+    if (env->Stat(path, &stat).ok() && !stat.is_directory) {
+      files->push_back(path);
+    }
+  }
+  *key = absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+  return OkStatus();
+}
+
+// The size and modification time of each file, now.
+std::string FilesSignature(const std::vector<std::string>& files) {
+  std::string signature;
+  Env* env = Env::Default();
+  for (const std::string& path : files) {
+    FileStatistics stat;
+    if (env->Stat(path, &stat).ok()) {
+      absl::StrAppend(&signature, path, ":", stat.length, ":",
+                      stat.mtime_nsec, "\n");
+    } else {
+      absl::StrAppend(&signature, path, ": gone\n");
+    }
+  }
+  return signature;
+}
+
+class IntuneCacheDatasetOp : public data::UnaryDatasetOpKernel {
+ public:
+  explicit IntuneCacheDatasetOp(OpKernelConstruction* ctx)
+      : UnaryDatasetOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(rewrites::kCachePointAttr, &point_));
+  }
+
+ protected:
+  void MakeDataset(OpKernelContext* ctx, data::DatasetBase* input,
+                   data::DatasetBase** output) override;
+
+ private:
+  class Dataset;
+
+  std::string point_;
+};
+
+class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
+ public:
+  // `entry` null: the input cannot be keyed, and the dataset passes its
+  // elements through.
+  Dataset(OpKernelContext* ctx, const DatasetBase* input, std::string point,
+          std::shared_ptr<CacheEntry> entry, std::vector<std::string> files)
+      : PassThroughDataset(ctx, input),
+        point_(std::move(point)),
+        entry_(std::move(entry)),
+        files_(std::move(files)) {}
+
+  std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
+      const std::string& prefix) const override {
+    return std::make_unique<Iterator>(Iterator::Params{this, prefix});
+  }
+
+  std::string DebugString() const override {
+    return "IntuneCacheDatasetOp::Dataset";
+  }
+
+ protected:
+  Status AsGraphDefInternal(data::SerializationContext* ctx,
+                            DatasetGraphDefBuilder* b,
+                            Node** output) const override {
+    Node* input_node = nullptr;
+    TF_RETURN_IF_ERROR(b->AddInputDataset(ctx, input_, &input_node));
+    AttrValue point;
+    b->BuildAttrValue(point_, &point);
+    return b->AddDataset(this, {input_node},
+                         {{rewrites::kCachePointAttr, point}}, output);
+  }
+
+ private:
+  class Iterator : public data::DatasetIterator<Dataset> {
+   public:
+    explicit Iterator(const Params& params)
+        : DatasetIterator<Dataset>(params) {}
+
+    Status Initialize(data::IteratorContext* ctx) override {
+      mutex_lock l(mu_);
+      const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
+      if (entry == nullptr) return MakeInput(ctx);
+      entry->set_point(dataset()->point_);
+      entry->CheckFiles(FilesSignature(dataset()->files_));
+      entry->BeginEpoch();
+      if (ctx->model() != nullptr) {
+        session_ = SessionRegistry::Global()->FindByModel(ctx->model().get());
+        if (session_ != nullptr) session_->AttachCache(entry);
+      }
+      return OkStatus();
+    }
+
+    Status GetNextInternal(data::IteratorContext* ctx,
+                           std::vector<Tensor>* out_tensors,
+                           bool* end_of_sequence) override {
+      mutex_lock l(mu_);
+      const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
+      if (input_impl_ == nullptr && !bypass_ && entry != nullptr) {
+        if (entry->Get(position_, out_tensors)) {
+          ++position_;
+          *end_of_sequence = false;
+          if (session_ != nullptr) {
+            session_->RecordCacheRead(/*from_cache=*/true,
+                                      entry->upstream_us_per_element());
+          }
+          return OkStatus();
+        }
+        if (entry->complete() && position_ >= entry->size()) {
+          *end_of_sequence = true;
+          return OkStatus();
+        }
+      }
+      if (input_impl_ == nullptr) {
+        TF_RETURN_IF_ERROR(MakeInput(ctx));
+        TF_RETURN_IF_ERROR(CatchUp(ctx, end_of_sequence));
+        if (*end_of_sequence) return OkStatus();
+      }
+      const int64_t start = static_cast<int64_t>(Env::Default()->NowMicros());
+      TF_RETURN_IF_ERROR(
+          input_impl_->GetNext(ctx, out_tensors, end_of_sequence));
+      const int64_t now = static_cast<int64_t>(Env::Default()->NowMicros());
+      if (entry == nullptr || bypass_) return OkStatus();
+      if (*end_of_sequence) {
+        entry->MarkEnd(position_);
+        return OkStatus();
+      }
+      // The time since the previous element: what the input took to make
+      // this one, as the consumer sees it.
+      const int64_t upstream =
+          last_read_us_ > 0 ? now - last_read_us_ : now - start;
+      last_read_us_ = now;
+      entry->Append(position_, *out_tensors, upstream);
+      ++position_;
+      if (session_ != nullptr) session_->RecordCacheRead(false, 0);
+      return OkStatus();
+    }
+
+   protected:
+    std::shared_ptr<model::Node> CreateNode(
+        data::IteratorContext* ctx, model::Node::Args args) const override {
+      args.name = kCacheNodeName;
+      return model::MakeKnownRatioNode(std::move(args), /*ratio=*/1);
+    }
+
+    Status SaveInternal(data::SerializationContext* ctx,
+                        data::IteratorStateWriter* writer) override {
+      mutex_lock l(mu_);
+      TF_RETURN_IF_ERROR(writer->WriteScalar(prefix(), kPositionKey,
+                                             bypass_ ? -1 : position_));
+      TF_RETURN_IF_ERROR(writer->WriteScalar(
+          prefix(), kInputKey, static_cast<int64_t>(input_impl_ != nullptr)));
+      if (input_impl_ != nullptr) {
+        TF_RETURN_IF_ERROR(SaveInput(ctx, writer, input_impl_));
+      }
+      return OkStatus();
+    }
+
+    Status RestoreInternal(data::IteratorContext* ctx,
+                           data::IteratorStateReader* reader) override {
+      mutex_lock l(mu_);
+      input_impl_.reset();
+      last_read_us_ = 0;
+      int64_t position = -1;
+      int64_t has_input = 1;
+      // A checkpoint written without the cache (InTune off): the input's
+      // state only; this epoch then bypasses the cache.
+      if (reader->Contains(prefix(), kPositionKey)) {
+        TF_RETURN_IF_ERROR(
+            reader->ReadScalar(prefix(), kPositionKey, &position));
+        TF_RETURN_IF_ERROR(reader->ReadScalar(prefix(), kInputKey, &has_input));
+      }
+      bypass_ = dataset()->entry_ == nullptr || position < 0;
+      position_ = std::max<int64_t>(position, 0);
+      if (has_input == 0) return OkStatus();
+      TF_RETURN_IF_ERROR(MakeInput(ctx));
+      return RestoreInput(ctx, reader, input_impl_);
+    }
+
+   private:
+    Status MakeInput(data::IteratorContext* ctx)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return dataset()->input_->MakeIterator(ctx, this, prefix(),
+                                             &input_impl_);
+    }
+
+    // Brings a new input to element position_: skips what the entry holds,
+    // then reads (and appends) the rest. Without an entry, skips them all.
+    Status CatchUp(data::IteratorContext* ctx, bool* end_of_sequence)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      *end_of_sequence = false;
+      const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
+      int64_t done = 0;
+      const int64_t held = entry == nullptr || bypass_
+                               ? position_
+                               : std::min(entry->size(), position_);
+      if (held > 0) {
+        int num_skipped = 0;
+        TF_RETURN_IF_ERROR(
+            input_impl_->Skip(ctx, static_cast<int>(held), end_of_sequence,
+                              &num_skipped));
+        done = num_skipped;
+        if (*end_of_sequence) return OkStatus();
+      }
+      std::vector<Tensor> element;
+      while (done < position_) {
+        element.clear();
+        TF_RETURN_IF_ERROR(input_impl_->GetNext(ctx, &element, end_of_sequence));
+        if (*end_of_sequence) break;
+        if (entry != nullptr) entry->Append(done, element, 0);
+        ++done;
+      }
+      return OkStatus();
+    }
+
+    mutex mu_;
+    std::unique_ptr<data::IteratorBase> input_impl_ TF_GUARDED_BY(mu_);
+    // The index in the epoch of the next element returned.
+    int64_t position_ TF_GUARDED_BY(mu_) = 0;
+    // Restored from a checkpoint without the cache: the input runs alone.
+    bool bypass_ TF_GUARDED_BY(mu_) = false;
+    int64_t last_read_us_ TF_GUARDED_BY(mu_) = 0;
+    std::shared_ptr<TuningSession> session_;
+  };
+
+  const std::string point_;
+  const std::shared_ptr<CacheEntry> entry_;
+  const std::vector<std::string> files_;
+};
+
+void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,
+                                       data::DatasetBase* input,
+                                       data::DatasetBase** output) {
+  std::string key;
+  std::vector<std::string> files;
+  std::shared_ptr<CacheEntry> entry;
+  if (KeyAndFiles(ctx, input, &key, &files).ok()) {
+    entry = CacheStore::Global()->Get(key);
+  }
+  *output = new Dataset(ctx, input, point_, std::move(entry), std::move(files));
+}
+
+REGISTER_KERNEL_BUILDER(Name(rewrites::kCacheOp).Device(DEVICE_CPU),
+                        IntuneCacheDatasetOp);
+
+}  // namespace
+}  // namespace intune
+}  // namespace tensorflow

@@ -1,0 +1,120 @@
+// The elements InTune's cache holds (IntuneCacheDataset,
+// cache_dataset_op.cc), outside any one iterator.
+//
+// tf.data's own cache lives in a resource made with its dataset. InTune's
+// cache is added when the iterator is made, and `model.fit` makes one
+// iterator per epoch: its elements live in a process-wide store, one entry
+// per key (the cached pipeline's graph and the tensors it holds), with the
+// size and modification time of the pipeline's files, checked by each new
+// iterator (a file rewritten between epochs empties the entry).
+//
+// An entry holds a prefix of the epoch: the elements 0..size-1, appended in
+// order by whichever iterator reads element `size` from its input, up to a
+// byte limit that the RAM budget's guard sets (TuningSession::EnforceBudget)
+// and lowers first under memory pressure, dropping elements from the end.
+// Its contents are never iterator state: checkpoints hold a position.
+#ifndef INTUNE_TF_CC_KERNELS_CACHE_STORE_H_
+#define INTUNE_TF_CC_KERNELS_CACHE_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/mutex.h"
+#include "tensorflow/core/platform/thread_annotations.h"
+
+namespace tensorflow {
+namespace intune {
+
+class CacheEntry {
+ public:
+  explicit CacheEntry(std::string key) : key_(std::move(key)) {}
+
+  const std::string& key() const { return key_; }
+  // Where the rewrite put the cache (the node it caches), for display.
+  void set_point(const std::string& point) TF_LOCKS_EXCLUDED(mu_);
+  std::string point() const TF_LOCKS_EXCLUDED(mu_);
+
+  // Empties the entry unless its files' signature is `signature` (the size
+  // and modification time of each file), then keeps `signature`. Returns
+  // whether it was emptied.
+  bool CheckFiles(const std::string& signature) TF_LOCKS_EXCLUDED(mu_);
+
+  // Element `index`, if held.
+  bool Get(int64_t index, std::vector<Tensor>* out) const
+      TF_LOCKS_EXCLUDED(mu_);
+  // Appends `element` as element `index` when the entry holds exactly
+  // `index` elements, is not complete and has room under its limit. Once an
+  // element did not fit, nothing is appended until the next epoch begins
+  // (`BeginEpoch`): the entry stays a prefix.
+  bool Append(int64_t index, const std::vector<Tensor>& element,
+              int64_t upstream_us) TF_LOCKS_EXCLUDED(mu_);
+  // The epoch ended after `count` elements: complete if all are held.
+  void MarkEnd(int64_t count) TF_LOCKS_EXCLUDED(mu_);
+  void BeginEpoch() TF_LOCKS_EXCLUDED(mu_);
+
+  // Sets the byte limit, dropping elements from the end above it. Returns
+  // the bytes dropped.
+  int64_t SetLimit(int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
+
+  int64_t size() const TF_LOCKS_EXCLUDED(mu_);
+  int64_t bytes() const TF_LOCKS_EXCLUDED(mu_);
+  int64_t limit() const TF_LOCKS_EXCLUDED(mu_);
+  // The whole epoch is held.
+  bool complete() const TF_LOCKS_EXCLUDED(mu_);
+  // Microseconds of upstream time per element held, measured as the entry
+  // filled (the time between two elements read from the input).
+  double upstream_us_per_element() const TF_LOCKS_EXCLUDED(mu_);
+  // Elements dropped by SetLimit, over the entry's life.
+  int64_t dropped() const TF_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void ClearLocked() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string key_;
+  mutable mutex mu_;
+  std::string point_ TF_GUARDED_BY(mu_);
+  std::string signature_ TF_GUARDED_BY(mu_);
+  bool has_signature_ TF_GUARDED_BY(mu_) = false;
+  std::vector<std::vector<Tensor>> elements_ TF_GUARDED_BY(mu_);
+  std::vector<int64_t> element_bytes_ TF_GUARDED_BY(mu_);
+  int64_t bytes_ TF_GUARDED_BY(mu_) = 0;
+  int64_t limit_ TF_GUARDED_BY(mu_) = 0;
+  bool complete_ TF_GUARDED_BY(mu_) = false;
+  bool stopped_ TF_GUARDED_BY(mu_) = false;
+  int64_t upstream_us_ TF_GUARDED_BY(mu_) = 0;
+  int64_t dropped_ TF_GUARDED_BY(mu_) = 0;
+};
+
+// The process's entries, by key. The store does not own them: an entry
+// lives while a dataset that caches with its key does (each
+// IntuneCacheDataset holds its entry), so the elements go with the last
+// dataset that could read them, as tf.data's own cache goes with its dataset.
+class CacheStore {
+ public:
+  static CacheStore* Global();
+
+  // The entry of `key`, made if there is none alive.
+  std::shared_ptr<CacheEntry> Get(const std::string& key)
+      TF_LOCKS_EXCLUDED(mu_);
+  // Every entry alive.
+  std::vector<std::shared_ptr<CacheEntry>> List() const TF_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable mutex mu_;
+  std::unordered_map<std::string, std::weak_ptr<CacheEntry>> entries_
+      TF_GUARDED_BY(mu_);
+};
+
+// Bytes of an element as the cache counts them: its tensors' buffers, and
+// the strings' bytes.
+int64_t ElementBytes(const std::vector<Tensor>& element);
+
+}  // namespace intune
+}  // namespace tensorflow
+
+#endif  // INTUNE_TF_CC_KERNELS_CACHE_STORE_H_

@@ -1,0 +1,364 @@
+// Where a pipeline stops changing between epochs (FindCachePoint, passes.h),
+// and the pass insert_cache, which puts an IntuneCacheDataset there.
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "rewrites/graph_utils.h"
+#include "rewrites/passes.h"
+#include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def.pb.h"
+#include "tensorflow/core/platform/errors.h"
+
+namespace tensorflow {
+namespace intune {
+namespace rewrites {
+namespace {
+
+inline constexpr char kRetvalOp[] = "_Retval";
+inline constexpr char kReshuffleAttr[] = "reshuffle_each_iteration";
+
+// Dataset ops whose elements are a function of their inputs (and of their
+// functions, checked apart): the same every epoch when those are. Sources
+// read files, which the cache checks at each epoch.
+const absl::flat_hash_set<std::string>& PureDatasetOps() {
+  static const auto* ops = new absl::flat_hash_set<std::string>{
+      "TensorDataset", "TensorSliceDataset", "SparseTensorSliceDataset",
+      "RangeDataset", "TFRecordDataset", "TFRecordDatasetV2",
+      "TextLineDataset", "FixedLengthRecordDataset",
+      "FixedLengthRecordDatasetV2", "MapDataset", "ParallelMapDataset",
+      "ParallelMapDatasetV2", "FilterDataset", "ParallelFilterDataset",
+      "BatchDataset", "BatchDatasetV2", "ParallelBatchDataset",
+      "PaddedBatchDataset", "PaddedBatchDatasetV2", "MapAndBatchDataset",
+      "FlatMapDataset", "InterleaveDataset", "ParallelInterleaveDatasetV2",
+      "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4",
+      "LegacyParallelInterleaveDatasetV2", "PrefetchDataset", "TakeDataset",
+      "SkipDataset", "ZipDataset", "ConcatenateDataset", "OptionsDataset",
+      "ModelDataset", "MaxIntraOpParallelismDataset",
+      "PrivateThreadPoolDataset", "UnbatchDataset", "ScanDataset",
+      "AssertCardinalityDataset", "AssertNextDataset", "IgnoreErrorsDataset",
+      "WindowDataset", "UniqueDataset", "DenseToSparseBatchDataset",
+      kUntrackedOp, kBufferReleaseOp};
+  return *ops;
+}
+
+// Sources whose work is too little to be worth a cache's bytes.
+bool IsCheapSource(absl::string_view op) {
+  return op == "TensorDataset" || op == "TensorSliceDataset" ||
+         op == "SparseTensorSliceDataset" || op == "RangeDataset";
+}
+
+// Pass-throughs that do no work of their own.
+bool IsWrapper(absl::string_view op) {
+  return op == "OptionsDataset" || op == "ModelDataset" ||
+         op == kPrefetchOp || op == "MaxIntraOpParallelismDataset" ||
+         op == "PrivateThreadPoolDataset" || op == "TakeDataset" ||
+         op == "SkipDataset" || op == "AssertCardinalityDataset" ||
+         op == "AssertNextDataset" || op == kUntrackedOp ||
+         op == kBufferReleaseOp;
+}
+
+bool IsDatasetOp(absl::string_view op) {
+  return absl::StrContains(op, "Dataset");
+}
+
+bool IsShuffle(absl::string_view op) {
+  return op == "ShuffleDataset" || op == "ShuffleDatasetV2" ||
+         op == "ShuffleDatasetV3";
+}
+
+bool IsUserCache(absl::string_view op) {
+  return op == "CacheDataset" || op == "CacheDatasetV2" ||
+         op == "SnapshotDataset" || op == "SnapshotDatasetV2" ||
+         op == kCacheOp;
+}
+
+// Random number ops, seeded or not, stateful or stateless: a stateless op
+// with a seed from the element or the epoch changes between epochs.
+bool IsRandomOp(absl::string_view op) {
+  return absl::StrContains(op, "Random") || absl::StrContains(op, "random") ||
+         absl::StrContains(op, "Multinomial") ||
+         absl::StrContains(op, "Shuffle") ||
+         absl::StrContains(op, "SeedGenerator") ||
+         absl::StrContains(op, "ParameterizedTruncatedNormal") ||
+         absl::StrContains(op, "TruncatedNormal");
+}
+
+bool IsCall(absl::string_view op) {
+  return op == "PartitionedCall" || op == "StatefulPartitionedCall";
+}
+
+bool IsPyFunction(absl::string_view op) {
+  return op == "PyFunc" || op == "PyFuncStateless" || op == "EagerPyFunc";
+}
+
+class Purity {
+ public:
+  explicit Purity(const GraphDef& graph) {
+    for (const NodeDef& node : graph.node()) nodes_[node.name()] = &node;
+    for (const FunctionDef& f : graph.library().function()) {
+      functions_[f.signature().name()] = &f;
+    }
+  }
+
+  const NodeDef* Node(const std::string& name) const {
+    const auto it = nodes_.find(name);
+    return it == nodes_.end() ? nullptr : it->second;
+  }
+
+  // Empty when the node of the top-level graph, and everything it reads,
+  // give the same values every epoch; else why not.
+  std::string NodeReason(const std::string& name) {
+    const auto memo = node_reasons_.find(name);
+    if (memo != node_reasons_.end()) return memo->second;
+    node_reasons_[name] = "";  // a cycle adds nothing new
+    const NodeDef* node = Node(name);
+    std::string reason =
+        node == nullptr ? absl::StrCat("unknown input ", name) : OpReason(*node);
+    if (reason.empty()) {
+      for (const std::string& input : node->input()) {
+        reason = NodeReason(InputName(input));
+        if (!reason.empty()) break;
+      }
+    }
+    node_reasons_[name] = reason;
+    return reason;
+  }
+
+  // Empty when `node` itself (not its inputs) is pure: its op, attributes
+  // and the functions it calls.
+  std::string OpReason(const NodeDef& node) {
+    const std::string& op = node.op();
+    const std::string where = absl::StrCat(node.name(), " (", op, ")");
+    if (IsShuffle(op)) {
+      const auto reshuffle = node.attr().find(kReshuffleAttr);
+      if (reshuffle == node.attr().end() || reshuffle->second.b()) {
+        return absl::StrCat(where, " reshuffles each epoch");
+      }
+      return absl::StrCat(where, " shuffles with a seed of its own");
+    }
+    if (IsUserCache(op)) return absl::StrCat(where, " is a cache");
+    if (op == "RepeatDataset") {
+      return absl::StrCat(where, " repeats: the cache goes below it");
+    }
+    const auto function = functions_.find(op);
+    if (function != functions_.end()) {
+      const std::string reason = FunctionReason(op);
+      if (!reason.empty()) return absl::StrCat(where, ": ", reason);
+    } else if (IsDatasetOp(op)) {
+      if (!PureDatasetOps().contains(op)) {
+        return absl::StrCat(where, " is not known to repeat each epoch");
+      }
+    }
+    for (const auto& [unused, attr] : node.attr()) {
+      std::vector<std::string> called;
+      if (attr.has_func()) called.push_back(attr.func().name());
+      for (const NameAttrList& f : attr.list().func()) called.push_back(f.name());
+      for (const std::string& name : called) {
+        const std::string reason = FunctionReason(name);
+        if (!reason.empty()) {
+          return absl::StrCat(where, " calls ", name, ": ", reason);
+        }
+      }
+    }
+    // A call is as pure as what it calls (checked above), whether or not
+    // TF made it a StatefulPartitionedCall.
+    if (function == functions_.end() && !IsDatasetOp(op) && !IsCall(op)) {
+      const std::string reason = PlainOpReason(op);
+      if (!reason.empty()) return absl::StrCat(where, " ", reason);
+    }
+    return "";
+  }
+
+ private:
+  // A non-dataset op of the registry (or not).
+  static std::string PlainOpReason(const std::string& op) {
+    if (IsPyFunction(op)) return "is a py_function";
+    if (IsRandomOp(op)) return "is random";
+    const OpDef* op_def = nullptr;
+    if (!OpRegistry::Global()->LookUpOpDef(op, &op_def).ok() ||
+        op_def == nullptr) {
+      return "is an unknown op";
+    }
+    if (op_def->is_stateful()) return "is stateful";
+    return "";
+  }
+
+  std::string FunctionReason(const std::string& name) {
+    const auto memo = function_reasons_.find(name);
+    if (memo != function_reasons_.end()) return memo->second;
+    function_reasons_[name] = "";  // recursion adds nothing new
+    const auto function = functions_.find(name);
+    std::string reason;
+    if (function == functions_.end()) {
+      reason = absl::StrCat("function ", name, " is not in the library");
+    } else {
+      for (const NodeDef& node : function->second->node_def()) {
+        reason = OpReason(node);
+        if (!reason.empty()) break;
+      }
+    }
+    function_reasons_[name] = reason;
+    return reason;
+  }
+
+  std::unordered_map<std::string, const NodeDef*> nodes_;
+  std::unordered_map<std::string, const FunctionDef*> functions_;
+  std::unordered_map<std::string, std::string> node_reasons_;
+  std::unordered_map<std::string, std::string> function_reasons_;
+};
+
+// The node whose output is the pipeline's: read by the graph's _Retval or
+// Grappler's Sink, else the one dataset node that no node reads.
+const NodeDef* OutputNode(const GraphDef& graph, const Purity& purity) {
+  std::unordered_set<std::string> read;
+  for (const NodeDef& node : graph.node()) {
+    if (node.op() == kRetvalOp || IsGrapplerSink(node)) {
+      for (const int i : DataInputs(node)) {
+        return purity.Node(InputName(node.input(i)));
+      }
+    }
+    for (const std::string& input : node.input()) read.insert(InputName(input));
+  }
+  const NodeDef* output = nullptr;
+  for (const NodeDef& node : graph.node()) {
+    if (!IsDatasetOp(node.op()) || read.count(node.name()) > 0) continue;
+    if (output != nullptr) return nullptr;
+    output = &node;
+  }
+  return output;
+}
+
+bool HoldsOp(const GraphDef& graph, absl::string_view op) {
+  for (const NodeDef& node : graph.node()) {
+    if (node.op() == op) return true;
+  }
+  for (const FunctionDef& function : graph.library().function()) {
+    for (const NodeDef& node : function.node_def()) {
+      if (node.op() == op) return true;
+    }
+  }
+  return false;
+}
+
+bool HoldsUserCache(const GraphDef& graph) {
+  for (const NodeDef& node : graph.node()) {
+    if (IsUserCache(node.op())) return true;
+  }
+  for (const FunctionDef& function : graph.library().function()) {
+    for (const NodeDef& node : function.node_def()) {
+      if (IsUserCache(node.op())) return true;
+    }
+  }
+  return false;
+}
+
+// Whether the pipeline below `name` does work worth caching: more than
+// in-memory sources under pass-throughs.
+bool DoesWork(const Purity& purity, const std::string& name,
+              std::unordered_set<std::string>* seen) {
+  if (!seen->insert(name).second) return false;
+  const NodeDef* node = purity.Node(name);
+  if (node == nullptr || !IsDatasetOp(node->op())) return false;
+  if (IsCheapSource(node->op())) return false;
+  if (!IsWrapper(node->op())) return true;
+  for (const int i : DataInputs(*node)) {
+    if (DoesWork(purity, InputName(node->input(i)), seen)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+CachePoint FindCachePoint(const GraphDef& graph) {
+  CachePoint point;
+  if (HoldsUserCache(graph)) {
+    point.reason = "the pipeline has its own cache";
+    return point;
+  }
+  // A global shuffle reads its input by index (random access), which the
+  // cache does not serve.
+  if (HoldsOp(graph, "GlobalShuffleDataset")) {
+    point.reason = "a global shuffle reads the pipeline by index";
+    return point;
+  }
+  Purity purity(graph);
+  const NodeDef* node = OutputNode(graph, purity);
+  if (node == nullptr) {
+    point.reason = "no single output dataset";
+    return point;
+  }
+  // Down the pipeline from its output, through each dataset's first input,
+  // to the first dataset that repeats each epoch.
+  std::string stop;
+  while (true) {
+    const std::string reason = purity.NodeReason(node->name());
+    if (reason.empty()) break;
+    stop = purity.OpReason(*node);
+    if (stop.empty()) stop = reason;
+    const std::vector<int> inputs = DataInputs(*node);
+    const NodeDef* input =
+        inputs.empty() ? nullptr : purity.Node(InputName(node->input(inputs[0])));
+    if (input == nullptr || !IsDatasetOp(input->op())) {
+      point.reason = absl::StrCat("nothing repeats each epoch: ", stop);
+      return point;
+    }
+    node = input;
+  }
+  // Below pass-throughs at the top (a prefetch, options): the cache goes
+  // right above the last stage that works.
+  std::unordered_set<std::string> seen;
+  if (!DoesWork(purity, node->name(), &seen)) {
+    point.reason = absl::StrCat("nothing to save below ", node->name());
+    return point;
+  }
+  while (IsWrapper(node->op())) {
+    const std::vector<int> inputs = DataInputs(*node);
+    if (inputs.empty()) break;
+    const NodeDef* input = purity.Node(InputName(node->input(inputs[0])));
+    seen.clear();
+    if (input == nullptr || !DoesWork(purity, input->name(), &seen)) break;
+    node = input;
+  }
+  point.node = node->name();
+  point.reason = stop.empty() ? "the whole pipeline repeats each epoch"
+                              : absl::StrCat("above it: ", stop);
+  return point;
+}
+
+Status InsertCache(GraphDef* graph, CachePoint* point, bool* structure_changed) {
+  *point = FindCachePoint(*graph);
+  if (point->node.empty()) return OkStatus();
+  const auto nodes = NodesByName(graph);
+  const auto producer = nodes.find(point->node);
+  if (producer == nodes.end()) {
+    return errors::Internal("cache point ", point->node, " is not in the graph");
+  }
+  NodeNames names(*graph);
+  NodeDef cache;
+  cache.set_name(names.Unique(absl::StrCat(point->node, "/intune_cache")));
+  cache.set_op(kCacheOp);
+  cache.add_input(point->node);
+  TF_RETURN_IF_ERROR(CopyAttr(kOutputTypes, *producer->second, &cache));
+  TF_RETURN_IF_ERROR(CopyAttr(kOutputShapes, *producer->second, &cache));
+  (*cache.mutable_attr())[kCachePointAttr].set_s(point->node);
+  for (NodeDef& node : *graph->mutable_node()) {
+    for (std::string& input : *node.mutable_input()) {
+      if (IsControlInput(input) || InputName(input) != point->node) continue;
+      input = cache.name();
+    }
+  }
+  *graph->add_node() = std::move(cache);
+  *structure_changed = true;
+  return OkStatus();
+}
+
+}  // namespace rewrites
+}  // namespace intune
+}  // namespace tensorflow

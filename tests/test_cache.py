@@ -1,0 +1,261 @@
+"""InTune's cache (IntuneCacheDataset, intune_tf/cc/kernels/cache_*): the
+elements are those of the pipeline without it, epoch after epoch, on real
+pipelines; files, checkpoints and the RAM budget."""
+
+import logging
+import os
+import time
+
+from _waiting import wait_for
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import intune_tf
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _tuned(ds, **fields):
+  options = tf.data.Options()
+  fields.setdefault("cache", True)
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="manual", warm_start=False, **fields)
+  return ds.with_options(options)
+
+
+def _value(element):
+  return tf.nest.map_structure(
+      lambda t: t.numpy().tolist() if t.shape.rank else t.numpy(), element)
+
+
+def _epoch(ds):
+  """The elements of one epoch (a new iterator, as `model.fit` makes one per
+  epoch), and the session's cache figures before the end."""
+  it = iter(ds)
+  session = intune_tf.session_of(it)
+  elements, stats = [], session.cache()
+  for element in it:
+    elements.append(_value(element))
+    stats = session.cache()
+  return elements, stats
+
+
+def _records(path, rows, tag="a"):
+  with tf.io.TFRecordWriter(path) as writer:
+    for i in range(rows):
+      writer.write(f"{tag}-{i:04d}".encode())
+
+
+def _parse(record):
+  return tf.strings.length(record), tf.strings.substr(record, 0, 1)
+
+
+def _pipelines(tmp_path):
+  files = []
+  for i in range(3):
+    files.append(str(tmp_path / f"part-{i}.tfrecord"))
+    _records(files[-1], 40, tag=f"f{i}")
+  r = tf.data.Dataset.range
+
+  def heavy(x):
+    return tf.reduce_sum(tf.sin(tf.cast(tf.range(x % 50 + 200), tf.float32)))
+
+  return {
+      "shuffle": lambda: r(300).map(heavy).shuffle(50, seed=3).batch(16),
+      "interleave": lambda: tf.data.Dataset.from_tensor_slices(files)
+                    .interleave(tf.data.TFRecordDataset, cycle_length=2,
+                                num_parallel_calls=AUTOTUNE)
+                    .map(_parse, num_parallel_calls=AUTOTUNE)
+                    .shuffle(30, seed=5).batch(8).prefetch(AUTOTUNE),
+      "filter": lambda: r(300).map(lambda x: x * 7).filter(
+          lambda x: x % 3 == 0).batch(10),
+      "random_map": lambda: r(200).map(
+          heavy, num_parallel_calls=AUTOTUNE).map(
+              lambda x: x + tf.random.stateless_uniform(
+                  [], seed=[tf.cast(x, tf.int64), 1])).batch(8),
+  }
+
+
+PIPELINES = ("shuffle", "interleave", "filter", "random_map")
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_three_epochs_give_the_elements_of_the_uncached_pipeline(
+    tmp_path, name):
+  make = _pipelines(tmp_path)[name]
+  tf.random.set_seed(11)
+  cached = _tuned(make())
+  runs = [_epoch(cached) for _ in range(3)]
+  tf.random.set_seed(11)
+  plain = _tuned(make(), cache=False)
+  expected = [_epoch(plain)[0] for _ in range(3)]
+  assert [elements for elements, _ in runs] == expected
+  # The cache filled in epoch 1 and served epochs 2 and 3 whole.
+  first, second, third = (stats for _, stats in runs)
+  assert first["point"], first["reason"]
+  assert first["hits"] == 0 and first["misses"] > 0
+  assert second["complete"] and second["misses"] == 0
+  assert second["hits"] == first["misses"] == third["hits"]
+  assert third["served"] == 1.0 and third["bytes"] > 0
+  assert third["saved_s"] > 0
+
+
+def test_the_option_off_adds_no_cache(tmp_path):
+  ds = _tuned(_pipelines(tmp_path)["filter"](), cache=False)
+  _, stats = _epoch(ds)
+  _, stats = _epoch(ds)
+  assert stats["point"] == "" and stats["reason"] == ""
+  assert stats["hits"] == stats["bytes"] == 0
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_random_op_upstream_still_changes_each_epoch(cache):
+  # With a global seed, TF itself replays the same draws each epoch.
+  tf.random.set_seed(None)
+  ds = _tuned(tf.data.Dataset.range(50).map(
+      lambda x: tf.reduce_sum(tf.sin(tf.cast(tf.range(x + 100), tf.float32))))
+      .map(lambda x: x + tf.random.uniform([])), cache=cache)
+  epochs = [_epoch(ds) for _ in range(3)]
+  values = [elements for elements, _ in epochs]
+  assert values[0] != values[1] != values[2]
+  if not cache:
+    return
+  # It cached below the random op: the sums repeat.
+  stats = epochs[-1][1]
+  assert stats["served"] == 1.0
+  assert "is random" in stats["reason"]
+  sums = [np.floor(np.array(v)) for v in values]
+  assert np.all(np.abs(sums[0] - sums[1]) <= 1)
+
+
+def test_the_users_own_cache_is_the_only_one():
+  ds = _tuned(tf.data.Dataset.range(30).map(lambda x: x * 2).cache())
+  epochs = [_epoch(ds) for _ in range(2)]
+  assert epochs[1][0] == [2 * i for i in range(30)]
+  assert epochs[1][1]["point"] == ""
+  assert "own cache" in epochs[1][1]["reason"]
+
+
+@pytest.mark.parametrize("source", ["path", "slices"])
+def test_a_file_rewritten_between_epochs_is_read_again(tmp_path, source):
+  path = str(tmp_path / "data.tfrecord")
+  _records(path, 20, tag="old")
+  files = tf.data.Dataset.from_tensor_slices([path])
+  base = (tf.data.TFRecordDataset(path) if source == "path"
+          else files.flat_map(tf.data.TFRecordDataset))
+  ds = _tuned(base.map(lambda r: tf.strings.upper(r)))
+  first, _ = _epoch(ds)
+  second, stats = _epoch(ds)
+  assert second == first and stats["served"] == 1.0
+  _records(path, 25, tag="new")
+  # A later modification time, whatever the clock's resolution.
+  later = time.time() + 5
+  os.utime(path, (later, later))
+  third, stats = _epoch(ds)
+  assert third == [f"NEW-{i:04d}".encode() for i in range(25)]
+  assert stats["hits"] == 0
+  fourth, stats = _epoch(ds)
+  assert fourth == third and stats["served"] == 1.0
+
+
+def _vectors(n=2000, width=100):
+  return tf.data.Dataset.range(n).map(
+      lambda x: tf.fill([width], tf.cast(x, tf.float32)) * 1.5)
+
+
+def _checkpoint_bytes(directory):
+  return sum(os.path.getsize(os.path.join(directory, f))
+             for f in os.listdir(directory))
+
+
+@pytest.mark.parametrize("fresh", [False, True],
+                         ids=["same_dataset", "new_dataset"])
+def test_a_checkpoint_mid_epoch_two_holds_no_cached_element(tmp_path, fresh):
+  sizes = {}
+  rests = {}
+  for cache in (True, False):
+    ds = _tuned(_vectors(), cache=cache)
+    _epoch(ds)
+    it = iter(ds)
+    for _ in range(700):
+      next(it)
+    directory = tmp_path / f"cache-{cache}"
+    os.makedirs(directory)
+    saved = tf.train.Checkpoint(it=it).write(str(directory / "ckpt"))
+    sizes[cache] = _checkpoint_bytes(directory)
+    target = iter(_tuned(_vectors(), cache=cache) if fresh else ds)
+    tf.train.Checkpoint(it=target).read(saved).assert_consumed()
+    rests[cache] = [_value(e) for e in target]
+    assert [_value(e) for e in it] == rests[cache]
+  assert sizes[True] <= 1.1 * sizes[False]
+  assert rests[True] == rests[False]
+  assert [row[0] for row in rests[True]] == [1.5 * i for i in range(700, 2000)]
+
+
+def test_tf_data_cache_writes_its_elements_into_checkpoints(tmp_path):
+  # What the test above guards against: tf.data's own cache() does.
+  ds = _vectors().cache()
+  list(ds)
+  it = iter(ds)
+  for _ in range(700):
+    next(it)
+  tf.train.Checkpoint(it=it).write(str(tmp_path / "ckpt"))
+  assert _checkpoint_bytes(tmp_path) > 700 * 100 * 4
+
+
+def test_memory_pressure_mid_epoch_shrinks_the_cache_and_the_job_goes_on():
+  ds = _tuned(_vectors(), ram_budget=64 << 20)
+  expected, _ = _epoch(ds)
+  it = iter(ds)
+  session = intune_tf.session_of(it)
+  head = [_value(next(it)) for _ in range(500)]
+  before = session.cache()
+  assert before["complete"] and before["bytes"] >= 2000 * 400
+  session.set_ram_budget(300 * 400)
+  assert wait_for(lambda: session.cache()["bytes"] <= 300 * 400)
+  rest = [_value(e) for e in it]
+  assert head + rest == expected
+  after = session.cache()
+  assert after["shrunk_bytes"] > 0 and not after["complete"]
+  assert after["misses"] > 0
+
+
+def test_an_epoch_larger_than_the_budget_caches_its_first_part():
+  # Half an epoch of 2,000 elements of 400 bytes.
+  budget = 1000 * 400
+  ds = _tuned(_vectors(), ram_budget=budget)
+  first, _ = _epoch(ds)
+  second, stats = _epoch(ds)
+  assert second == first
+  assert 0 < stats["bytes"] <= budget
+  assert 0 < stats["served"] < 1
+  # The first part came from the cache, the rest from the input (which may
+  # append a few more elements when the buffers left room since epoch 1).
+  assert stats["hits"] >= 800 and stats["misses"] >= 800
+
+
+def _told(caplog, text):
+  return [r for r in caplog.records if text in r.getMessage()]
+
+
+def test_a_budget_too_small_for_any_element_caches_nothing(caplog):
+  ds = _tuned(_vectors(), ram_budget=100, period_s=0.01)
+  with caplog.at_level(logging.INFO):
+    first, _ = _epoch(ds)
+    second, stats = _epoch(ds)
+    third, _ = _epoch(ds)
+  assert second == first == third
+  assert stats["point"] and stats["bytes"] == 0 and stats["hits"] == 0
+  assert len(_told(caplog, "no cache: the RAM budget")) == 1
+  assert not _told(caplog, "cached after")
+
+
+def test_the_log_says_where_it_cached(caplog):
+  ds = _tuned(_vectors(), period_s=0.01)
+  with caplog.at_level(logging.INFO):
+    for _ in range(3):
+      _epoch(ds)
+  (line,) = _told(caplog, "cached after")
+  assert "MapDataset" in line.getMessage()
+  assert not _told(caplog, "no cache")

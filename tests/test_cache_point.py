@@ -1,0 +1,195 @@
+"""Where a pipeline stops changing between epochs (`FindCachePoint`,
+rewrites/cache_point.cc, through `intune_tf.rewrites.cache_point`), on the
+graphs of real datasets, each point found by hand."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from intune_tf import rewrites
+from intune_tf.ops import loader as _kernels
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _graph(ds) -> graph_pb2.GraphDef:
+  return graph_pb2.GraphDef.FromString(tf.raw_ops.DatasetToGraphV2(
+      input_dataset=ds._variant_tensor,  # noqa: SLF001
+      external_state_policy=1, strip_device_assignment=True).numpy())
+
+
+def _op(graph_def, name):
+  (node,) = [n for n in graph_def.node if n.name == name]
+  return node.op
+
+
+def _point(ds):
+  graph_def = _graph(ds)
+  point = rewrites.cache_point(graph_def)
+  return (_op(graph_def, point.node) if point.node else None), point.reason
+
+
+def _twice(x):
+  return x * 2
+
+
+def _noise(x):
+  return tf.cast(x, tf.float32) + tf.random.uniform([], seed=1)
+
+
+def _stateless_noise(x):
+  return tf.cast(x, tf.float32) + tf.random.stateless_uniform([], seed=[1, 2])
+
+
+def _py(x):
+  return tf.py_function(lambda v: v, [x], tf.int64)
+
+
+@tf.function
+def _inner_noise(x):
+  return tf.cast(x, tf.float32) + tf.random.normal([])
+
+
+@tf.function
+def _inner_twice(x):
+  return x * 2
+
+
+_VARIABLE = tf.Variable(3, dtype=tf.int64)
+
+
+def _reads_variable(x):
+  return x + _VARIABLE
+
+
+def _records(tmp_path, n_files=2):
+  files = []
+  for i in range(n_files):
+    path = str(tmp_path / f"part-{i}.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+      for j in range(5):
+        writer.write(f"{i}-{j}".encode())
+    files.append(path)
+  return files
+
+
+@pytest.mark.parametrize("make,op,stop", [
+    # Pure to the output: the cache goes right above the last stage that
+    # works, below the prefetch.
+    (lambda: tf.data.Dataset.range(10).map(_twice).prefetch(2),
+     "MapDataset", "the whole pipeline"),
+    (lambda: tf.data.Dataset.range(10).map(_twice).filter(
+        lambda x: x > 4).batch(3).prefetch(AUTOTUNE),
+     "BatchDatasetV2", "the whole pipeline"),
+    # A shuffle that reshuffles each epoch ends it, seeded or not.
+    (lambda: tf.data.Dataset.range(10).map(
+        _twice, num_parallel_calls=2).shuffle(5, seed=1).batch(2),
+     "ParallelMapDatasetV2", "reshuffles each epoch"),
+    (lambda: tf.data.Dataset.range(10).map(_twice).shuffle(
+        5, seed=1, reshuffle_each_iteration=False).batch(2),
+     "MapDataset", "seed of its own"),
+    # Random ops in a map, seeded, stateless, or in a called function.
+    (lambda: tf.data.Dataset.range(10).map(_twice).map(_noise),
+     "MapDataset", "is random"),
+    (lambda: tf.data.Dataset.range(10).map(_twice).map(_stateless_noise),
+     "MapDataset", "is random"),
+    (lambda: tf.data.Dataset.range(10).map(_twice).map(_inner_noise),
+     "MapDataset", "is random"),
+    # A pure function called from a map is pure.
+    (lambda: tf.data.Dataset.range(10).map(_inner_twice).shuffle(3),
+     "MapDataset", "reshuffles"),
+    # py_function and stateful ops.
+    (lambda: tf.data.Dataset.range(10).map(_twice).map(_py),
+     "MapDataset", "py_function"),
+    (lambda: tf.data.Dataset.range(10).map(_twice).map(_reads_variable),
+     "MapDataset", "is stateful"),
+    # A repeat: the cache goes below it.
+    (lambda: tf.data.Dataset.range(10).map(_twice).repeat(3),
+     "MapDataset", "repeats"),
+    # A zip with a random branch: its first input is kept.
+    (lambda: tf.data.Dataset.zip((
+        tf.data.Dataset.range(10).map(_twice),
+        tf.data.Dataset.range(10).map(_noise))),
+     "MapDataset", "is random"),
+])
+def test_the_point_is_the_last_stage_that_repeats(make, op, stop):
+  found, reason = _point(make())
+  assert found == op
+  assert stop in reason
+
+
+def test_the_point_is_exactly_the_node_below_a_random_map():
+  ds = tf.data.Dataset.range(10).map(_twice).map(_noise)
+  graph_def = _graph(ds)
+  point = rewrites.cache_point(graph_def)
+  (random_map,) = [n for n in graph_def.node
+                   if n.op == "MapDataset" and point.node in n.input[0]]
+  assert random_map.name != point.node
+  assert random_map.name in point.reason
+
+
+def test_interleaved_files_are_cached_after_the_parse(tmp_path):
+  files = _records(tmp_path)
+  ds = (tf.data.Dataset.from_tensor_slices(files)
+        .interleave(tf.data.TFRecordDataset, cycle_length=2,
+                    num_parallel_calls=AUTOTUNE)
+        .map(tf.strings.length, num_parallel_calls=AUTOTUNE)
+        .shuffle(10, seed=3).batch(4).prefetch(AUTOTUNE))
+  assert _point(ds)[0] == "ParallelMapDatasetV2"
+
+
+@pytest.mark.parametrize("make,reason", [
+    # The user's own cache stays the only one.
+    (lambda: tf.data.Dataset.range(10).map(_twice).cache().repeat(2),
+     "its own cache"),
+    (lambda: tf.data.Dataset.range(10).map(_twice).cache().map(_noise),
+     "its own cache"),
+    # Nothing but an in-memory source below the first random stage.
+    (lambda: tf.data.Dataset.range(10).map(_noise).batch(2),
+     "nothing to save"),
+    (lambda: tf.data.Dataset.from_tensor_slices(np.arange(4)).prefetch(1),
+     "nothing to save"),
+    # Only a range below the reshuffled shuffle.
+    (lambda: tf.data.Dataset.range(10).shuffle(10).map(_twice),
+     "nothing to save below RangeDataset"),
+    # A random source: no epoch repeats the last.
+    (lambda: tf.data.Dataset.random(seed=1).take(10).map(_twice),
+     "nothing repeats each epoch"),
+])
+def test_no_point(make, reason):
+  found, why = _point(make())
+  assert found is None
+  assert reason in why
+
+
+@pytest.mark.parametrize("graph_def,message", [
+    (b"\xff\xff\xff", "not a GraphDef"),
+    ([b"", b""], "must be a scalar"),
+])
+def test_the_op_checks_its_input(graph_def, message):
+  with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+    _kernels.ops().intune_cache_point(graph_def=graph_def)
+
+
+def _global_shuffle():
+  """TF's global_shuffle (public or not), None before TF 2.17."""
+  public = getattr(tf.data.experimental, "global_shuffle", None)
+  if public is not None:
+    return public
+  try:
+    from tensorflow.python.data.experimental.ops import global_shuffle_op  # noqa: PLC0415
+  except ImportError:
+    return None
+  return getattr(global_shuffle_op, "_global_shuffle", None)
+
+
+@pytest.mark.skipif(_global_shuffle() is None,
+                    reason="global_shuffle needs TF >= 2.17")
+def test_no_point_under_a_global_shuffle():
+  # It reads its input by index, which the cache does not serve.
+  ds = _global_shuffle()(tf.data.Dataset.range(10).map(_twice).prefetch(1),
+                         seed=4).batch(2)
+  found, why = _point(ds)
+  assert found is None
+  assert "global shuffle" in why
