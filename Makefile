@@ -35,13 +35,12 @@ SMOKE_MINORS ?= $(filter-out $(MAIN_TF_MINOR) $(COMPAT_TF_MINOR),$(TF_MINORS))
 demo: setup-main
 	$(MAIN)/bin/intune demo
 
-# The tests whose code needs TensorFlow run on both stacks, at the same time,
-# each beside the other on the same cores (the suite must hold on a busy
-# machine); the rest (tests/conftest.py's TF_FREE_MODULES) run once, on the
-# main stack, as soon as a core is free. -O prints each part's output whole
-# when it ends.
+# The tests whose code needs TensorFlow run on both stacks, and the rest
+# (tests/conftest.py's TF_FREE_MODULES) once, on the main stack: the three at
+# the same time on the same cores (the suite must hold on a busy machine). -O
+# prints each part's output whole when it ends.
 test: lint setup
-	$(MAKE) --no-print-directory -j2 -O pytest-main pytest-compat pytest-tf-free
+	$(MAKE) --no-print-directory -j3 -O pytest-main pytest-compat pytest-tf-free
 
 # The developers' inner loop (about 3 minutes on 2 cores): ruff, then every
 # test not marked slow, on the main stack; it fails if those tests left a

@@ -10,16 +10,16 @@ import tempfile
 import pytest
 
 # Each test process shares the host only with the processes it starts: the
-# suites that other checkouts or the other stack run at the same time keep
-# their own leases (`intune_tf.arbiter`).
-os.environ.setdefault("INTUNE_HOST_DIR",
-                      tempfile.mkdtemp(prefix="intune-host-test-"))
+# suites that other checkouts or the other stack run at the same time, and
+# the other pytest-xdist workers of its own suite (which inherit the
+# controller's environment), keep their own leases (`intune_tf.arbiter`).
 # Nor do they share warm-start state or status files, with each other or with
 # the user's own jobs (~/.cache/intune_tf).
-os.environ.setdefault("INTUNE_WARMSTART_DIR",
-                      tempfile.mkdtemp(prefix="intune-warmstart-test-"))
-os.environ.setdefault("INTUNE_STATUS_DIR",
-                      tempfile.mkdtemp(prefix="intune-status-test-"))
+for _variable, _prefix in (("INTUNE_HOST_DIR", "intune-host-test-"),
+                           ("INTUNE_WARMSTART_DIR", "intune-warmstart-test-"),
+                           ("INTUNE_STATUS_DIR", "intune-status-test-")):
+  if "PYTEST_XDIST_WORKER" in os.environ or _variable not in os.environ:
+    os.environ[_variable] = tempfile.mkdtemp(prefix=_prefix)
 
 # The real Criteo sample lives beside the repository, never inside it.
 CRITEO_REAL_DIR = (pathlib.Path(__file__).resolve().parents[1].parent

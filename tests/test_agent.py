@@ -181,6 +181,7 @@ def test_tiny_agent_learns_a_two_stage_pipeline():
   assert rate >= 0.95 * s.optimum()[0]
 
 
+@pytest.mark.slow
 def test_shipped_agent_beats_even_in_simulation():
   pipes = pretrain.evaluation_pipelines(count=20, seed=99)
   opts = IntuneOptions()

@@ -128,7 +128,8 @@ def test_the_demo_command_table_png_knobs_and_no_intune_log_line(tmp_path):
   # table, plot and JSON. The climber always tries a move once its base is
   # measured; the agent may rightly hold its start for a 9 s run on a
   # loaded machine.
-  env = {**os.environ, "INTUNE_WARMSTART_DIR": str(tmp_path / "warmstart")}
+  env = {**os.environ, "INTUNE_WARMSTART_DIR": str(tmp_path / "warmstart"),
+         "INTUNE_STATUS_DIR": str(tmp_path / "status")}
   # As a shell runs it: tensorflow_transform, which the compat stack's TFX
   # tests import, sets TF_USE_LEGACY_KERAS=1 in this process.
   env.pop("TF_USE_LEGACY_KERAS", None)
