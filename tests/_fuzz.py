@@ -15,7 +15,9 @@ with `SEEDS` and the fuzz helpers importable, and returns its output.
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import math
 import os
 import pathlib
@@ -58,7 +60,7 @@ def random_json(rng: random.Random, depth: int = 0) -> Any:
   if kind == "null":
     return None
   if kind == "extreme":
-    return rng.choice(EXTREMES)
+    return copy.deepcopy(rng.choice(EXTREMES))
   if kind == "list":
     return [random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))]
   return {random_key(rng): random_json(rng, depth + 1)
@@ -96,8 +98,10 @@ def mutate(valid: dict, rng: random.Random) -> Any:
     if rng.random() < 0.15 and isinstance(parent, dict):
       del parent[path[-1]]
     else:
-      parent[path[-1]] = (rng.choice(EXTREMES) if rng.random() < 0.7
-                          else random_json(rng, 2))
+      # A copy: an extreme container set in two places (or in itself) would
+      # make the record a cycle.
+      parent[path[-1]] = (copy.deepcopy(rng.choice(EXTREMES))
+                          if rng.random() < 0.7 else random_json(rng, 2))
   return data
 
 
@@ -223,6 +227,19 @@ def fill(folder: pathlib.Path, seed: int, count: int,
 
 def finite_or_none(value: Any) -> bool:
   return not isinstance(value, float) or math.isfinite(value)
+
+
+def warnings_told() -> list[str]:
+  """The messages of every WARNING or worse logged from now on, in order."""
+  told = []
+
+  class Catch(logging.Handler):
+    def emit(self, record):
+      if record.levelno >= logging.WARNING:
+        told.append(record.getMessage())
+
+  logging.getLogger().addHandler(Catch())
+  return told
 
 
 def run_reader(script: str, seeds=SEEDS) -> str:
