@@ -680,12 +680,7 @@ def test_fuzzed_leases_are_read_or_told_once_and_never_stop_the_arbiter():
       from intune_tf import arbiter
       from intune_tf.observe import inspect as inspect_lib
 
-      told = []
-      class Catch(logging.Handler):
-        def emit(self, record):
-          if record.levelno >= logging.WARNING:
-            told.append(record.getMessage())
-      logging.getLogger().addHandler(Catch())
+      told = _fuzz.warnings_told()
       pids = psutil.pids()
 
       def valid(rng):

@@ -360,12 +360,7 @@ def test_fuzzed_status_files_are_read_or_told_once_and_never_stop_a_reader():
       from intune_tf.observe import inspect as inspect_lib
       from intune_tf.observe import status
 
-      told = []
-      class Catch(logging.Handler):
-        def emit(self, record):
-          if record.levelno >= logging.WARNING:
-            told.append(record.getMessage())
-      logging.getLogger().addHandler(Catch())
+      told = _fuzz.warnings_told()
       me = psutil.Process()
 
       def valid(rng):

@@ -244,12 +244,7 @@ def test_fuzzed_warm_start_files_are_loaded_or_told_once_and_never_raise():
       from intune_tf import records
       from intune_tf.agent import warmstart
 
-      told = []
-      class Catch(logging.Handler):
-        def emit(self, record):
-          if record.levelno >= logging.WARNING:
-            told.append(record.getMessage())
-      logging.getLogger().addHandler(Catch())
+      told = _fuzz.warnings_told()
       session = types.SimpleNamespace(
           fingerprint="fuzz", options=types.SimpleNamespace(warm_start=True))
       knobs = [records.Knob("Prefetch/buffer_size", "buffer_size", 4, 1, 64),
