@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import _observations as observations
@@ -93,6 +94,53 @@ def test_a_static_policy_is_stepped_once_while_listeners_see_every_step():
   finally:
     tuner.remove_listener(listener)
     registry.unregister("counting-static-test")
+    del it
+    gc.collect()
+
+
+class _SlowStatic(policies.Policy):
+  """A static policy whose step takes 0.5 s and moves every knob to its
+  maximum on odd steps and to its minimum on even ones."""
+  static = True
+  steps = 0
+
+  def step(self, obs):
+    type(self).steps += 1
+    time.sleep(0.5)
+    return {k.name: k.max if type(self).steps % 2 else k.min
+            for k in obs.knobs}
+
+
+def test_steps_of_one_session_from_two_threads_do_not_interleave():
+  # A training loop's step_session and the background thread (or a caller's
+  # Tuner.step) can reach one session at once: the second waits for the
+  # first, sees the knobs unchanged and holds, so the static policy is
+  # stepped once and the listeners see its applied step first.
+  registry.register("slow-static-test", _SlowStatic)
+  seen = []
+  tuner = intune_tf.global_tuner()
+  listener = lambda session, obs, applied: seen.append((session.id, applied))
+  tuner.add_listener(listener)
+  it = None
+  try:
+    it, session = _iterate("slow-static-test", period_s=1000)
+    tuner.step_session(session.id)  # step 1: every knob to its maximum
+    assert _SlowStatic.steps == 1
+    # As if its knobs had changed: the next step steps the policy again.
+    tuner._tuned[session.id].static_knobs = None  # noqa: SLF001
+    del seen[:]
+    threads = [threading.Thread(target=tuner.step_session, args=(session.id,))
+               for _ in range(2)]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    mine = [applied for sid, applied in seen if sid == session.id]
+    assert _SlowStatic.steps == 2  # step 2 (to the minimum), then one held
+    assert len(mine) == 2 and mine[0] and not mine[1], mine
+  finally:
+    tuner.remove_listener(listener)
+    registry.unregister("slow-static-test")
     del it
     gc.collect()
 

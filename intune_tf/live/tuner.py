@@ -143,6 +143,10 @@ class _Tuned:
     self.last_obs = None  # the last observation (`process_demand`)
     self.knobs_seen = False  # see `Tuner._tell_nothing_to_do`
     self.told: set[str] = set()  # what `_tell_nothing_to_do` said
+    # One step of this session at a time: the background thread, a
+    # training loop's `step_session` and a caller's `Tuner.step` may reach
+    # it at once, and a step's listeners must see the steps in order.
+    self.stepping = threading.Lock()
 
   def first_report(self, where: str, error: Exception) -> bool:
     """Whether `error` in `where` ("policy" or "step") is new for this
@@ -470,7 +474,8 @@ class Tuner:
     session and the session keeps its last configuration, so that neither
     the other sessions nor a training loop that drives the step stop."""
     try:
-      self._step_one_unguarded(t)
+      with t.stepping:
+        self._step_one_unguarded(t)
     except session_lib.SessionGoneError:
       pass
     except Exception as e:  # noqa: BLE001
