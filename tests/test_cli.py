@@ -1,47 +1,72 @@
 """The `intune` command line without the optional [bench] extra."""
 
 import argparse
+import json
 import subprocess
 import sys
 
 import pytest
 
-# Runs the CLI with tqdm (from the [bench] extra) made unimportable.
-_WITHOUT_TQDM = ("import sys; sys.modules['tqdm'] = None; "
-                 "from intune_tf import cli; cli.run(sys.argv[1:])")
+# Runs each command line of the JSON list argv[1] in turn, in one process,
+# with tqdm (from the [bench] extra) made unimportable, and prints one JSON
+# line per command: its exit code and the last lines of its stderr and
+# stdout. One process where each command line started its own: each of them
+# loads TensorFlow and Keras (about 10 s of a core). A command's module that
+# failed to import is not left in sys.modules, so the next command imports
+# it again, as a fresh process would.
+_WITHOUT_TQDM = """
+import contextlib, io, json, sys
+sys.modules["tqdm"] = None
+from intune_tf import cli
+for argv in json.loads(sys.argv[1]):
+  err, out = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+    try:
+      cli.run(argv)
+      code = 0
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else 1
+      if not isinstance(e.code, int) and e.code is not None:
+        print(e.code, file=sys.stderr)
+  print(json.dumps({"argv": argv, "code": code, "stderr": err.getvalue(),
+                    "stdout": out.getvalue()}), flush=True)
+"""
+
+_NEEDS_TQDM = ("intune {} needs tqdm, from the [bench] extra: "
+               "pip install 'intune_tf[bench]'")
 
 
-def _intune(tmp_path, *args):
+@pytest.mark.slow
+def test_commands_without_the_extra_say_what_to_install(tmp_path):
+  # (command line, exit code, the last line of stderr, the start of stdout).
+  cases = [
+      (["bench"], 1, _NEEDS_TQDM.format("bench"), ""),
+      (["bench", "--policies", "autotune"], 1, _NEEDS_TQDM.format("bench"),
+       ""),
+      (["bench", "--no-such-flag", "x"], 1, _NEEDS_TQDM.format("bench"), ""),
+      # Imports tqdm only when it runs.
+      (["criteo", "generate", "--rows", "10", "--out", str(tmp_path),
+        "--quiet"], 1, _NEEDS_TQDM.format("criteo generate"), ""),
+      # The commands that do not need the extra still work, and still refuse
+      # flags they do not know.
+      (["inspect", "--status-dir", str(tmp_path)], 1, None,
+       "no running InTune job found"),
+      (["inspect", "--no-such-flag"], 2,
+       "intune: error: unrecognized arguments: --no-such-flag", ""),
+  ]
   # Run outside the checkout: `-c` puts the working directory first on the
   # path, and the checkout is not the installed package on the compat stack.
-  return subprocess.run([sys.executable, "-c", _WITHOUT_TQDM, *args],
-                        capture_output=True, text=True, timeout=300,
-                        check=False, cwd=tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("command,args", [
-    ("bench", ()),
-    ("bench", ("--policies", "autotune")),
-    ("bench", ("--no-such-flag", "x")),
-    # Imports tqdm only when it runs.
-    ("criteo generate", ("--rows", "10", "--out", "{tmp}", "--quiet")),
-])
-def test_commands_without_the_extra_say_what_to_install(tmp_path, command,
-                                                        args):
-  result = _intune(tmp_path, *command.split(),
-                   *(a.format(tmp=tmp_path) for a in args))
-  assert result.returncode == 1
-  assert result.stderr.strip().splitlines()[-1] == (
-      f"intune {command} needs tqdm, from the [bench] extra: "
-      "pip install 'intune_tf[bench]'")
-
-
-@pytest.mark.slow
-def test_unknown_flags_of_a_working_command_are_still_refused(tmp_path):
-  result = _intune(tmp_path, "inspect", "--no-such-flag")
-  assert result.returncode == 2
-  assert "unrecognized arguments: --no-such-flag" in result.stderr
+  result = subprocess.run(
+      [sys.executable, "-c", _WITHOUT_TQDM, json.dumps([c[0] for c in cases])],
+      capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
+  runs = [json.loads(line) for line in result.stdout.splitlines()
+          if line.startswith("{")]
+  assert len(runs) == len(cases), result.stderr[-3000:]
+  for (argv, code, last_err, out_start), run in zip(cases, runs):
+    assert (run["argv"], run["code"]) == (argv, code), run
+    if last_err is not None:
+      assert run["stderr"].strip().splitlines()[-1].endswith(last_err), run
+    assert run["stdout"].startswith(out_start), run
 
 
 @pytest.mark.slow
@@ -51,13 +76,6 @@ def test_python_dash_m_runs_the_command(tmp_path):
        str(tmp_path)], capture_output=True, text=True, timeout=300,
       check=False, cwd=tmp_path)
   assert result.returncode == 1, result.stderr[-2000:]
-  assert result.stdout.startswith("no running InTune job found")
-
-
-@pytest.mark.slow
-def test_other_commands_work_without_the_extra(tmp_path):
-  result = _intune(tmp_path, "inspect", "--status-dir", str(tmp_path))
-  assert result.returncode == 1  # nothing running, and no import error
   assert result.stdout.startswith("no running InTune job found")
 
 
