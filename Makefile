@@ -1,6 +1,6 @@
 # Two commands for a fresh machine:
 #   make demo   set up the main stack and run the demo
-#   make test   set up both stacks and run every test on each
+#   make test   set up both stacks and run every test (docs/testing.md)
 SHELL := /bin/bash
 PYTHON_MAIN ?= python3
 PYTHON_COMPAT ?= $(shell pyenv root 2>/dev/null)/versions/3.10.13/bin/python3
@@ -37,7 +37,8 @@ SMOKE_MINORS ?= $(filter-out $(MAIN_TF_MINOR) $(COMPAT_TF_MINOR),$(TF_MINORS))
 demo: setup-main
 	$(MAIN)/bin/intune demo
 
-# The tests whose code needs TensorFlow run on both stacks, and the rest
+# The tests whose code needs TensorFlow run on the main stack, those whose
+# behaviour can change with its version on the compat stack too, and the rest
 # (tests/conftest.py's TF_FREE_MODULES) once, on the main stack: the three at
 # the same time on the same cores (the suite must hold on a busy machine). -O
 # prints each part's output whole when it ends.
@@ -64,10 +65,12 @@ test-compat: setup-compat
 pytest-main:
 	$(MAIN)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --needs-tf tests
 
-# The compat stack installs the package (not editable): the source tree holds
-# the main stack's kernel library, built for another TensorFlow.
+# The modules whose behaviour can change with the TensorFlow or Keras version
+# (neither TF_FREE_MODULES nor MAIN_STACK_ONLY in tests/conftest.py). The
+# compat stack installs the package (not editable): the source tree holds the
+# main stack's kernel library, built for another TensorFlow.
 pytest-compat:
-	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --needs-tf tests
+	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --version-dependent tests
 
 # With every import of TensorFlow and Keras refused.
 pytest-tf-free:

@@ -61,6 +61,38 @@ TF_FREE_MODULES = frozenset({
     "test_simulator.py",
     "test_tf_versions.py",
 })
+# Test modules that need TensorFlow to run, but check our own logic, whose
+# behaviour does not change with the TensorFlow or Keras version: `make test`
+# runs them on the main stack only. Each names the modules that run its
+# TensorFlow-facing part on both stacks (`--version-dependent`, checked at
+# start-up). Every module in neither list runs on both stacks.
+MAIN_STACK_ONLY = {
+    # The agent's policy maths and its runs in the simulator; its networks.
+    "test_agent.py": ("test_dqn.py", "test_allocator.py"),
+    # The lease protocol and the CPU placement (Python over files and
+    # sched_setaffinity); the budgets it gives reach a pipeline through the
+    # session, as the tuner gives them.
+    "test_arbiter.py": ("test_session.py", "test_tuner.py"),
+    # The flag types of the command line; what the commands run.
+    "test_arguments.py": ("test_criteo_pipelines.py", "test_service.py"),
+    "test_cli.py": ("test_criteo_pipelines.py", "test_service.py"),
+    "test_criteo_cli.py": ("test_criteo_reader.py", "test_criteo_pipelines.py",
+                           "test_criteo_convert.py"),
+    # The worker-pool simulation (TensorFlow only through `cli`); the pool
+    # of real tf.data service workers.
+    "test_cluster.py": ("test_service.py",),
+    # The models' quality on the real rows; the same DLRM trains under the
+    # callback on both stacks.
+    "test_criteo_models.py": ("test_keras.py",),
+    # The demo command: model.fit under the callback.
+    "test_demo.py": ("test_keras.py",),
+    # The harness's measurements and reports; the workloads it runs.
+    "test_harness.py": ("test_workloads.py",),
+    # The import graph and layers of the package; the installed package.
+    "test_package.py": ("test_install.py",),
+    # Pretraining in the simulator; the networks it trains.
+    "test_pretrain.py": ("test_dqn.py",),
+}
 _TF_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras"})
 
 
@@ -95,15 +127,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "refusing every import of TensorFlow or Keras")
   group.addoption("--needs-tf", action="store_true",
                   help="run only the modules not in TF_FREE_MODULES")
+  group.addoption("--version-dependent", action="store_true",
+                  help="run only the modules in neither TF_FREE_MODULES nor "
+                  "MAIN_STACK_ONLY (the compat stack's part)")
   group.addoption("--modules-loaded", metavar="FOLDER", default=None,
                   help="fail unless the tests, in all their processes, "
                   "loaded every module of intune_tf (each process writes "
                   "its list into FOLDER)")
 
 
+def _check_split() -> None:
+  """Raises pytest.UsageError unless every module MAIN_STACK_ONLY names
+  exists and runs on both stacks."""
+  tests = pathlib.Path(__file__).resolve().parent
+  for module, covered_by in MAIN_STACK_ONLY.items():
+    for name in (module, *covered_by):
+      if not (tests / name).is_file():
+        raise pytest.UsageError(f"conftest's MAIN_STACK_ONLY names {name}, "
+                                "which is not a test module")
+    wrong = [n for n in covered_by
+             if n in MAIN_STACK_ONLY or n in TF_FREE_MODULES]
+    if module in TF_FREE_MODULES or wrong:
+      raise pytest.UsageError(
+          f"conftest's MAIN_STACK_ONLY: {module} is covered on both stacks by "
+          f"{', '.join(wrong) or module}, which does not run on both")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-  if config.getoption("--tf-free") and config.getoption("--needs-tf"):
-    raise pytest.UsageError("give --tf-free or --needs-tf, not both")
+  chosen = [o for o in ("--tf-free", "--needs-tf", "--version-dependent")
+            if config.getoption(o)]
+  if len(chosen) > 1:
+    raise pytest.UsageError(f"give one of {', '.join(chosen)}, not several")
+  _check_split()
   if config.getoption("--tf-free"):
     already = _TF_PACKAGES.intersection(sys.modules)
     if already:
@@ -121,6 +176,9 @@ def pytest_ignore_collect(collection_path: pathlib.Path,
   if config.getoption("--tf-free") and not listed:
     return True
   if config.getoption("--needs-tf") and listed:
+    return True
+  if config.getoption("--version-dependent") and (
+      listed or collection_path.name in MAIN_STACK_ONLY):
     return True
   return None
 
