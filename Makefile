@@ -68,9 +68,10 @@ pytest-main:
 # The modules whose behaviour can change with the TensorFlow or Keras version
 # (neither TF_FREE_MODULES nor MAIN_STACK_ONLY in tests/conftest.py). The
 # compat stack installs the package (not editable): the source tree holds the
-# main stack's kernel library, built for another TensorFlow.
+# main stack's kernel library, built for another TensorFlow. The memory-limit
+# test runs one pair of jobs there (three on the main stack).
 pytest-compat:
-	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --version-dependent tests
+	INTUNE_OOM_REPEATS=1 $(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --version-dependent tests
 
 # With every import of TensorFlow and Keras refused.
 pytest-tf-free:
