@@ -1,0 +1,227 @@
+"""InTune's cache (`IntuneOptions(cache=True)`) on Criteo L4 under `model.fit`.
+
+Rows come from `intune criteo generate` (made once into `--data-dir`). The
+tiny DLRM (`intune_tf.bench.demo.tiny_dlrm`, traced once before) trains 3
+epochs on the L4 pipeline, one `fit` per variant and repeat, interleaved
+(the order rotates each repeat), each on new dataset objects, so that every
+cache starts empty:
+
+- `autotune`: the pipeline as written, TF's AUTOTUNE;
+- `intune`: `intune_tf.tune(..., cache=False)`;
+- `intune cache`: `intune_tf.tune(..., cache=True)`;
+- `hand .cache()`: AUTOTUNE with a `.cache()` where InTune puts its own, the
+  deepest point that repeats each epoch (after the read, below the shuffle
+  that reshuffles each epoch and the noise of the features stage);
+- `bound`: the same `fit` fed from the preprocessed epoch already in memory
+  (the whole pipeline's output cached by a `.cache()` filled before the
+  timer starts): what the model's own steps allow.
+
+Then a one-epoch job, interleaved: `intune` against `intune cache`.
+Reported: whole-`fit` seconds (median), per-epoch medians, process
+CPU-seconds, medians of the ratios paired within a repeat.
+
+Run: `python benchmarks/cache.py [--rows 100000] [--repeats 5]`;
+`--issue-size` sizes the rows so that one preprocessed epoch holds about
+300 MB (issue 46), which takes much longer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import intune_tf
+from intune_tf import host
+from intune_tf.bench import demo
+from intune_tf.criteo import pipelines
+from intune_tf.criteo import reader
+
+LEVEL = 4
+# Bytes of one preprocessed L4 row, measured on a batch at start.
+ISSUE_EPOCH_BYTES = 300e6
+
+
+def _files(rows: int, data_dir: str) -> list[str]:
+  out = os.path.join(data_dir, f"rows-{rows}")
+  files = sorted(glob.glob(os.path.join(out, "*.tsv")))
+  if files:
+    return files
+  os.makedirs(data_dir, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=f"rows-{rows}-", dir=data_dir)
+  subprocess.run([sys.executable, "-m", "intune_tf", "criteo", "generate",
+                  "--rows", str(rows), "--out", tmp, "--rows-per-file",
+                  str(max(1, rows // 4)), "--quiet"], check=True,
+                 stdout=subprocess.DEVNULL)
+  os.rename(tmp, out)
+  return sorted(glob.glob(os.path.join(out, "*.tsv")))
+
+
+def _pipeline(files, batch_size: int, hand_cache: bool = False):
+  """The L4 pipeline, one epoch per iterator (as `fit` reads it); with
+  `hand_cache`, a `.cache()` right after the read stage."""
+  if not hand_cache:
+    return pipelines.pipeline(LEVEL, files, batch_size=batch_size, seed=0)
+  lines = reader.lines_dataset
+  pipelines.reader.lines_dataset = lambda *a, **k: lines(*a, **k).cache()
+  try:
+    return pipelines.pipeline(LEVEL, files, batch_size=batch_size, seed=0)
+  finally:
+    pipelines.reader.lines_dataset = lines
+
+
+def _row_bytes(files, batch_size: int) -> float:
+  batch = next(iter(_pipeline(files, batch_size)))
+  rows = int(tf.shape(batch[1])[0])
+  return sum(int(np.asarray(t).nbytes)
+             for t in tf.nest.flatten(batch)) / rows
+
+
+class _EpochTimes(keras.callbacks.Callback):
+
+  def __init__(self):
+    super().__init__()
+    self.times = []
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self._start = time.perf_counter()
+
+  def on_epoch_end(self, epoch, logs=None):
+    self.times.append(time.perf_counter() - self._start)
+
+
+def _variant(name: str, files, batch_size: int):
+  """The dataset of `name`, new (every cache empty), and a fill step that
+  runs before the timer (the bound's preprocessed epoch)."""
+  if name == "autotune":
+    return _pipeline(files, batch_size)
+  if name == "intune":
+    return intune_tf.tune(_pipeline(files, batch_size), cache=False)
+  if name == "intune cache":
+    return intune_tf.tune(_pipeline(files, batch_size), cache=True)
+  if name == "hand .cache()":
+    return _pipeline(files, batch_size, hand_cache=True)
+  if name == "bound":
+    ds = _pipeline(files, batch_size).cache()
+    for _ in ds:  # fill: the preprocessed epoch in memory
+      pass
+    return ds
+  raise ValueError(name)
+
+
+def _fit(model, ds, epochs: int) -> tuple[float, float, list[float]]:
+  """(seconds, process CPU-seconds, seconds per epoch) of one `fit`."""
+  gc.collect()
+  times = _EpochTimes()
+  cpu0, start = time.process_time(), time.perf_counter()
+  model.fit(ds, epochs=epochs, verbose=0, shuffle=False, callbacks=[times])
+  return time.perf_counter() - start, time.process_time() - cpu0, times.times
+
+
+def _run(model, names, files, batch_size, epochs, repeats):
+  results = {name: [] for name in names}
+  for repeat in range(repeats):
+    order = names[repeat % len(names):] + names[:repeat % len(names)]
+    for name in order:
+      ds = _variant(name, files, batch_size)
+      seconds, cpu_s, per_epoch = _fit(model, ds, epochs)
+      del ds
+      gc.collect()
+      results[name].append((seconds, cpu_s, per_epoch))
+      print(f"  repeat {repeat + 1}/{repeats} {name}: {seconds:.2f} s "
+            f"(epochs {' '.join(f'{t:.2f}' for t in per_epoch)}), "
+            f"CPU {cpu_s:.2f} s", flush=True)
+  return results
+
+
+def _paired(results, name, base, key=lambda r: r[0]):
+  ratios = [key(b) / key(a) for a, b in zip(results[name], results[base])]
+  return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def _table(results, base, epochs):
+  heads = " | ".join(f"epoch {e + 1}" for e in range(epochs))
+  print(f"| variant | fit s (median) | {heads} | CPU s | "
+        f"speed-up vs {base} (median of paired ratios, min-max) |")
+  print("|---|---|" + "---|" * epochs + "---|---|")
+  for name, runs in results.items():
+    epoch_medians = " | ".join(
+        f"{statistics.median(r[2][e] for r in runs):.2f}"
+        for e in range(epochs))
+    med, lo, hi = _paired(results, name, base)
+    print(f"| {name} | {statistics.median(r[0] for r in runs):.2f} | "
+          f"{epoch_medians} | {statistics.median(r[1] for r in runs):.2f} | "
+          f"{med:.2f}x ({lo:.2f}-{hi:.2f}) |")
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--rows", type=int, default=100_000,
+                      help="Rows generated (default 100,000).")
+  parser.add_argument("--issue-size", action="store_true",
+                      help="Rows for a preprocessed epoch of about 300 MB.")
+  parser.add_argument("--repeats", type=int, default=5,
+                      help="Interleaved repeats (default 5).")
+  parser.add_argument("--epochs", type=int, default=3,
+                      help="Epochs per fit (default 3).")
+  parser.add_argument("--batch-size", type=int, default=4096)
+  parser.add_argument("--data-dir", default=os.path.expanduser(
+      "~/.cache/intune_tf/cache-bench"), help="Where the rows are made.")
+  args = parser.parse_args(argv)
+  os.environ["INTUNE_WARMSTART_DIR"] = tempfile.mkdtemp(prefix="intune-ws-")
+
+  rows = args.rows
+  if args.issue_size:
+    probe = _files(20_000, args.data_dir)
+    rows = int(ISSUE_EPOCH_BYTES / _row_bytes(probe, args.batch_size))
+  files = _files(rows, args.data_dir)
+  row_bytes = _row_bytes(files, args.batch_size)
+  print(f"Criteo L{LEVEL}, {rows:,} generated rows in {len(files)} files, "
+        f"batch {args.batch_size}; one preprocessed epoch "
+        f"{rows * row_bytes / 1e6:.0f} MB; {args.repeats} interleaved "
+        f"repeats; {host.usable_cpus()} CPUs, TF {tf.__version__}", flush=True)
+
+  model = demo.tiny_dlrm()
+  # Build and trace the model (a full and the last, short batch's shape)
+  # once, outside the measured fits.
+  model.fit(_pipeline(files, args.batch_size), epochs=1, verbose=0)
+
+  print(f"\n{args.epochs} epochs per fit:", flush=True)
+  names = ["autotune", "intune", "intune cache", "hand .cache()", "bound"]
+  multi = _run(model, names, files, args.batch_size, args.epochs,
+               args.repeats)
+  print("\n1 epoch per fit:", flush=True)
+  single = _run(model, ["intune", "intune cache"], files, args.batch_size, 1,
+                args.repeats)
+
+  print(f"\nCriteo L{LEVEL} under model.fit of the tiny DLRM, {rows:,} rows "
+        f"({rows * row_bytes / 1e6:.0f} MB preprocessed per epoch), batch "
+        f"{args.batch_size}, {args.repeats} interleaved repeats, "
+        f"{host.usable_cpus()} CPUs\n")
+  print(f"{args.epochs} epochs:\n")
+  _table(multi, "autotune", args.epochs)
+  cached = _paired(multi, "intune cache", "hand .cache()")
+  bound = _paired(multi, "intune cache", "bound")
+  print(f"\nintune cache / hand .cache() time ratio (median of paired): "
+        f"{1 / cached[0]:.3f}; intune cache / bound: {1 / bound[0]:.3f}")
+  print("\n1 epoch:\n")
+  _table(single, "intune", 1)
+  wall = _paired(single, "intune cache", "intune")
+  cpu = _paired(single, "intune cache", "intune", key=lambda r: r[1])
+  print(f"\none-epoch job, cache=True / cache=False (median of paired "
+        f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
