@@ -9,10 +9,9 @@ MAIN := .venv
 COMPAT := .venv-compat
 PYTEST_FLAGS ?= -q -p no:cacheprovider --durations=25
 # Test processes per stack (pytest-xdist) for the tests that need TensorFlow
-# (0: in the pytest process itself). With 2, test_tuner.py's
-# test_a_static_policy_is_stepped_once_while_listeners_see_every_step is not
-# yet stable (docs/testing.md).
-PYTEST_WORKERS ?= 0
+# (0: in the pytest process itself); each gets its own host, warm-start and
+# status folders (tests/conftest.py).
+PYTEST_WORKERS ?= 2
 
 # The TensorFlow minors the wheel carries a kernel library for
 # (intune_tf/tf_versions.py), and the two stacks' own (requirements/).
@@ -45,12 +44,14 @@ demo: setup-main
 test: lint setup
 	$(MAKE) --no-print-directory -j3 -O pytest-main pytest-compat pytest-tf-free
 
-# The developers' inner loop (about 3 minutes on 2 cores): ruff, then every
-# test not marked slow, on the main stack; it fails if those tests left a
-# module of the package unloaded. `make test` runs everything.
+# The developers' inner loop (under 3 minutes on 2 cores, docs/testing.md):
+# ruff, then every test not marked slow, on the main stack, in CHECK_WORKERS
+# processes; it fails if those tests left a module of the package unloaded.
+# `make test` runs everything.
+CHECK_WORKERS ?= 2
 check: lint
 	rm -rf build/check && mkdir -p build/check
-	$(MAIN)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) -m "not slow" --modules-loaded build/check tests
+	$(MAIN)/bin/pytest $(PYTEST_FLAGS) -n $(CHECK_WORKERS) -m "not slow" --modules-loaded build/check tests
 
 # ruff, configured in pyproject.toml (Google style).
 lint: setup-main

@@ -2,6 +2,7 @@
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import pathlib
 import sys
@@ -185,9 +186,15 @@ def pytest_ignore_collect(collection_path: pathlib.Path,
 
 # `make check`: the modules of the package that the selected tests loaded,
 # per test process, and the session fails naming any module none loaded.
+# Packages of intune_tf that need a distribution only the compat stack
+# installs: on a stack without it no test can load them.
+_NEEDS_DISTRIBUTION = {"intune_tf.tfx": "tfx"}
+
+
 def _package_modules() -> set[str]:
   """Every module of intune_tf in the checkout, criteo/ and rewrites/ as
-  setup.py installs them, except `__main__`."""
+  setup.py installs them, except `__main__` and the packages whose
+  distribution (`_NEEDS_DISTRIBUTION`) this stack does not install."""
   root = pathlib.Path(__file__).resolve().parents[1]
   names = set()
   for folder, package in (("intune_tf", "intune_tf"),
@@ -199,7 +206,10 @@ def _package_modules() -> set[str]:
         parts = parts[:-1]
       if parts[-1:] != ("__main__",):
         names.add(".".join((package, *parts)))
-  return names
+  absent = [prefix for prefix, distribution in _NEEDS_DISTRIBUTION.items()
+            if importlib.util.find_spec(distribution) is None]
+  return {n for n in names
+          if not any(n == p or n.startswith(p + ".") for p in absent)}
 
 
 def _loaded_file(config: pytest.Config, worker: str) -> pathlib.Path:

@@ -169,6 +169,7 @@ def _checkpoint_bytes(directory):
              for f in os.listdir(directory))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fresh", [False, True],
                          ids=["same_dataset", "new_dataset"])
 def test_a_checkpoint_mid_epoch_two_holds_no_cached_element(tmp_path, fresh):
@@ -204,6 +205,7 @@ def test_tf_data_cache_writes_its_elements_into_checkpoints(tmp_path):
   assert _checkpoint_bytes(tmp_path) > 700 * 100 * 4
 
 
+@pytest.mark.slow
 def test_memory_pressure_mid_epoch_shrinks_the_cache_and_the_job_goes_on():
   ds = _tuned(_vectors(), ram_budget=64 << 20)
   expected, _ = _epoch(ds)
@@ -221,6 +223,7 @@ def test_memory_pressure_mid_epoch_shrinks_the_cache_and_the_job_goes_on():
   assert after["misses"] > 0
 
 
+@pytest.mark.slow
 def test_an_epoch_larger_than_the_budget_caches_its_first_part():
   # Half an epoch of 2,000 elements of 400 bytes.
   budget = 1000 * 400
@@ -239,6 +242,7 @@ def _told(caplog, text):
   return [r for r in caplog.records if text in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_a_budget_too_small_for_any_element_caches_nothing(caplog):
   ds = _tuned(_vectors(), ram_budget=100, period_s=0.01)
   with caplog.at_level(logging.INFO):
@@ -251,6 +255,7 @@ def test_a_budget_too_small_for_any_element_caches_nothing(caplog):
   assert not _told(caplog, "cached after")
 
 
+@pytest.mark.slow
 def test_the_log_says_where_it_cached(caplog):
   ds = _tuned(_vectors(), period_s=0.01)
   with caplog.at_level(logging.INFO):

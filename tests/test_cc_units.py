@@ -16,6 +16,7 @@ _UNITS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test", sorted(_UNITS))
 def test_cc_unit_passes(test: str, tmp_path: pathlib.Path):
   compiler = shutil.which("g++")

@@ -97,6 +97,7 @@ def test_scenario_is_seeded_and_shaped_as_documented():
   assert a.initial == 8
 
 
+@pytest.mark.slow
 def test_intune_beats_tf_formula_and_cachew_on_stall_at_64_workers():
   # One seed of the scored job: the controller stalls less than TF's
   # formula at no more than 5% more worker-hours, and far less than

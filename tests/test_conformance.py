@@ -137,7 +137,11 @@ def _in_mode(mode: str) -> Callable[[tf.data.Dataset, conf.SessionProbe],
   return lambda ds, probe: collect(ds, EPOCHS, probe)
 
 
-@pytest.mark.parametrize("mode", list(_MODES))
+# `make check` runs every pipeline in eager mode; the function modes are
+# marked slow (`make test` runs them).
+@pytest.mark.parametrize("mode", [
+    pytest.param(mode, marks=() if mode == "eager" else pytest.mark.slow)
+    for mode in _MODES])
 @pytest.mark.parametrize("name", list(PIPELINES))
 def test_same_output(tmp_path, name, mode):
   """Modes 1-3 (eager, captured by a tf.function, argument of one)."""
@@ -207,6 +211,7 @@ def test_same_output_while_knobs_move(tmp_path, name):
 _ZERO_BUFFER_PIPELINES = ("prefetch", "parallel_map", "parallel_interleave")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _ZERO_BUFFER_PIPELINES)
 def test_buffer_lowered_to_its_minimum_keeps_order(tmp_path, name):
   """Buffer knobs raised to 4, then lowered to their minimum while elements

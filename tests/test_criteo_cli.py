@@ -18,6 +18,7 @@ def _run(argv):
   return args.func(args)
 
 
+@pytest.mark.slow
 def test_generate_then_count(tmp_path, capsys):
   out = tmp_path / "gen"
   assert _run(["generate", "--rows", "2500", "--out", str(out), "--seed", "2",
@@ -30,12 +31,14 @@ def test_generate_then_count(tmp_path, capsys):
                                              "bad_rows_skipped:", "0"]
 
 
+@pytest.mark.slow
 def test_convert_to_tfrecord(tmp_path, capsys):
   src = synthetic.generate(300, tmp_path / "src")
   assert _run(["convert", *src, "--out", str(tmp_path / "tfr"), "--quiet"]) == 0
   assert capsys.readouterr().out.split()[0].endswith("part-00000.tfrecord")
 
 
+@pytest.mark.slow
 def test_bench_prints_a_markdown_table(tmp_path, capsys):
   src = synthetic.generate(2000, tmp_path, seed=1)
   assert _run(["bench", "--files", *src, "--levels", "1,3", "--batch-size",
@@ -47,6 +50,7 @@ def test_bench_prints_a_markdown_table(tmp_path, capsys):
   assert "| L3 | read > shuffle > batch > parse > prefetch |" in out
 
 
+@pytest.mark.slow
 def test_fit_and_compare(tmp_path, capsys, criteo_real_dir):
   real = str(criteo_real_dir / "criteo_sample_10k.tsv")
   assert _run(["fit", "--real", real, "--out", str(tmp_path / "s.json")]) == 0

@@ -42,6 +42,7 @@ def source(tmp_path_factory):
   return [path, str(test)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compress", [False, True])
 def test_tfrecord_roundtrip_equals_text_reader(tmp_path, source, compress):
   paths = convert.convert_files(source, tmp_path, "tfrecord",

@@ -28,6 +28,7 @@ def _features(batch):
                                 tf.int64)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["tiny", "small",
                                     models.DLRMConfig(num_buckets=50,
                                                     embedding_dim=3,
@@ -40,6 +41,7 @@ def test_output_is_a_probability_per_row(config):
   assert ((out > 0) & (out < 1)).all()
 
 
+@pytest.mark.slow
 def test_embedding_tables_are_per_feature_with_configured_buckets():
   model = models.dlrm(models.DLRMConfig(num_buckets=123, embedding_dim=5))
   model(_features(2))

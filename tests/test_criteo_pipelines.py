@@ -39,6 +39,7 @@ def test_log_dense_hand_computed():
                              rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", pipelines.LEVELS)
 def test_each_level_reads_every_row_once(synthetic_files, level):
   ds = pipelines.pipeline(level, synthetic_files, batch_size=512, seed=0)
@@ -63,6 +64,7 @@ def test_each_level_reads_every_row_once(synthetic_files, level):
   assert rows == ROWS
 
 
+@pytest.mark.slow
 def test_level3_equals_reader_plus_transforms(synthetic_files):
   path = synthetic_files[0]
   (features, label), = list(pipelines.pipeline(
@@ -75,6 +77,7 @@ def test_level3_equals_reader_plus_transforms(synthetic_files):
                                 pipelines.hash_sparse(raw["sparse"], 97))
 
 
+@pytest.mark.slow
 def test_level4_dictionary_hits_frequent_ids(synthetic_files):
   features, _ = next(iter(pipelines.pipeline(4, synthetic_files,
                                              batch_size=1000, seed=0)))
@@ -95,6 +98,7 @@ def test_shuffle_is_seeded(synthetic_files):
   assert not np.array_equal(first(5), first(6))
 
 
+@pytest.mark.slow
 def test_fixed_parallelism_replaces_autotune(synthetic_files):
   ds = pipelines.pipeline(5, synthetic_files, batch_size=64, parallelism={
       "read": 2, "batch": 1, "parse": 3, "features": 2, "heavy": 4,
@@ -160,6 +164,7 @@ def test_real_sample_files(criteo_real_dir):
       "criteo_sample_10k.tsv", "criteo_train_head_1999.tsv"]
 
 
+@pytest.mark.slow
 def test_real_sample_through_level5(criteo_real_dir):
   ds = pipelines.pipeline(
       5, str(criteo_real_dir / "criteo_train_head_1999.tsv"),

@@ -138,6 +138,7 @@ def real_lines(criteo_real_dir):
     return [next(f).rstrip("\n") for _ in range(VARIANT_ROWS)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", VARIANTS)
 def test_real_world_variants_read_like_the_original(tmp_path, real_lines,
                                                     kind):
@@ -171,6 +172,7 @@ def test_sniffed_layouts(tmp_path, real_lines):
         layout, compression, header), kind
 
 
+@pytest.mark.slow
 def test_mixed_layouts_in_one_read_keep_file_order(tmp_path, real_lines):
   paths = []
   for kind in ["kaggle_csv_crlf", "test_tsv", "tsv_gzip"]:
@@ -324,6 +326,7 @@ GZIP_DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on_bad_row", ["error", "skip"])
 @pytest.mark.parametrize("damage", sorted(GZIP_DAMAGE))
 def test_damaged_gzip_is_an_error_naming_the_file_in_every_mode(
@@ -349,6 +352,7 @@ def test_damaged_gzip_is_an_error_naming_the_file_in_every_mode(
   assert rows == INTACT_ROWS
 
 
+@pytest.mark.slow
 def test_a_utf8_byte_order_mark_is_not_a_bad_label(tmp_path):
   # Used to fail as "label 1 is not 0 or 1" (the mark is invisible).
   path = tmp_path / "excel.tsv"
@@ -372,6 +376,7 @@ APPENDED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [200, GZIP_ROWS])  # in the sniff, past it
 @pytest.mark.parametrize("appended", sorted(APPENDED))
 def test_bytes_appended_after_gzip_data_are_left_as_gzip_does(
@@ -413,6 +418,7 @@ def test_gzip_of_several_members_reads_whole(tmp_path, on_bad_row):
   assert int(ds.bad_rows.numpy()) == 0
 
 
+@pytest.mark.slow
 def test_a_gzip_file_damaged_after_a_clean_read_fails_the_next(tmp_path):
   path = tmp_path / "day_0.gz"
   data = gzip.compress(_made_up_rows(2000))

@@ -105,6 +105,7 @@ def test_missing_rates_follow_the_packaged_parameters(tmp_path):
   assert np.abs(got - want).max() < 0.03
 
 
+@pytest.mark.slow
 def test_missing_rates_within_3_points_of_the_real_sample(tmp_path,
                                                           criteo_real_dir):
   _, dense, sparse = synthetic.load_columns(
@@ -116,6 +117,7 @@ def test_missing_rates_within_3_points_of_the_real_sample(tmp_path,
   assert gaps.max() < 0.03, dict(zip(names, gaps.round(4)))
 
 
+@pytest.mark.slow
 def test_packaged_stats_are_the_fit_of_the_real_sample(criteo_real_dir):
   fitted = synthetic.fit_stats(str(criteo_real_dir / "criteo_sample_10k.tsv"))
   assert json.loads(json.dumps(fitted)) == synthetic.load_stats()
@@ -135,6 +137,7 @@ def test_vocabulary_and_label_rate_follow_the_real_sample(tmp_path,
     assert abs(s - r) <= max(3, 0.25 * r), (schema.SPARSE_NAMES[j], r, s)
 
 
+@pytest.mark.slow
 def test_compare_writes_a_png(tmp_path, criteo_real_dir):
   out = tmp_path / "compare.png"
   summary = plots.compare(str(criteo_real_dir / "criteo_sample_10k.tsv"), out)

@@ -175,6 +175,7 @@ def _done_transitions(agent: dqn.Agent, count: int, reward: float = 1.0):
   return state
 
 
+@pytest.mark.slow
 def test_learn_moves_q_towards_target():
   agent = dqn.Agent(seed=0, batch_size=8, learning_rate=1e-2)
   state = _done_transitions(agent, 8)
@@ -197,6 +198,7 @@ def test_weights_of_scalar_arrays_are_refused_before_loading(tmp_path):
       "an agent's w0, w2, w4 are 2-D kernels and w1, w3, w5 1-D biases)")
 
 
+@pytest.mark.slow
 def test_learn_returns_a_typed_loss_record():
   agent = dqn.Agent(seed=0, batch_size=8, learning_rate=1e-2,
                     target_period=3)
@@ -235,6 +237,7 @@ def test_the_agent_trains_with_the_optimizer_and_loss_it_is_given():
   assert [w.shape for w in small.weights][0] == (mdp.NUM_FEATURES, 8)
 
 
+@pytest.mark.slow
 def test_the_collect_step_stores_the_reward_of_the_action_before_it():
   agent = dqn.Agent(seed=0, batch_size=2)
   collector = dqn.Collector(agent, learn_every=2)

@@ -148,6 +148,7 @@ def test_the_simulator_is_a_tuning_env():
   _drive(sim, sim.advance)
 
 
+@pytest.mark.slow
 def test_a_live_session_is_a_tuning_env():
   options = tf.data.Options()
   # "manual": the tuner's own thread leaves the knobs alone.

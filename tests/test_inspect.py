@@ -352,6 +352,7 @@ def test_a_status_file_of_pid_minus_one_stops_neither_a_writer_nor_inspect(
                   "that wrote it."]
 
 
+@pytest.mark.slow
 def test_fuzzed_status_files_are_read_or_told_once_and_never_stop_a_reader():
   out = _fuzz.run_reader("""
       import io, logging, os, pathlib, socket, tempfile, time

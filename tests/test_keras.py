@@ -436,6 +436,7 @@ def test_fit_survives_a_failing_policy_and_a_full_disk(tmp_path):
     assert len(told) == 1, (what, run.stderr[-3000:])
 
 
+@pytest.mark.slow
 def test_fit_logs_what_the_cache_served():
   x, y = _data()
   ds = intune_keras.tune(_dataset(x, y), policy="even", name="cached",

@@ -37,6 +37,7 @@ def test_guided_action_moves_towards_the_proportional_share():
   assert a == 3
 
 
+@pytest.mark.slow
 def test_pretrain_and_score_run():
   agent, stats = pretrain.pretrain(seed=0, steps=300, progress=False)
   assert stats["steps"] == 300 and stats["gradient_steps"] > 0
@@ -190,6 +191,7 @@ def test_an_output_file_that_is_a_folder_is_a_usage_error(tmp_path, capsys,
           "path of a file to write.") in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_pretrain_ranker_runs_the_jump_search_and_trains():
   weights, stats = pretrain.pretrain_ranker(
       seed=0, steps=40, jumps=pretrain.search.JUMP_FRACTIONS, batch_size=8,
@@ -325,6 +327,7 @@ def test_allocation_samples_are_each_states_optimum():
       rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_cli_pretrain_allocator_writes_a_network_the_policy_loads(tmp_path):
   out = tmp_path / "allocator.npz"
   subprocess.run([_INTUNE, "pretrain", "--allocator", "--pipelines", "2",

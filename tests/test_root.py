@@ -400,6 +400,7 @@ def test_guard_lowers_only_what_the_budget_needs_and_raises_back():
   gc.collect()
 
 
+@pytest.mark.slow
 def test_guard_keeps_buffers_under_the_budget():
   budget = 64 << 20
   it = iter(_big_elements(budget))
@@ -543,6 +544,7 @@ def _uneven_records():
       cycle_length=3, block_length=2, num_parallel_calls=AUTOTUNE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_interleave_held_at_one_record_per_input_reads_as_plain_tf(
     deterministic):

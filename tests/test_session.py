@@ -737,6 +737,7 @@ def bad_input_results(tmp_path_factory):
   return result, lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(_BAD_INPUTS))
 def test_control_ops_reject_inputs_of_the_wrong_shape(case, bad_input_results):
   result, lines = bad_input_results

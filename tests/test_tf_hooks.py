@@ -115,6 +115,7 @@ def test_options_merge_keeps_it():
   assert b.merge(a).experimental_intune is True
 
 
+@pytest.mark.slow
 def test_iter_and_for_are_tuned():
   ds = _tuned(_pipeline())
   before = _live()

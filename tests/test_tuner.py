@@ -39,6 +39,7 @@ def _iterate(policy, **fields):
   return it, intune_tf.session_of(it)
 
 
+@pytest.mark.slow
 def test_fixed_policy_is_applied_by_the_background_tuner():
   # Knob names are stable for the same pipeline: learn them on a first run.
   it, session = _iterate("even")
@@ -217,6 +218,7 @@ _FAULTY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", sorted(_FAULTY))
 def test_a_faulty_policy_stops_only_its_own_session_and_is_reported_once(
     fault, monkeypatch):
@@ -351,6 +353,7 @@ class _Holds16MiB(policies.Policy):
     return {k.name: 40 for k in obs.knobs if k.kind == "buffer_size"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["option", "set_ram_budget"])
 def test_the_memory_a_policy_holds_is_taken_from_the_budget(how):
   mib = 1 << 20
@@ -385,6 +388,7 @@ def test_the_memory_a_policy_holds_is_taken_from_the_budget(how):
     gc.collect()
 
 
+@pytest.mark.slow
 def test_a_session_whose_budget_cannot_be_applied_stops_no_other(
     monkeypatch):
   # A budget write that fails for one session (as a pin of 2**63, no int64,

@@ -75,6 +75,7 @@ def test_examples_hold_the_generator_rows(tmp_path):
   assert chunk["dense_missing"].any() and chunk["sparse_missing"].any()
 
 
+@pytest.mark.slow
 def test_examples_scenario_batches():
   scenario = scenarios.get("tfrecord-examples")
   batch = workloads.EXAMPLES_BATCH
@@ -96,6 +97,7 @@ def test_examples_scenario_batches():
   _assert_same(_take(scenario.make(None), 3), first)
 
 
+@pytest.mark.slow
 def test_examples_fixed_parallelism():
   scenario = scenarios.get("tfrecord-examples")
   fixed = scenario.make({"read": 1, "parse": 1, "features": 2,
@@ -111,6 +113,7 @@ def test_examples_fixed_parallelism():
     scenario.make({"parse": 0})
 
 
+@pytest.mark.slow
 def test_examples_prefixes_add_one_stage_each():
   scenario = scenarios.get("tfrecord-examples")
   assert [s for s, _ in scenario.prefixes] == ["read+batch", "parse",
@@ -123,6 +126,7 @@ def test_examples_prefixes_add_one_stage_each():
   assert all(v == 1 for _, v in parallel_calls(last))
 
 
+@pytest.mark.slow
 def test_image_scenario_batches():
   scenario = scenarios.get("image-augment")
   batch, crop = workloads.IMAGES_BATCH, workloads.IMAGE_CROP
@@ -159,6 +163,7 @@ def test_image_augmentation_varies_per_element():
   assert len({im.tobytes() for im in images}) > 1
 
 
+@pytest.mark.slow
 def test_image_fixed_parallelism():
   scenario = scenarios.get("image-augment")
   fixed = scenario.make({"decode": 1, "prefetch": 2})
