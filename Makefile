@@ -12,8 +12,7 @@ PYTEST_FLAGS ?= -q -p no:cacheprovider --durations=25
 # main stack and on the compat stack (0: in the pytest process itself); each
 # gets its own host, warm-start and status folders (tests/conftest.py). On the
 # compat stack under 2 processes, two tests of test_tuner.py that read the
-# tuner's warnings through caplog saw none (they pass there alone, and in
-# file order): docs/testing.md.
+# tuner's warnings through caplog saw none (docs/testing.md).
 PYTEST_WORKERS ?= 2
 COMPAT_WORKERS ?= 0
 
