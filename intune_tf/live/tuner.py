@@ -143,9 +143,11 @@ class _Tuned:
     self.last_obs = None  # the last observation (`process_demand`)
     self.knobs_seen = False  # see `Tuner._tell_nothing_to_do`
     self.told: set[str] = set()  # what `_tell_nothing_to_do` said
-    # One step of this session at a time: the background thread, a
-    # training loop's `step_session` and a caller's `Tuner.step` may reach
-    # it at once, and a step's listeners must see the steps in order.
+    # Held while this session is stepped: the background thread, a training
+    # loop's `step_session` and a caller's `Tuner.step` may reach it at once;
+    # the step under way stands for the others, which neither wait (a stuck
+    # session would hold up every session after it) nor interleave with it
+    # (its listeners would see a held step before the one that applied).
     self.stepping = threading.Lock()
 
   def first_report(self, where: str, error: Exception) -> bool:
@@ -472,10 +474,12 @@ class Tuner:
   def _step_one(self, t: _Tuned) -> None:
     """One step of one session. Never raises: a failure is logged once per
     session and the session keeps its last configuration, so that neither
-    the other sessions nor a training loop that drives the step stop."""
+    the other sessions nor a training loop that drives the step stop. Does
+    nothing while another thread steps the session (`_Tuned.stepping`)."""
+    if not t.stepping.acquire(blocking=False):
+      return
     try:
-      with t.stepping:
-        self._step_one_unguarded(t)
+      self._step_one_unguarded(t)
     except session_lib.SessionGoneError:
       pass
     except Exception as e:  # noqa: BLE001
@@ -483,6 +487,8 @@ class Tuner:
         logging.error("InTune tuning step of %r failed: %r. Its pipeline "
                       "keeps its configuration; reported once.", t.session,
                       e, exc_info=True)
+    finally:
+      t.stepping.release()
 
   def _call_listeners(self, t: _Tuned, obs, applied) -> None:
     for listener in list(self._listeners):
