@@ -9,9 +9,9 @@ import pytest
 
 # Runs each command line of the JSON list argv[1] in turn, in one process,
 # with tqdm (from the [bench] extra) made unimportable, and prints one JSON
-# line per command: its exit code and the last lines of its stderr and
-# stdout. One process where each command line started its own: each of them
-# loads TensorFlow and Keras (about 10 s of a core). A command's module that
+# line per command: its exit code, stderr and stdout. One process where each
+# command line started its own: each of them loads TensorFlow and Keras
+# (about 10 s of a core). A command's module that
 # failed to import is not left in sys.modules, so the next command imports
 # it again, as a fresh process would.
 _WITHOUT_TQDM = """
