@@ -18,7 +18,8 @@ that raises, gives one `ScalerError` naming the cause.
 
 `PoolManager` joins a controller (`intune_tf.pool`) and a scaler: each
 `step(reading)` decides, resizes on a change, and records the decision and
-its reason (and a failure) in `history`.
+its reason (and a failure) in `history`; `report()` is the pool as a
+dispatcher's status file carries it (`pool`), which `intune inspect` shows.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from absl import logging
 
@@ -43,6 +44,8 @@ from intune_tf import pool
 DEFAULT_COMMAND_TIMEOUT_S = 60.0
 # Seconds a stopped local worker gets to exit after SIGTERM before SIGKILL.
 DEFAULT_STOP_TIMEOUT_S = 10.0
+# The last decisions `PoolManager.report` includes.
+REPORTED_DECISIONS = 10
 _REGISTERED = "Worker registered with dispatcher"
 _SPEC = re.compile(r"^local:(-?\d+)-(-?\d+)$")
 
@@ -78,6 +81,9 @@ class Scaler:
   """
 
   kind = "scaler"
+  # Workers that left the pool on their own (died, were killed); 0 for a
+  # scaler that cannot tell.
+  lost = 0
 
   def __init__(self, min_workers: int, max_workers: int):
     pool.check_bounds(min_workers, max_workers)
@@ -363,11 +369,34 @@ class PoolManager:
     self.scaler = scaler
     self.history: list[PoolEvent] = []
     self.failures = 0
+    # The reason of the last decision, or why none was made.
+    self.reason: str | None = None
+
+  def report(self) -> dict[str, Any]:
+    """The pool now, as the dispatcher's status file carries it (`pool`).
+
+    Returns:
+      {"kind", "min", "max", "size", "serving", "lost", "failures",
+      "reason", "decisions"}: the scaler's kind ("local", "command", ...),
+      its bounds, the workers asked for and serving, those lost, the failed
+      resizes so far, the last reason (`reason`) and the last
+      `REPORTED_DECISIONS` (10) entries of `history` as dicts (`PoolEvent`'s
+      fields).
+    """
+    scaler = self.scaler
+    return {
+        "kind": scaler.kind, "min": scaler.min_workers,
+        "max": scaler.max_workers, "size": scaler.size(),
+        "serving": scaler.serving(), "lost": scaler.lost,
+        "failures": self.failures, "reason": self.reason,
+        "decisions": [dataclasses.asdict(e)
+                      for e in self.history[-REPORTED_DECISIONS:]]}
 
   def step(self, reading: pool.PoolReading) -> pool.Decision:
     """Decides on `reading` and resizes on a change. A failed resize is
     logged once as an error and recorded; the pool stays as it was."""
     decision = self.controller.decide(reading)
+    self.reason = decision.reason
     before = self.scaler.size()
     if decision.size == before:
       return decision

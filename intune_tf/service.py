@@ -36,7 +36,6 @@ address they advertise); keep them on a private network or behind a firewall.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import errno
 import json
 import math
@@ -240,16 +239,10 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       reading = pool_reading(local, serving, size - serving,
                              consumer_addresses=(f"{host}:{port}",))
       if reading is not None:
-        decision = manager.step(reading)
-        info["pool_reason"] = decision.reason
+        manager.step(reading)
       else:
-        info["pool_reason"] = "no consumer report (ConsumerMeter)"
-    info.update(pool={
-        "min": scaler.min_workers, "max": scaler.max_workers,
-        "size": scaler.size(), "serving": scaler.serving(),
-        "lost": scaler.lost, "failures": manager.failures,
-        "reason": info.get("pool_reason"),
-        "decisions": [dataclasses.asdict(e) for e in manager.history[-10:]]})
+        manager.reason = "no consumer report (ConsumerMeter)"
+    info.update(pool=manager.report())
 
   pool_info: dict[str, Any] = {}
 
@@ -525,8 +518,9 @@ def dispatcher_pool(dispatcher: str,
                     status_dir: str | os.PathLike | None = None
                     ) -> dict[str, Any] | None:
   """The worker pool a live dispatcher started with `--workers` reports in
-  its status file ("min", "max", "size", "serving", "lost", "failures",
-  "reason", "decisions"), or None (no such dispatcher, or no pool).
+  its status file (`scalers.PoolManager.report`: "kind", "min", "max",
+  "size", "serving", "lost", "failures", "reason", "decisions"), or None (no
+  such dispatcher, or no pool).
 
   Args:
     dispatcher: its HOST:PORT (matched on the port).

@@ -21,7 +21,9 @@ import tensorflow as tf
 import intune_tf
 from intune_tf import arbiter
 from intune_tf import files
+from intune_tf import pool
 from intune_tf import records
+from intune_tf import scalers
 from intune_tf.bench import demo
 from intune_tf.live import registry
 from intune_tf.observe import inspect as inspect_lib
@@ -229,6 +231,52 @@ def test_inspect_shows_how_the_host_is_split(tmp_path):
   assert any(f"pid {os.getpid()} on" in line for line in lines[3:])
 
 
+def test_inspect_shows_the_pool_a_dispatcher_sizes(tmp_path):
+  # The pool as the dispatcher reports it: a manager's report, in a status
+  # file of role dispatcher, as `service.run_dispatcher` writes it.
+  fail = [True]
+
+  def scale(n):
+    if fail[0]:
+      raise OSError("cluster API unreachable")
+  manager = scalers.PoolManager(
+      pool.IntuneController(1, 8),
+      scalers.CallbackScaler(scale, 1, 8, initial=2))
+  # 2 workers of 100 rows/s, 500 asked: the controller wants 6.
+  reading = functools.partial(
+      pool.PoolReading, workers=2, wait_share=0.6, consumer_rate=500.0,
+      worker_capacities=(100.0, 100.0))
+  manager.step(reading(time_s=0.0))
+  # A failed change is shown with its error.
+  failed = inspect_lib.pool_table(manager.report())
+  assert failed[2].split() == ["callback", "2", "2", "1-8", "0", "1"]
+  assert failed[3] == f"last reason: {manager.reason}"
+  assert failed[4] == (
+      "last change: 2 -> 6 workers failed: the scale callback failed for 6 "
+      "workers: OSError: cluster API unreachable; the pool stays at 2.")
+  fail[0] = False
+  manager.step(reading(time_s=10.0))
+  assert manager.scaler.size() == 6 and manager.failures == 1
+  writer = status.StatusWriter(tmp_path)
+  writer.set_info(role="dispatcher", service={"port": 5050},
+                  workers=6, pool=manager.report())
+  writer.write_now()
+  out = io.StringIO()
+  try:
+    assert inspect_lib.inspect(tmp_path, service_only=True, out=out) == 0
+  finally:
+    writer.close()
+  lines = out.getvalue().splitlines()
+  assert lines[0].startswith(f"pid {os.getpid()} on ")
+  assert "tf.data service dispatcher on port 5050" in lines[0]
+  assert lines[1].split() == ["worker", "pool", "size", "serving", "MIN-MAX",
+                              "lost", "failures"]
+  assert lines[3].split() == ["callback", "6", "6", "1-8", "0", "1"]
+  assert manager.reason.startswith("trainer waits 60%")
+  assert lines[4] == f"  last reason: {manager.reason}"
+  assert lines[5] == "  last change: 2 -> 6 workers"
+
+
 def test_inspect_with_nothing_running(tmp_path):
   out = io.StringIO()
   assert inspect_lib.inspect(tmp_path / "none", out=out) == 1
@@ -300,6 +348,12 @@ def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
      "sessions[0].output_rate is inf (float), expected a finite number >= 0"),
     ({"sessions": [{"id": 3, "stages": [{"stage": "Map", "rate": -1}]}]},
      "sessions[0].stages[0].rate is -1 (int), expected a finite number >= 0"),
+    ({"pool": [1, 2]}, "pool is [1, 2] (list), expected an object"),
+    ({"pool": {"size": -1}},
+     "pool.size is -1 (int), expected a finite number >= 0"),
+    ({"pool": {"serving": 1.5}}, "pool.serving is 1.5 (float), expected int"),
+    ({"pool": {"decisions": [{"before": 1, "error": 3}]}},
+     "pool.decisions[0].error is 3 (int), expected str or null"),
 ])
 def test_a_status_file_with_wrong_field_types_is_skipped_with_one_warning(
     tmp_path, caplog, bad, problem):

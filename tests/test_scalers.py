@@ -147,6 +147,23 @@ def test_manager_records_a_failed_resize_and_keeps_the_pool():
   assert calls == [6, 6] and manager.scaler.size() == 6
 
 
+def test_manager_reports_the_pool_for_the_status_file():
+  manager = scalers.PoolManager(
+      pool.IntuneController(1, 8),
+      scalers.CallbackScaler(lambda n: None, 1, 8, initial=2))
+  assert manager.report() == {
+      "kind": "callback", "min": 1, "max": 8, "size": 2, "serving": 2,
+      "lost": 0, "failures": 0, "reason": None, "decisions": []}
+  decision = manager.step(_reading(0, 2, 500.0))
+  report = manager.report()
+  assert (report["size"], report["reason"]) == (6, decision.reason)
+  assert report["decisions"] == [{"time_s": 0.0, "before": 2, "size": 6,
+                                  "reason": decision.reason, "error": None}]
+  # The last REPORTED_DECISIONS only.
+  manager.history *= 12
+  assert len(manager.report()["decisions"]) == scalers.REPORTED_DECISIONS
+
+
 def test_manager_under_a_flapping_consumer_does_not_flap():
   calls = []
   scaler = scalers.CallbackScaler(calls.append, 1, 64, initial=3)

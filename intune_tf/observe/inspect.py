@@ -6,8 +6,11 @@ pipeline stage: parallelism, buffer (and fill), elements/s, CPUs busy, CPU
 share, thread utilization and which stage is the bottleneck. `--watch SECONDS`
 refreshes the table until Ctrl-C. Above the tables, how the host is split
 among the InTune processes that share it (`intune_tf.arbiter`): one
-line per process with its weight, CPU and RAM budgets and demand. With
-nothing running it says so and exits with status 1.
+line per process with its weight, CPU and RAM budgets and demand. A
+dispatcher that sizes its worker pool (`--workers`) shows the pool: its
+size, the workers serving, MIN-MAX, workers lost, failed resizes and the
+last decision's reason. With nothing running it says so and exits with
+status 1.
 """
 
 from __future__ import annotations
@@ -72,6 +75,38 @@ def stage_table(stages: Sequence[Mapping[str, Any]]) -> list[str]:
   return _table(STAGE_HEADERS, rows)
 
 
+POOL_HEADERS = ("worker pool", "size", "serving", "MIN-MAX", "lost",
+                "failures")
+
+
+def pool_table(info: Mapping[str, Any]) -> list[str]:
+  """The worker pool a dispatcher sizes (its status file's `pool`, from
+  `scalers.PoolManager.report`), as lines: a one-row table (the scaler's
+  kind, the workers asked for and serving, MIN-MAX, workers lost, failed
+  resizes), the last decision's reason, then the last change (with its
+  reason when that is not the last one) or the last failed one with its
+  error, when there was one."""
+  def count(field: str) -> str:
+    value = info.get(field)
+    return "?" if value is None else str(value)
+  reason = info.get("reason") or "-"
+  lines = _table(POOL_HEADERS, [[
+      info.get("kind") or "?", count("size"), count("serving"),
+      f"{count('min')}-{count('max')}", count("lost"), count("failures")]])
+  lines.append(f"last reason: {reason}")
+  decisions = info.get("decisions") or []
+  if decisions:
+    last = decisions[-1]
+    change = (f"last change: {last.get('before', '?')} -> "
+              f"{last.get('size', '?')} workers")
+    if last.get("error"):
+      change += f" failed: {last['error']}"
+    elif last.get("reason") and last["reason"] != reason:
+      change += f": {last['reason']}"
+    lines.append(change)
+  return lines
+
+
 def format_process(data: Mapping[str, Any], now: float | None = None,
                    include_ended: bool = False) -> list[str]:
   """Lines describing one process's status file."""
@@ -86,6 +121,8 @@ def format_process(data: Mapping[str, Any], now: float | None = None,
     what += f", tf.data service dispatcher on port {service.get('port', '?')}"
   age = now - float(data.get("updated", now))
   lines = [f"{what} (status {age:.1f} s old)"]
+  if data.get("pool"):
+    lines.extend("  " + line for line in pool_table(data["pool"]))
   sessions = list(data.get("sessions", []))
   if include_ended:
     sessions += list(data.get("ended_sessions", []))

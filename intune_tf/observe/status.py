@@ -545,6 +545,18 @@ _STAGE_FIELDS = {
     "cpu_share": _OPTIONAL_NUMBER, "utilization": _OPTIONAL_NUMBER,
 }
 
+# The fields of a dispatcher's worker pool (`scalers.PoolManager.report`)
+# that `intune inspect` reads, and of each of its last decisions.
+_POOL_FIELDS = {
+    "kind": (str,), "min": (int,), "max": (int,), "size": (int,),
+    "serving": (int,), "lost": (int,), "failures": (int,),
+    "reason": (str, type(None)), "decisions": (list,),
+}
+_DECISION_FIELDS = {
+    "before": (int,), "size": (int,), "reason": (str,),
+    "error": (str, type(None)),
+}
+
 
 def _wrong(where: str, value: Any, expected: str) -> str:
   return (f"{where} is {value!r:.40} ({type(value).__name__}), expected "
@@ -571,15 +583,36 @@ def _field_problem(where: str, value: Any,
   return None
 
 
+def _pool_problem(pool: Any) -> str | None:
+  """What makes a dispatcher's `pool` unusable (`format_problem`)."""
+  if pool is None:
+    return None
+  if not isinstance(pool, dict):
+    return _wrong("pool", pool, "an object")
+  for field, types in _POOL_FIELDS.items():
+    if field in pool and (problem := _field_problem(
+        f"pool.{field}", pool[field], types)):
+      return problem
+  for i, entry in enumerate(pool.get("decisions", [])):
+    if not isinstance(entry, dict):
+      return _wrong(f"pool.decisions[{i}]", entry, "a decision object")
+    for field, types in _DECISION_FIELDS.items():
+      if field in entry and (problem := _field_problem(
+          f"pool.decisions[{i}].{field}", entry[field], types)):
+        return problem
+  return None
+
+
 def format_problem(data: Mapping[str, Any]) -> str | None:
   """What makes a status file's contents (format `FORMAT`) unusable: the
   first field of a wrong type or out of its range, as "<field> is <value>
   (<type>), expected <what>"; None when every field read has its type and
   range: `pid` a process id (`host.is_pid`), `host` a string,
   `updated` and `process_start` (or null) finite times >= 0, every number of a
-  session or stage row finite and >= 0. A field left out is fine (it
-  prints as "?" or "-"; a file of this host without `process_start` is
-  stale)."""
+  session or stage row finite and >= 0, a dispatcher's `pool` (or null) an
+  object whose counts are integers >= 0 and whose reasons are strings. A
+  field left out is fine (it prints as "?" or "-"; a file of this host
+  without `process_start` is stale)."""
   if not host.is_pid(data.get("pid")):
     return _wrong("pid", data.get("pid"),
                   f"a process id from 1 to {host.PID_MAX}")
@@ -592,6 +625,8 @@ def format_problem(data: Mapping[str, Any]) -> str | None:
       return problem
   if not isinstance(data.get("service") or {}, dict):
     return _wrong("service", data["service"], "an object")
+  if (problem := _pool_problem(data.get("pool"))):
+    return problem
   for group in ("sessions", "ended_sessions"):
     sessions = data.get(group, [])
     if not isinstance(sessions, list):
