@@ -19,7 +19,10 @@ a positive integer; pass 1 or more."), before the command does any work.
 - `output_folder`: a folder to write in: one this user may write, or one
   that can be made;
 - `names_in`: comma-separated names, each among the valid ones (policies,
-  scenarios).
+  scenarios);
+- `parsed_by(parse, name)`: a value of a format another module owns and
+  parses (a worker pool, `intune_tf.scalers.parse_pool_spec`), its
+  ValueError the flag's error.
 
 A leaf: the modules that add commands (`intune_tf.cli`'s `_COMMANDS` and
 `_GROUPS`) take their types from here, below the command line that imports
@@ -31,8 +34,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
+
+T = TypeVar("T")
 
 # The largest TCP port.
 MAX_PORT = 65535
@@ -76,28 +80,27 @@ def int_in(low: int, high: int, what: str) -> Callable[[str], int]:
   return check
 
 
-def local_pool(text: str) -> tuple[int, int]:
-  """An argparse type: a pool of local workers, "local:MIN-MAX", with
-  1 <= MIN <= MAX; returns (MIN, MAX).
+def parsed_by(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
+  """An argparse type from a parse function of the module that owns the
+  format: its ValueError becomes the flag's error (exit status 2, the flag
+  named, the function's message).
 
-  local_pool("local:1-4") = (1, 4); local_pool("local:4-1") raises
-  argparse.ArgumentTypeError("'local:4-1': MIN 4 is above MAX 1; pass
-  local:MIN-MAX with 1 <= MIN <= MAX.").
+  parsed_by(scalers.parse_pool_spec, "pool")("local:1-4") =
+  ("local", 1, 4); for "local:4-1" it raises argparse.ArgumentTypeError
+  with parse_pool_spec's message ("'local:4-1': the pool's MIN (4) is
+  above its MAX (1); pass ...").
+
+  Args:
+    parse: takes the flag's text; raises ValueError saying what to pass.
+    name: the type's name, e.g. "pool".
   """
-  match = re.match(r"^local:(-?\d+)-(-?\d+)$", text.strip())
-  usage = "pass local:MIN-MAX with 1 <= MIN <= MAX."
-  if not match:
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not a pool of local workers; {usage}")
-  low, high = int(match.group(1)), int(match.group(2))
-  if low < 1:
-    raise argparse.ArgumentTypeError(
-        f"{text!r}: MIN {low} is below 1 (no negative or empty pool); "
-        f"{usage}")
-  if low > high:
-    raise argparse.ArgumentTypeError(
-        f"{text!r}: MIN {low} is above MAX {high}; {usage}")
-  return low, high
+  def check(text: str) -> T:
+    try:
+      return parse(text)
+    except ValueError as e:
+      raise argparse.ArgumentTypeError(str(e)) from None
+  check.__name__ = name
+  return check
 
 
 def non_negative_int(text: str) -> int:

@@ -8,8 +8,10 @@ One small interface, `Scaler`: `size()` (workers asked for), `serving()`
   free ports;
 - `CommandScaler`: a shell command with the count substituted for `{n}`, for
   example `kubectl scale deployment/tfdata-workers --replicas={n}`, run with a
-  timeout;
+  timeout (`--workers command:MIN-MAX --scale-command CMD`);
 - `CallbackScaler`: a Python callable taking the count.
+
+`parse_pool_spec` reads the dispatcher's `--workers KIND:MIN-MAX`.
 
 Every scaler keeps the pool within [MIN, MAX] (a request outside raises
 ValueError before anything runs) and leaves it as it was when the change
@@ -47,15 +49,45 @@ DEFAULT_STOP_TIMEOUT_S = 10.0
 # The last decisions `PoolManager.report` includes.
 REPORTED_DECISIONS = 10
 _REGISTERED = "Worker registered with dispatcher"
-_SPEC = re.compile(r"^local:(-?\d+)-(-?\d+)$")
+# The kinds of pool `intune service dispatcher --workers KIND:MIN-MAX` sizes.
+POOL_KINDS = ("local", "command")
+_SPEC = re.compile(r"^([a-z]+):(-?\d+)-(-?\d+)$")
 
 
 class ScalerError(RuntimeError):
   """A resize failed; the pool is as it was."""
 
 
+def parse_pool_spec(text: str, kinds: tuple[str, ...] = POOL_KINDS
+                    ) -> tuple[str, int, int]:
+  """(KIND, MIN, MAX) of a "KIND:MIN-MAX" pool, KIND one of `kinds`.
+
+  parse_pool_spec("command:2-64") = ("command", 2, 64).
+
+  Args:
+    text: the pool, e.g. "local:1-4".
+    kinds: the kinds accepted. Default `POOL_KINDS` ("local", "command").
+
+  Raises:
+    ValueError: not of that form, another kind, a negative count, MIN below
+      1 or above MAX; the message says what to pass.
+  """
+  forms = " or ".join(f"{k}:MIN-MAX" for k in kinds)
+  match = _SPEC.match(text.strip()) if isinstance(text, str) else None
+  if not match or match.group(1) not in kinds:
+    raise ValueError(f"a worker pool must be {forms} with 1 <= MIN <= MAX "
+                     f"(for example {kinds[0]}:1-4), got {text!r}.")
+  low, high = int(match.group(2)), int(match.group(3))
+  try:
+    pool.check_bounds(low, high)
+  except ValueError as e:
+    raise ValueError(f"{text.strip()!r}: {str(e).rstrip('.')}; pass {forms} "
+                     "with 1 <= MIN <= MAX.") from None
+  return match.group(1), low, high
+
+
 def parse_local_spec(text: str) -> tuple[int, int]:
-  """(MIN, MAX) of a "local:MIN-MAX" pool.
+  """(MIN, MAX) of a "local:MIN-MAX" pool (`parse_pool_spec`).
 
   parse_local_spec("local:1-4") = (1, 4).
 
@@ -63,13 +95,24 @@ def parse_local_spec(text: str) -> tuple[int, int]:
     ValueError: not of that form, a negative count, MIN below 1 or above
       MAX.
   """
-  match = _SPEC.match(text.strip()) if isinstance(text, str) else None
-  if not match:
-    raise ValueError(f"--workers must be local:MIN-MAX (for example "
-                     f"local:1-4), got {text!r}.")
-  low, high = int(match.group(1)), int(match.group(2))
-  pool.check_bounds(low, high)
+  _, low, high = parse_pool_spec(text, ("local",))
   return low, high
+
+
+def check_template(template: str) -> str:
+  """`template` when it is a scale command with `{n}` where the count goes.
+
+  check_template("kubectl scale deployment/w --replicas={n}") returns it.
+
+  Raises:
+    ValueError: no `{n}` in it (or not a string).
+  """
+  if not isinstance(template, str) or "{n}" not in template:
+    raise ValueError(
+        f"the scale command must contain {{n}} where the count goes (for "
+        f"example 'kubectl scale deployment/tfdata-workers --replicas={{n}}'"
+        f"), got {template!r}.")
+  return template
 
 
 class Scaler:
@@ -161,6 +204,10 @@ class CommandScaler(Scaler):
     initial: the workers the pool has now. Default None: MIN.
     timeout_s: seconds the command may run; then it (and its children) is
       killed and the resize fails. Default `DEFAULT_COMMAND_TIMEOUT_S` (60).
+    serving: counts the workers up (for example the workers registered
+      with the dispatcher); `serving()` is the smaller of it and `size()`.
+      Default None: every worker asked for counts as serving once the
+      command returns.
 
   Raises:
     ValueError: no `{n}` in the template, or a timeout that is not a finite
@@ -171,20 +218,25 @@ class CommandScaler(Scaler):
 
   def __init__(self, template: str, min_workers: int, max_workers: int,
                initial: int | None = None,
-               timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S):
+               timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
+               serving: Callable[[], int] | None = None):
     super().__init__(min_workers, max_workers)
-    if "{n}" not in template:
-      raise ValueError(f"the scale command must contain {{n}} where the "
-                       f"count goes, got {template!r}.")
+    check_template(template)
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < 1e9):
       raise ValueError(f"the scale command's timeout must be finite seconds "
                        f"above 0, got {timeout_s!r}.")
     self.template = template
     self.timeout_s = float(timeout_s)
     self._size = min_workers if initial is None else initial
+    self._serving = serving
 
   def size(self) -> int:
     return self._size
+
+  def serving(self) -> int:
+    if self._serving is None:
+      return self._size
+    return max(0, min(self._size, int(self._serving())))
 
   def command(self, n: int) -> str:
     """The command for `n` workers."""

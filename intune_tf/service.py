@@ -44,6 +44,7 @@ import pathlib
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -178,7 +179,10 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
                    worker_timeout_ms: int | None = None,
                    workers: tuple[int, int] | None = None,
                    pool_period_s: float = 10.0,
-                   pool_min_interval_s: float = 30.0) -> int:
+                   pool_min_interval_s: float = 30.0,
+                   scale_command: str | None = None,
+                   scale_timeout_s: float = scalers.DEFAULT_COMMAND_TIMEOUT_S
+                   ) -> int:
   """Runs a tf.data service dispatcher until SIGTERM/SIGINT.
 
   Args:
@@ -191,13 +195,21 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     worker_timeout_ms: how long a worker may miss heartbeats before the
       dispatcher drops it (and clients stop waiting for it). Default None:
       TensorFlow's default.
-    workers: (MIN, MAX) of a pool of local `intune service worker`
-      processes that the dispatcher starts and sizes with
-      `intune_tf.pool.IntuneController`, from the reports of
-      `ConsumerMeter` and of the workers' tuners. Default None: no pool.
+    workers: (MIN, MAX) of a pool of workers that the dispatcher sizes
+      with `intune_tf.pool.IntuneController`, from the reports of
+      `ConsumerMeter` and of the workers' tuners: local `intune service
+      worker` processes it starts, or, with `scale_command`, workers that
+      command sets. Default None: no pool.
     pool_period_s: seconds between two decisions on the pool. Default 10.
     pool_min_interval_s: seconds between a change taking effect and the
       next change. Default 30.
+    scale_command: with `workers`, a shell command with `{n}` where the
+      count goes (`scalers.CommandScaler`), run for MIN at start and at
+      each change; the workers registered with the dispatcher count as
+      serving. Default None: local workers.
+    scale_timeout_s: seconds the scale command may run before it is killed
+      and the change fails. Default `scalers.DEFAULT_COMMAND_TIMEOUT_S`
+      (60).
 
   Returns:
     The exit code (0).
@@ -222,12 +234,25 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   manager = None
   if workers is not None:
     low, high = workers
-    scaler = scalers.LocalWorkers(local, low, high)
+    if scale_command is None:
+      scaler = scalers.LocalWorkers(local, low, high)
+    else:
+      # Initially 0: the command runs for MIN at start, whatever the count.
+      scaler = scalers.CommandScaler(
+          scale_command, low, high, initial=0, timeout_s=scale_timeout_s,
+          serving=server._num_workers)  # noqa: SLF001
     manager = scalers.PoolManager(pool.IntuneController(
         low, high, min_interval_s=pool_min_interval_s), scaler)
     scaler.resize(low)
-    logging.info("Worker pool local:%d-%d: started %d local worker(s); "
-                 "logs in %s.", low, high, low, scaler.log_dir)
+    if scale_command is None:
+      logging.info("Worker pool local:%d-%d: started %d local worker(s); "
+                   "logs in %s.", low, high, low, scaler.log_dir)
+    else:
+      logging.info("Worker pool command:%d-%d: ran `%s`.", low, high,
+                   scaler.command(low))
+  # The dispatcher's address in its workers' status files: the local ones
+  # use loopback, those of a scale command the advertised address.
+  workers_use = local if scale_command is None else f"{host}:{port}"
   last_decision = [time.monotonic()]
 
   def step_pool(info: dict[str, Any]) -> None:
@@ -236,8 +261,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     if now - last_decision[0] >= pool_period_s:
       last_decision[0] = now
       size, serving = scaler.size(), scaler.serving()
-      reading = pool_reading(local, serving, size - serving,
-                             consumer_addresses=(f"{host}:{port}",))
+      reading = pool_reading(workers_use, serving, size - serving,
+                             consumer_addresses=(local, f"{host}:{port}"))
       if reading is not None:
         manager.step(reading)
       else:
@@ -606,11 +631,46 @@ def _fail(command: str, error: Exception) -> int:
   return 1
 
 
+def pool_flags_problem(args: argparse.Namespace) -> str | None:
+  """What is wrong with the pool flags of `intune service dispatcher`
+  together (each flag alone is checked by its type), or None.
+
+  Args:
+    args: the parsed flags: `workers` ((KIND, MIN, MAX) or None),
+      `scale_command` and `scale_timeout` (None when not given).
+  """
+  kind = args.workers[0] if args.workers else None
+  example = ("--scale-command 'kubectl scale deployment/tfdata-workers "
+             "--replicas={n}'")
+  if kind == "command" and args.scale_command is None:
+    return (f"--workers command:MIN-MAX needs --scale-command, the shell "
+            f"command that sets the pool to {{n}} workers; pass for "
+            f"example {example}.")
+  for flag, value in (("--scale-command", args.scale_command),
+                      ("--scale-timeout", args.scale_timeout)):
+    if value is not None and kind != "command":
+      given = (f"--workers {kind}:MIN-MAX" if kind
+               else "no --workers")
+      return (f"{flag} is for --workers command:MIN-MAX, not {given}; pass "
+              f"--workers command:MIN-MAX or drop {flag}.")
+  return None
+
+
 def _dispatcher_main(args: argparse.Namespace) -> int:
+  problem = pool_flags_problem(args)
+  if problem is not None:
+    print(f"intune service dispatcher: error: {problem}", file=sys.stderr,
+          flush=True)
+    return 2
+  _, low, high = args.workers or (None, None, None)
+  timeout = (scalers.DEFAULT_COMMAND_TIMEOUT_S if args.scale_timeout is None
+             else args.scale_timeout)
   try:
     return run_dispatcher(args.port, args.host, args.work_dir,
-                          args.worker_timeout_ms, args.workers,
-                          args.pool_period, args.pool_min_interval)
+                          args.worker_timeout_ms,
+                          (low, high) if args.workers else None,
+                          args.pool_period, args.pool_min_interval,
+                          args.scale_command, timeout)
   except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
 
@@ -645,12 +705,24 @@ def add_commands(subparsers) -> None:
                  default=None,
                  help="Drop a worker after this long without a heartbeat "
                  "(default: TensorFlow's).")
-  d.add_argument("--workers", type=arguments.local_pool, default=None,
-                 metavar="local:MIN-MAX",
-                 help="Start and size a pool of local `intune service "
-                 "worker` processes, MIN to MAX of them, from what the "
-                 "trainer reports (service.ConsumerMeter) (default: no "
-                 "pool).")
+  d.add_argument("--workers", default=None, metavar="KIND:MIN-MAX",
+                 type=arguments.parsed_by(scalers.parse_pool_spec, "pool"),
+                 help="Size a pool of MIN to MAX workers from what the "
+                 "trainer reports (service.ConsumerMeter): local:MIN-MAX "
+                 "starts local `intune service worker` processes, "
+                 "command:MIN-MAX runs --scale-command (default: no pool).")
+  d.add_argument("--scale-command", default=None, metavar="COMMAND",
+                 type=arguments.parsed_by(scalers.check_template,
+                                          "scale_command"),
+                 help="With --workers command:MIN-MAX: the shell command "
+                 "that sets the pool to {n} workers, e.g. 'kubectl scale "
+                 "deployment/tfdata-workers --replicas={n}' (required "
+                 "there).")
+  d.add_argument("--scale-timeout", type=arguments.duration, default=None,
+                 metavar="SECONDS",
+                 help="With --scale-command: seconds it may run before it is "
+                 "killed and the change fails (finite, above 0; default "
+                 f"{scalers.DEFAULT_COMMAND_TIMEOUT_S:g}).")
   d.add_argument("--pool-period", type=arguments.duration, default=10.0,
                  metavar="SECONDS",
                  help="With --workers: seconds between two decisions on "

@@ -265,19 +265,18 @@ def test_every_numeric_flag_refuses_nan_inf_and_what_means_nothing(
   assert f"argument {named}: " in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text,expected", [("local:1-4", (1, 4)),
-                                           (" local:2-2", (2, 2))])
-def test_local_pool_takes_min_max(text, expected):
-  assert arguments.local_pool(text) == expected
-
-
-@pytest.mark.parametrize("text,message", [
-    ("local:4-1", "MIN 4 is above MAX 1"),
-    ("local:-1-3", "MIN -1 is below 1"),
-    ("local:0-3", "MIN 0 is below 1"),
-    ("local:1", "is not a pool of local workers"),
-    ("k8s:1-2", "is not a pool of local workers"),
-])
-def test_local_pool_refuses_the_rest(text, message):
-  with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
-    arguments.local_pool(text)
+def test_parsed_by_turns_the_parsers_value_error_into_the_flags():
+  def parse(text):
+    if text != "ok":
+      raise ValueError(f"{text!r} is not ok; pass ok.")
+    return 7
+  kind = arguments.parsed_by(parse, "okay")
+  assert kind("ok") == 7 and kind.__name__ == "okay"
+  with pytest.raises(argparse.ArgumentTypeError,
+                     match=re.escape("'no' is not ok; pass ok.")):
+    kind("no")
+  parser = argparse.ArgumentParser(prog="p")
+  parser.add_argument("--x", type=kind)
+  with pytest.raises(SystemExit) as stopped:
+    parser.parse_args(["--x", "no"])
+  assert stopped.value.code == 2

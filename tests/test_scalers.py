@@ -36,6 +36,59 @@ def test_parse_local_spec_rejects(text, message):
     scalers.parse_local_spec(text)
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("local:1-4", ("local", 1, 4)),
+    ("command:2-64", ("command", 2, 64)),
+    (" command:3-3 ", ("command", 3, 3)),
+])
+def test_parse_pool_spec(text, expected):
+  assert scalers.parse_pool_spec(text) == expected
+
+
+@pytest.mark.parametrize("text,message", [
+    ("command:4-1", "'command:4-1': the pool's MIN (4) is above its MAX (1); "
+     "pass local:MIN-MAX or command:MIN-MAX with 1 <= MIN <= MAX."),
+    ("command:-1-3", "'command:-1-3': the pool's MIN must be at least 1 "
+     "worker, got -1; pass local:MIN-MAX or command:MIN-MAX"),
+    ("k8s:1-2", "a worker pool must be local:MIN-MAX or command:MIN-MAX with "
+     "1 <= MIN <= MAX (for example local:1-4), got 'k8s:1-2'."),
+    ("command:1", "got 'command:1'."),
+    ("command:1-2.5", "got 'command:1-2.5'."),
+])
+def test_parse_pool_spec_rejects(text, message):
+  with pytest.raises(ValueError) as raised:
+    scalers.parse_pool_spec(text)
+  assert message in str(raised.value)
+
+
+def test_parse_local_spec_refuses_a_command_pool():
+  with pytest.raises(ValueError, match=r"must be local:MIN-MAX with 1 <= "
+                     r"MIN <= MAX \(for example local:1-4\), got "
+                     "'command:1-4'"):
+    scalers.parse_local_spec("command:1-4")
+
+
+def test_check_template():
+  command = "kubectl scale deployment/w --replicas={n}"
+  assert scalers.check_template(command) == command
+  with pytest.raises(ValueError, match=r"must contain \{n\} where the count "
+                     r"goes \(for example 'kubectl scale"):
+    scalers.check_template("kubectl scale deployment/w --replicas=3")
+
+
+def test_command_scaler_serving_is_capped_by_what_is_registered():
+  registered = [0]
+  s = scalers.CommandScaler("true {n}", 1, 8, initial=0,
+                            serving=lambda: registered[0])
+  s.resize(3)
+  assert (s.size(), s.serving()) == (3, 0)
+  registered[0] = 2
+  assert s.serving() == 2
+  registered[0] = 5  # workers the dispatcher has not dropped yet
+  assert s.serving() == 3
+  assert scalers.CommandScaler("true {n}", 1, 8, initial=2).serving() == 2
+
+
 def test_command_scaler_runs_the_command_with_the_count(tmp_path):
   out = tmp_path / "replicas"
   s = scalers.CommandScaler(f"echo {{n}} > {out}", 1, 8, initial=2)

@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import cli
 from intune_tf import service
 from intune_tf.bench import demo
 from intune_tf.observe import status as intune_status
@@ -370,14 +371,97 @@ def test_consumer_meter_reports_wait_share_and_pace(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec,message", [
-    ("local:3-1", "MIN 3 is above MAX 1"),
-    ("local:-1-2", "MIN -1 is below 1"),
+    ("local:3-1", "the pool's MIN (3) is above its MAX (1)"),
+    ("local:-1-2", "the pool's MIN must be at least 1 worker, got -1"),
 ])
 def test_cli_bad_worker_pool_exits_2(spec, message):
   result = _run_cli("dispatcher", "--port", str(_free_port()), "--workers",
                     spec)
   assert result.returncode == 2
   assert message in result.stderr, result.stdout + result.stderr
+
+
+_K8S = "kubectl scale deployment/w --replicas={n}"
+
+
+@pytest.mark.parametrize("flags,message", [
+    # Each flag alone, by its type.
+    (["--workers", "command:4-1"],
+     "argument --workers: 'command:4-1': the pool's MIN (4) is above its "
+     "MAX (1); pass local:MIN-MAX or command:MIN-MAX with 1 <= MIN <= MAX."),
+    (["--workers", "k8s:1-4"],
+     "argument --workers: a worker pool must be local:MIN-MAX or "
+     "command:MIN-MAX with 1 <= MIN <= MAX (for example local:1-4), got "
+     "'k8s:1-4'."),
+    (["--workers", "command:1-4", "--scale-command", "kubectl scale x"],
+     "argument --scale-command: the scale command must contain {n} where "
+     "the count goes (for example 'kubectl scale "
+     "deployment/tfdata-workers --replicas={n}'), got 'kubectl scale x'."),
+    (["--workers", "command:1-4", "--scale-command", _K8S,
+      "--scale-timeout", "nan"],
+     "argument --scale-timeout: 'nan' is not a duration; pass finite "
+     "seconds above 0."),
+    (["--workers", "command:1-4", "--scale-command", _K8S,
+      "--scale-timeout", "-5"],
+     "argument --scale-timeout: '-5' is not a duration; pass finite "
+     "seconds above 0."),
+])
+def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
+                                                       capsys):
+  with pytest.raises(SystemExit) as stopped:
+    cli.parse_args(["service", "dispatcher", "--port", "5050", *flags])
+  assert stopped.value.code == 2
+  err = capsys.readouterr().err
+  assert message in err, err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--workers", "command:1-4"],
+     "--workers command:MIN-MAX needs --scale-command, the shell command "
+     "that sets the pool to {n} workers; pass for example --scale-command "
+     "'kubectl scale deployment/tfdata-workers --replicas={n}'."),
+    (["--workers", "local:1-4", "--scale-command", _K8S],
+     "--scale-command is for --workers command:MIN-MAX, not --workers "
+     "local:MIN-MAX; pass --workers command:MIN-MAX or drop "
+     "--scale-command."),
+    (["--scale-command", _K8S],
+     "--scale-command is for --workers command:MIN-MAX, not no --workers;"),
+    (["--workers", "local:1-4", "--scale-timeout", "5"],
+     "--scale-timeout is for --workers command:MIN-MAX, not --workers "
+     "local:MIN-MAX; pass --workers command:MIN-MAX or drop "
+     "--scale-timeout."),
+])
+def test_pool_flags_that_do_not_go_together_exit_2_before_anything_starts(
+    flags, message, capsys, monkeypatch):
+  started = []
+  monkeypatch.setattr(service, "run_dispatcher",
+                      lambda *a, **k: started.append(a) or 0)
+  args = cli.parse_args(["service", "dispatcher", "--port", "5050", *flags])
+  assert args.func(args) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"intune service dispatcher: error: {message}"), err
+  assert err.count("\n") == 1, err
+  assert not started
+
+
+def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
+  started = []
+  monkeypatch.setattr(service, "run_dispatcher",
+                      lambda *a: started.append(a) or 0)
+  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
+                         "--workers", "command:2-8", "--scale-command",
+                         _K8S])
+  assert args.func(args) == 0
+  assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0)
+  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
+                         "--workers", "command:2-8", "--scale-command",
+                         _K8S, "--scale-timeout", "2.5"])
+  args.func(args)
+  assert started[1][7:] == (_K8S, 2.5)
+  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
+                         "--workers", "local:1-3"])
+  args.func(args)
+  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0)
 
 
 @pytest.mark.slow
