@@ -126,10 +126,16 @@ def test_steps_of_one_session_from_two_threads_do_not_interleave():
   it = None
   try:
     it, session = _iterate("slow-static-test", period_s=1000)
-    tuner.step_session(session.id)  # step 1: every knob to its maximum
+    # The background thread steps a new session at once (step 1: every knob
+    # to its maximum), then not for 1000 s.
+    assert wait_for(lambda: any(sid == session.id for sid, _ in seen),
+                    timeout=30)
+    tuned = tuner._tuned[session.id]  # noqa: SLF001
+    with tuned.stepping:  # that step is over
+      pass
     assert _SlowStatic.steps == 1
     # As if its knobs had changed: the next step steps the policy again.
-    tuner._tuned[session.id].static_knobs = None  # noqa: SLF001
+    tuned.static_knobs = None
     del seen[:]
     threads = [threading.Thread(target=tuner.step_session, args=(session.id,))
                for _ in range(2)]
