@@ -23,7 +23,6 @@ error raised with the option on is reported as a one-line failure
 from __future__ import annotations
 
 import contextlib
-import gc
 import pathlib
 import re
 import traceback
@@ -48,18 +47,6 @@ def _quiet_intune(tmp_path, monkeypatch):
   the starting knobs) and no status files are written."""
   monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path / "warmstart"))
   monkeypatch.setenv("INTUNE_STATUS", "off")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _frozen_heap():
-  """Moves the objects alive before this module (TensorFlow's and Keras's
-  modules) out of the garbage collector's sight while it runs: collections
-  triggered by the hundreds of datasets and traces otherwise rescan them,
-  a large share of the module's time on 2 cores."""
-  gc.collect()
-  gc.freeze()
-  yield
-  gc.unfreeze()
 
 
 def _failure(error: BaseException) -> str:

@@ -213,9 +213,9 @@ def test_learn_returns_a_typed_loss_record():
   infos = [agent.learn() for _ in range(50)]
   assert [i.target_updated for i in infos[:3]] == [False, True, False]
   assert infos[-1].gradient_step == 51
-  # Traced once: the agent builds its optimizer's slots itself, so the first
-  # step does not trace a second time to create them.
-  assert agent._train_fn.experimental_get_tracing_count() == 1
+  # Traced once: the agent builds its optimizer's slots before the trace, so
+  # the first step does not trace a second time to create them.
+  assert agent._train_fn.experimental_get_tracing_count() == 1  # noqa: SLF001
   assert infos[-1].td_error < first.td_error
   assert infos[-1].loss < first.loss
 
