@@ -10,11 +10,9 @@ COMPAT := .venv-compat
 PYTEST_FLAGS ?= -q -p no:cacheprovider --durations=25
 # Test processes (pytest-xdist) for the tests that need TensorFlow, on the
 # main stack and on the compat stack (0: in the pytest process itself); each
-# gets its own host, warm-start and status folders (tests/conftest.py). On the
-# compat stack under 2 processes, two tests of test_tuner.py that read the
-# tuner's warnings through caplog saw none (docs/testing.md).
+# gets its own host, warm-start and status folders (tests/conftest.py).
 PYTEST_WORKERS ?= 2
-COMPAT_WORKERS ?= 0
+COMPAT_WORKERS ?= 2
 
 # The TensorFlow minors the wheel carries a kernel library for
 # (intune_tf/tf_versions.py), and the two stacks' own (requirements/).
@@ -73,7 +71,7 @@ pytest-main:
 # (neither TF_FREE_MODULES nor MAIN_STACK_ONLY in tests/conftest.py). The
 # compat stack installs the package (not editable): the source tree holds the
 # main stack's kernel library, built for another TensorFlow. The memory-limit
-# test runs one pair of jobs there (three on the main stack).
+# test runs one pair of jobs there (two on the main stack).
 pytest-compat:
 	INTUNE_OOM_REPEATS=1 $(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(COMPAT_WORKERS) --version-dependent tests
 
