@@ -482,7 +482,10 @@ def test_dispatcher_starts_its_local_pool_at_min_and_stops_it(tmp_path):
     info = _wait(pool_up, what="the dispatcher's pool of 1 to serve")
     assert (info["min"], info["max"], info["size"]) == (1, 2, 1)
     assert info["reason"] == "no consumer report (ConsumerMeter)"
-    workers = service.worker_status(status_dir, f"127.0.0.1:{port}")
+    # The worker counts as serving once the dispatcher logged it registered;
+    # its own status file may come a period later on a busy machine.
+    workers = _wait(lambda: service.worker_status(
+        status_dir, f"127.0.0.1:{port}"), what="the worker's status file")
     assert len(workers) == 1
     worker_pid = workers[0]["pid"]
     assert service.dispatcher_pool(f"127.0.0.1:{port}", status_dir)[

@@ -115,7 +115,7 @@ class _SlowStatic(policies.Policy):
 def test_steps_of_one_session_from_two_threads_do_not_interleave():
   # A training loop's step_session and the background thread (or a caller's
   # Tuner.step) can reach one session at once: the step under way stands for
-  # the other, which returns at once. Without the lock the second saw the
+  # the other, which waits for it. Without the lock the second saw the
   # knobs unchanged and held, and its listeners saw that held step before
   # the step that applied.
   registry.register("slow-static-test", _SlowStatic)

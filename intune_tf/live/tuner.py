@@ -31,6 +31,9 @@ _EXIT_JOIN_S = 10.0
 # Longest wait of the tuner thread: a new iterator is seen within this time.
 # Each wake lists the sessions (an op call), so shorter costs CPU.
 _DISCOVERY_S = 0.25
+# How long a step of a session that another thread is stepping waits for
+# that step to end (it stands for both); a step stuck longer holds up no one.
+_STEP_WAIT_S = 10.0
 # Distinct errors a session logs; later ones are not told.
 _MAX_REPORTS = 5
 # What the guard cannot lower (shuffle and cache buffers, buffers of fixed
@@ -145,9 +148,10 @@ class _Tuned:
     self.told: set[str] = set()  # what `_tell_nothing_to_do` said
     # Held while this session is stepped: the background thread, a training
     # loop's `step_session` and a caller's `Tuner.step` may reach it at once;
-    # the step under way stands for the others, which neither wait (a stuck
-    # session would hold up every session after it) nor interleave with it
-    # (its listeners would see a held step before the one that applied).
+    # the step under way stands for the others, which wait for it (up to
+    # `_STEP_WAIT_S`: a stuck session holds up the sessions after it no
+    # longer) and do not interleave with it (its listeners would see a held
+    # step before the one that applied).
     self.stepping = threading.Lock()
 
   def first_report(self, where: str, error: Exception) -> bool:
@@ -474,9 +478,13 @@ class Tuner:
   def _step_one(self, t: _Tuned) -> None:
     """One step of one session. Never raises: a failure is logged once per
     session and the session keeps its last configuration, so that neither
-    the other sessions nor a training loop that drives the step stop. Does
-    nothing while another thread steps the session (`_Tuned.stepping`)."""
+    the other sessions nor a training loop that drives the step stop. While
+    another thread steps the session (`_Tuned.stepping`), waits up to
+    `_STEP_WAIT_S` for that step, which stands for this one, and returns:
+    the caller sees a step done, and the listeners each step once."""
     if not t.stepping.acquire(blocking=False):
+      if t.stepping.acquire(timeout=_STEP_WAIT_S):
+        t.stepping.release()
       return
     try:
       self._step_one_unguarded(t)
