@@ -10,8 +10,10 @@ COMPAT := .venv-compat
 PYTEST_FLAGS ?= -q -p no:cacheprovider --durations=25
 # Test processes (pytest-xdist) for the tests that need TensorFlow, on the
 # main stack and on the compat stack (0: in the pytest process itself); each
-# gets its own host, warm-start and status folders (tests/conftest.py).
-PYTEST_WORKERS ?= 2
+# gets its own host, warm-start and status folders (tests/conftest.py). The
+# main stack's part has more of the tests that wait on real processes: with
+# 3 processes it ends with the compat stack's (docs/testing.md).
+PYTEST_WORKERS ?= 3
 COMPAT_WORKERS ?= 2
 
 # The TensorFlow minors the wheel carries a kernel library for
