@@ -583,23 +583,32 @@ def _field_problem(where: str, value: Any,
   return None
 
 
+def _fields_problem(where: str, entry: Mapping[str, Any],
+                    fields: Mapping[str, Any]) -> str | None:
+  """The first of `fields` (name: accepted types) present in `entry` whose
+  value is of a wrong type or out of range, as `_field_problem` says it,
+  named "<where>.<field>"; None when there is none."""
+  for field, types in fields.items():
+    if field in entry and (problem := _field_problem(
+        f"{where}.{field}", entry[field], types)):
+      return problem
+  return None
+
+
 def _pool_problem(pool: Any) -> str | None:
   """What makes a dispatcher's `pool` unusable (`format_problem`)."""
   if pool is None:
     return None
   if not isinstance(pool, dict):
     return _wrong("pool", pool, "an object")
-  for field, types in _POOL_FIELDS.items():
-    if field in pool and (problem := _field_problem(
-        f"pool.{field}", pool[field], types)):
-      return problem
+  if (problem := _fields_problem("pool", pool, _POOL_FIELDS)):
+    return problem
   for i, entry in enumerate(pool.get("decisions", [])):
     if not isinstance(entry, dict):
       return _wrong(f"pool.decisions[{i}]", entry, "a decision object")
-    for field, types in _DECISION_FIELDS.items():
-      if field in entry and (problem := _field_problem(
-          f"pool.decisions[{i}].{field}", entry[field], types)):
-        return problem
+    if (problem := _fields_problem(f"pool.decisions[{i}]", entry,
+                                   _DECISION_FIELDS)):
+      return problem
   return None
 
 
@@ -635,10 +644,8 @@ def format_problem(data: Mapping[str, Any]) -> str | None:
       where = f"{group}[{i}]"
       if not isinstance(entry, dict):
         return _wrong(where, entry, "a session object")
-      for field, types in _SESSION_FIELDS.items():
-        if field in entry and (problem := _field_problem(
-            f"{where}.{field}", entry[field], types)):
-          return problem
+      if (problem := _fields_problem(where, entry, _SESSION_FIELDS)):
+        return problem
       if "id" not in entry:
         return f"{where} has no id"
       for stage, held in (entry.get("unlowerable_bytes") or {}).items():
@@ -648,10 +655,9 @@ def format_problem(data: Mapping[str, Any]) -> str | None:
       for j, row in enumerate(entry.get("stages", [])):
         if not isinstance(row, dict) or "stage" not in row:
           return _wrong(f"{where}.stages[{j}]", row, "a stage row object")
-        for field, types in _STAGE_FIELDS.items():
-          if field in row and (problem := _field_problem(
-              f"{where}.stages[{j}].{field}", row[field], types)):
-            return problem
+        if (problem := _fields_problem(f"{where}.stages[{j}]", row,
+                                       _STAGE_FIELDS)):
+          return problem
   return None
 
 
