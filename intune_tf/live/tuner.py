@@ -34,6 +34,10 @@ _DISCOVERY_S = 0.25
 # How long a step of a session that another thread is stepping waits for
 # that step to end (it stands for both); a step stuck longer holds up no one.
 _STEP_WAIT_S = 10.0
+# How often a static policy's session is observed while its knobs and
+# listeners leave nothing to apply or report: enough for the warnings and
+# the host share to see a buffer filled after its first step.
+_HELD_OBSERVE_S = 1.0
 # Distinct errors a session logs; later ones are not told.
 _MAX_REPORTS = 5
 # What the guard cannot lower (shuffle and cache buffers, buffers of fixed
@@ -141,6 +145,7 @@ class _Tuned:
     self.last_good: dict[str, float] | None = None
     self.reported: set[tuple[str, str]] = set()  # see `first_report`
     self.next_step = 0.0
+    self.observed_at = 0.0  # when `last_obs` was taken (monotonic)
     self.static_knobs: tuple[str, ...] | None = None
     self.policy_memory_told = False  # see `Tuner._apply_budgets`
     self.last_obs = None  # the last observation (`process_demand`)
@@ -591,15 +596,17 @@ class Tuner:
   def _step_one_unguarded(self, t: _Tuned) -> None:
     self._tell_cache(t)
     # A static policy is stepped again only when the set of knobs changes;
-    # listeners (the status file, the Keras logs) still see every step.
+    # listeners (the status file, the Keras logs) still see every step, and
+    # with none the session is still observed every `_HELD_OBSERVE_S`.
     held = False
     if t.policy.static:
       names = tuple(k.name for k in t.session.knobs())
       held, t.static_knobs = names == t.static_knobs, names
-      if held and not self._listeners:
+      if (held and not self._listeners and
+          time.monotonic() - t.observed_at < _HELD_OBSERVE_S):
         return
     obs = t.env.observe()
-    t.last_obs = obs
+    t.last_obs, t.observed_at = obs, time.monotonic()
     self._tell_unlowerable(t, obs)
     self._tell_nothing_to_do(t, obs)
     if not obs.knobs:
