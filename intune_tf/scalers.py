@@ -275,6 +275,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     return s.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+  """Whether `port` can be bound on all interfaces now (as a worker binds
+  it; connections of a previous server in TIME_WAIT do not count)."""
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind(("0.0.0.0", port))
+    except OSError:
+      return False
+  return True
+
+
 @dataclasses.dataclass
 class _LocalWorker:
   proc: subprocess.Popen
@@ -295,7 +307,13 @@ class LocalWorkers(Scaler):
 
   Workers start in order and stop newest first (SIGTERM, then SIGKILL
   after `stop_timeout_s`). A worker that died on its own (killed, crashed)
-  leaves the pool and is counted in `lost`; the next `resize` replaces it.
+  leaves the pool and is counted in `lost`; the next `resize`, or
+  `replace_lost()` (which the dispatcher calls each pool period), replaces
+  it. A new worker takes the port of one that left (died or stopped), oldest
+  first, when that port is free, else a new free port: TensorFlow's
+  dispatcher knows a worker by its address and hands the newcomer the
+  unfinished tasks of the one that left there, which is what lets a
+  `distributed_epoch` epoch that lost a worker end (docs/service.md).
 
   Args:
     dispatcher: the dispatcher's HOST:PORT.
@@ -329,6 +347,10 @@ class LocalWorkers(Scaler):
     self.workers: list[_LocalWorker] = []
     self.lost = 0
     self._started = 0
+    # Ports of the workers that left, oldest first: the next ones to use.
+    self.vacated: list[int] = []
+    # The size of the last resize.
+    self.asked = 0
 
   def _reap(self) -> None:
     alive = []
@@ -337,6 +359,7 @@ class LocalWorkers(Scaler):
         alive.append(w)
       else:
         self.lost += 1
+        self.vacated.append(w.port)
         w.log.close()
         logging.warning("Local worker on port %d (pid %d) exited with %s; "
                         "it leaves the pool.", w.port, w.proc.pid,
@@ -357,13 +380,48 @@ class LocalWorkers(Scaler):
     return [w.port for w in self.workers]
 
   def _resize(self, n: int) -> None:
+    self.asked = n
     while len(self.workers) < n:
       self.workers.append(self._start())
     while len(self.workers) > n:
       self._stop(self.workers.pop())
 
+  def replace_lost(self) -> list[int]:
+    """Starts a worker for each one that died on its own since the last
+    resize, back to the size then asked (on the dead ones' ports when
+    free): a `distributed_epoch` epoch that lost a worker ends only once a
+    worker serves at its address again.
+
+    Returns:
+      The ports of the workers started (empty when none died).
+
+    Raises:
+      ScalerError: a worker could not be started (those started stay).
+    """
+    self._reap()
+    started = []
+    while len(self.workers) < self.asked:
+      w = self._start()
+      self.workers.append(w)
+      started.append(w.port)
+    if started:
+      logging.warning("Replaced %d lost local worker(s), on port(s) %s.",
+                      len(started), ", ".join(map(str, started)))
+    return started
+
+  def _port(self) -> int:
+    """The oldest vacated port that is free now (taken from `vacated`, as
+    are the busy ones before it), else a new free port."""
+    while self.vacated:
+      port = self.vacated.pop(0)
+      if port_is_free(port):
+        return port
+      logging.info("Port %d of a worker that left is taken; the new worker "
+                   "gets another.", port)
+    return free_port(self.host)
+
   def _start(self) -> _LocalWorker:
-    port = free_port(self.host)
+    port = self._port()
     self._started += 1
     log_path = self.log_dir / f"worker{self._started}-{port}.log"
     log = open(log_path, "wb")
@@ -389,6 +447,7 @@ class LocalWorkers(Scaler):
         w.proc.kill()
         w.proc.wait()
     w.log.close()
+    self.vacated.append(w.port)
     logging.info("Stopped local worker pid %d on port %d.", w.proc.pid,
                  w.port)
 

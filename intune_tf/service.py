@@ -193,13 +193,17 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       fault-tolerant: a restarted dispatcher resumes its jobs). Default None:
       no journal.
     worker_timeout_ms: how long a worker may miss heartbeats before the
-      dispatcher drops it (and clients stop waiting for it). Default None:
-      TensorFlow's default.
+      dispatcher logs it as lost (`Lost worker ... due to timeout`, checked
+      once every job GC interval, 10 minutes in TensorFlow 2.21). It ends
+      none of the worker's tasks: clients wait for them, and a
+      `distributed_epoch` epoch ends only once a worker serves again at
+      that address (docs/service.md). Default None: TensorFlow's default.
     workers: (MIN, MAX) of a pool of workers that the dispatcher sizes
       with `intune_tf.pool.IntuneController`, from the reports of
       `ConsumerMeter` and of the workers' tuners: local `intune service
-      worker` processes it starts, or, with `scale_command`, workers that
-      command sets. Default None: no pool.
+      worker` processes it starts (one that dies is replaced on its port
+      at the next period, decision or not), or, with `scale_command`,
+      workers that command sets. Default None: no pool.
     pool_period_s: seconds between two decisions on the pool. Default 10.
     pool_min_interval_s: seconds between a change taking effect and the
       next change. Default 30.
@@ -260,6 +264,13 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     now = time.monotonic()
     if now - last_decision[0] >= pool_period_s:
       last_decision[0] = now
+      if isinstance(scaler, scalers.LocalWorkers):
+        # A consumer whose epoch waits for a dead worker reports nothing:
+        # the dead one is replaced at its address without a decision.
+        try:
+          scaler.replace_lost()
+        except scalers.ScalerError as e:
+          logging.error("%s", e)
       size, serving = scaler.size(), scaler.serving()
       reading = pool_reading(workers_use, serving, size - serving,
                              consumer_addresses=(local, f"{host}:{port}"))
@@ -358,7 +369,9 @@ class EpochTally:
 
   With `distributed_epoch` (at most once) `lost` is what workers that left
   took with them; an element received twice breaks the promise and is
-  counted in `extra`.
+  counted in `extra`. An epoch that lost a worker ends (and can be
+  reported) only once a worker serves again at that worker's address
+  (docs/service.md).
 
   Args:
     expected: the elements of one epoch (e.g. the source's cardinality
@@ -703,8 +716,9 @@ def add_commands(subparsers) -> None:
                  "jobs (default: none).")
   d.add_argument("--worker-timeout-ms", type=arguments.positive_int,
                  default=None,
-                 help="Drop a worker after this long without a heartbeat "
-                 "(default: TensorFlow's).")
+                 help="Log a worker as lost after this long without a "
+                 "heartbeat (checked every 10 min); its tasks are kept for "
+                 "a worker at the same address (default: TensorFlow's).")
   d.add_argument("--workers", default=None, metavar="KIND:MIN-MAX",
                  type=arguments.parsed_by(scalers.parse_pool_spec, "pool"),
                  help="Size a pool of MIN to MAX workers from what the "

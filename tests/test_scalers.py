@@ -227,6 +227,50 @@ def test_manager_under_a_flapping_consumer_does_not_flap():
   assert 1 <= min(calls) and max(calls) <= 64
 
 
+def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):
+  s = scalers.LocalWorkers("127.0.0.1:1", 1, 4, log_dir=str(tmp_path))
+  with socket.socket() as busy:
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    taken = busy.getsockname()[1]
+    free_1, free_2 = scalers.free_port(), scalers.free_port()
+    s.vacated = [taken, free_1, free_2]
+    assert not scalers.port_is_free(taken)
+    # The busy port is passed over (and dropped), the oldest free one used.
+    assert s._port() == free_1  # noqa: SLF001
+    assert s.vacated == [free_2]
+    assert s._port() == free_2  # noqa: SLF001
+    fresh = s._port()  # noqa: SLF001
+    assert fresh not in (taken, free_1, free_2) and s.vacated == []
+
+
+def test_local_workers_replace_the_dead_on_their_ports(tmp_path,
+                                                       monkeypatch):
+  s = scalers.LocalWorkers("127.0.0.1:1", 1, 3, log_dir=str(tmp_path))
+
+  def start():  # a stand-in process on the port a worker would get
+    port = s._port()  # noqa: SLF001
+    path = tmp_path / f"w{port}.log"
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time; time.sleep(120)"])
+    return scalers._LocalWorker(proc, port, path, open(path, "wb"),  # noqa: SLF001
+                                time.monotonic())
+  monkeypatch.setattr(s, "_start", start)
+  try:
+    s.resize(2)
+    assert s.replace_lost() == []
+    dead = s.workers[0]
+    dead.proc.kill()
+    dead.proc.wait()
+    assert s.replace_lost() == [dead.port]
+    assert s.size() == 2 and s.lost == 1
+    assert s.workers[-1].port == dead.port
+    s.resize(1)  # a shrink is not undone
+    assert s.replace_lost() == [] and s.size() == 1
+  finally:
+    s.close()
+
+
 # --- local worker processes (real `intune service` processes on loopback) --
 
 _TIMEOUT_S = 240.0
@@ -283,6 +327,10 @@ def test_local_workers_start_stop_and_a_dead_one_leaves_the_pool(
     survivor = s.workers[0].proc
     s.resize(2)
     assert s.size() == 2 and s.workers[0].proc is survivor
+    # The replacement serves at the lost worker's address.
+    assert s.workers[1].port == victim.port and s.vacated == []
+    wait_until(lambda: s.serving() == 2, timeout=_TIMEOUT_S,
+               what="the replacement to register at the same address")
   finally:
     s.close()
   assert s.size() == 0
