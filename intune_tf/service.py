@@ -265,8 +265,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     if now - last_decision[0] >= pool_period_s:
       last_decision[0] = now
       if isinstance(scaler, scalers.LocalWorkers):
-        # A consumer whose epoch waits for a dead worker reports nothing:
-        # the dead one is replaced at its address without a decision.
+        # A dead worker is replaced at its address without a decision: a
+        # consumer whose epoch waits for it cannot go on until then.
         try:
           scaler.replace_lost()
         except scalers.ScalerError as e:
@@ -443,6 +443,12 @@ class ConsumerMeter:
       for batch in meter.iterate(distributed_ds):
         train_step(batch)
 
+  While `iterate` waits for an element, a thread reports the wait so far
+  each period (with the last pace measured): a trainer stuck on a worker
+  that left still reads as waiting, so the dispatcher's controller takes a
+  shrink back and a worker serves at that address again, which is what ends
+  a `distributed_epoch` epoch (docs/service.md).
+
   Args:
     dispatcher: the dispatcher's HOST:PORT.
     status_dir: the status dir the dispatcher reads. Default None: the
@@ -461,30 +467,43 @@ class ConsumerMeter:
     self.path = _pool_dir(status_dir) / (
         f"{os.getpid()}@{socket.gethostname()}.json")
     self.elements_per_item = elements_per_item
-    self._wait = self._compute = 0.0
-    self._elements = 0
-    self._last_report = time.monotonic()
+    self._lock = threading.Lock()
+    self._wait = self._compute = 0.0  # guarded by _lock
+    self._elements = 0  # guarded by _lock
+    self._pace = 0.0  # the last period's with compute; guarded by _lock
+    # When the wait under way began, or its part not yet reported; None
+    # while no wait is under way. Guarded by _lock.
+    self._waiting_since: float | None = None
+    self._last_report = time.monotonic()  # guarded by _lock
 
   def record(self, wait_s: float, compute_s: float, elements: int) -> None:
     """Counts one step: `wait_s` waiting for input, `compute_s` computing,
     `elements` consumed; reports when a period is over."""
-    self._wait += wait_s
-    self._compute += compute_s
-    self._elements += elements
-    now = time.monotonic()
-    if now - self._last_report >= CONSUMER_REPORT_PERIOD_S:
-      self.report(now)
+    with self._lock:
+      self._wait += wait_s
+      self._compute += compute_s
+      self._elements += elements
+      if time.monotonic() - self._last_report >= CONSUMER_REPORT_PERIOD_S:
+        self._report_locked(time.monotonic())
 
   def report(self, now: float | None = None) -> dict[str, Any]:
-    """Writes the period's wait share and pace; starts a new period."""
-    now = time.monotonic() if now is None else now
+    """Writes the period's wait share and pace (the last pace measured
+    when the period had no compute); starts a new period. A wait under way
+    counts up to `now`, its rest in the next period."""
+    with self._lock:
+      return self._report_locked(time.monotonic() if now is None else now)
+
+  def _report_locked(self, now: float) -> dict[str, Any]:
+    if self._waiting_since is not None and now > self._waiting_since:
+      self._wait += now - self._waiting_since
+      self._waiting_since = now
     busy = self._wait + self._compute
+    if self._compute > 0:
+      self._pace = self._elements / self._compute
     data = {"dispatcher": self.dispatcher, "pid": os.getpid(),
             "time": time.time(),
             "wait_share": self._wait / busy if busy > 0 else 0.0,
-            "consumer_rate": (self._elements / self._compute
-                              if self._compute > 0 else 0.0),
-            "elements": self._elements}
+            "consumer_rate": self._pace, "elements": self._elements}
     self.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = self.path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
@@ -494,20 +513,43 @@ class ConsumerMeter:
     self._last_report = now
     return data
 
+  def _report_waits(self, stop: threading.Event) -> None:
+    """Reports each period in which a wait is under way (a thread of
+    `iterate`)."""
+    while not stop.wait(CONSUMER_REPORT_PERIOD_S / 2):
+      with self._lock:
+        now = time.monotonic()
+        if (self._waiting_since is not None and
+            now - self._last_report >= CONSUMER_REPORT_PERIOD_S):
+          self._report_locked(now)
+
   def iterate(self, iterable):
     """Yields from `iterable`, timing the wait in `next()` and the compute
-    between two of them."""
+    between two of them; a thread reports a long wait while it lasts."""
     it = iter(iterable)
-    while True:
-      start = time.monotonic()
-      try:
-        item = next(it)
-      except StopIteration:
-        return
-      got = time.monotonic()
-      yield item
-      self.record(got - start, time.monotonic() - got,
-                  self.elements_per_item)
+    stop = threading.Event()
+    reporter = threading.Thread(target=self._report_waits, args=(stop,),
+                                name="intune-consumer-meter", daemon=True)
+    reporter.start()
+    try:
+      while True:
+        with self._lock:
+          self._waiting_since = time.monotonic()
+        try:
+          item = next(it)
+        except StopIteration:
+          return
+        got = time.monotonic()
+        with self._lock:
+          waited = got - self._waiting_since  # its unreported part
+          self._waiting_since = None
+        yield item
+        self.record(waited, time.monotonic() - got, self.elements_per_item)
+    finally:
+      with self._lock:
+        self._waiting_since = None
+      stop.set()
+      reporter.join()
 
   def close(self) -> None:
     """Removes the report."""

@@ -471,6 +471,42 @@ def test_consumer_meter_reports_wait_share_and_pace(tmp_path):
   assert not meter.path.exists()
 
 
+def test_a_wait_under_way_is_reported_while_it_lasts(tmp_path, monkeypatch):
+  # A trainer stuck on a worker that a shrink stopped sent no report, so
+  # the controller never saw it wait and the epoch never ended.
+  monkeypatch.setattr(service, "CONSUMER_REPORT_PERIOD_S", 0.2)
+  meter = service.ConsumerMeter("127.0.0.1:5050", str(tmp_path))
+  meter.record(0.0, 0.5, 10)  # a pace of 10 / 0.5 = 20 elements/s
+  meter.report()
+  seen = []
+
+  def stalls():
+    yield 0
+    deadline = time.monotonic() + 1.5  # the stall, inside next()
+    while time.monotonic() < deadline:
+      time.sleep(0.05)
+      seen.append(json.loads(meter.path.read_text()))
+    yield 1
+
+  got = []
+  for item in meter.iterate(stalls()):
+    got.append(item)
+    time.sleep(0.05)  # a step of 1 element in 0.05 s: 20 elements/s
+  assert got == [0, 1]
+  stalled = [r for r in seen if r["elements"] == 0]
+  # About 1.5 / 0.2 = 7 reports; each says the trainer waits all the
+  # time, at the last pace measured (about 20/s: the sleep overshoots).
+  assert len({r["time"] for r in stalled}) >= 3, seen
+  assert {r["wait_share"] for r in stalled} == {1.0}
+  (pace,) = {r["consumer_rate"] for r in stalled}
+  assert 0 < pace <= 20.0
+  # What was reported is not counted again when the wait ends: at most a
+  # period's worth (0.2 s, plus scheduling) is left of the 1.5 s.
+  assert meter._wait < 0.6  # noqa: SLF001
+  assert not [t for t in threading.enumerate()
+              if t.name == "intune-consumer-meter"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec,message", [
     ("local:3-1", "the pool's MIN (3) is above its MAX (1)"),
