@@ -482,7 +482,7 @@ def test_a_wait_under_way_is_reported_while_it_lasts(tmp_path, monkeypatch):
 
   def stalls():
     yield 0
-    deadline = time.monotonic() + 1.5  # the stall, inside next()
+    deadline = time.monotonic() + 2.0  # the stall, inside next()
     while time.monotonic() < deadline:
       time.sleep(0.05)
       seen.append(json.loads(meter.path.read_text()))
@@ -494,15 +494,16 @@ def test_a_wait_under_way_is_reported_while_it_lasts(tmp_path, monkeypatch):
     time.sleep(0.05)  # a step of 1 element in 0.05 s: 20 elements/s
   assert got == [0, 1]
   stalled = [r for r in seen if r["elements"] == 0]
-  # About 1.5 / 0.2 = 7 reports; each says the trainer waits all the
+  # About 2.0 / 0.2 = 10 reports; each says the trainer waits all the
   # time, at the last pace measured (about 20/s: the sleep overshoots).
   assert len({r["time"] for r in stalled}) >= 3, seen
   assert {r["wait_share"] for r in stalled} == {1.0}
   (pace,) = {r["consumer_rate"] for r in stalled}
   assert 0 < pace <= 20.0
-  # What was reported is not counted again when the wait ends: at most a
-  # period's worth (0.2 s, plus scheduling) is left of the 1.5 s.
-  assert meter._wait < 0.6  # noqa: SLF001
+  # What was reported is not counted again when the wait ends: about a
+  # period's worth (0.2 s, plus scheduling on a busy machine) is left of
+  # the 2.0 s.
+  assert meter._wait < 1.0  # noqa: SLF001
   assert not [t for t in threading.enumerate()
               if t.name == "intune-consumer-meter"]
 
