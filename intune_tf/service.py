@@ -483,8 +483,9 @@ class ConsumerMeter:
       self._wait += wait_s
       self._compute += compute_s
       self._elements += elements
-      if time.monotonic() - self._last_report >= CONSUMER_REPORT_PERIOD_S:
-        self._report_locked(time.monotonic())
+      now = time.monotonic()
+      if now - self._last_report >= CONSUMER_REPORT_PERIOD_S:
+        self._report_locked(now)
 
   def report(self, now: float | None = None) -> dict[str, Any]:
     """Writes the period's wait share and pace (the last pace measured
