@@ -44,7 +44,7 @@ demo: setup-main
 # (tests/conftest.py's TF_FREE_MODULES) once, on the main stack: the three at
 # the same time on the same cores (the suite must hold on a busy machine). -O
 # prints each part's output whole when it ends.
-test: lint setup
+test: setup lint
 	$(MAKE) --no-print-directory -j3 -O pytest-main pytest-compat pytest-tf-free
 
 # The developers' inner loop (under 3 minutes on 2 cores, docs/testing.md):
@@ -70,12 +70,12 @@ pytest-main:
 	$(MAIN)/bin/pytest $(PYTEST_FLAGS) -n $(PYTEST_WORKERS) --needs-tf tests
 
 # The modules whose behaviour can change with the TensorFlow or Keras version
-# (neither TF_FREE_MODULES nor MAIN_STACK_ONLY in tests/conftest.py). The
-# compat stack installs the package (not editable): the source tree holds the
-# main stack's kernel library, built for another TensorFlow. The memory-limit
-# test runs one pair of jobs there (two on the main stack).
+# (neither TF_FREE_MODULES nor MAIN_STACK_ONLY in tests/conftest.py), less
+# the tests marked main_stack_only. The compat stack installs the package
+# (not editable): the source tree holds the main stack's kernel library,
+# built for another TensorFlow.
 pytest-compat:
-	INTUNE_OOM_REPEATS=1 $(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(COMPAT_WORKERS) --version-dependent tests
+	$(COMPAT)/bin/pytest $(PYTEST_FLAGS) -n $(COMPAT_WORKERS) --version-dependent tests
 
 # With every import of TensorFlow and Keras refused.
 pytest-tf-free:
@@ -96,7 +96,14 @@ $(COMPAT)/.deps: requirements/compat.txt | uv
 	VIRTUAL_ENV=$(COMPAT) $(UV) pip install -q -r requirements/compat.txt
 	touch $@
 
-setup: setup-main setup-compat
+# The two venvs and their kernel libraries at once (one's downloads and
+# installs overlap the other's compile), then the package into each in turn
+# (both installs write the checkout's build/ and egg-info).
+setup:
+	$(MAKE) --no-print-directory -j2 $(MAIN)/.deps $(COMPAT)/.deps \
+	  $(LIB_DIR)/tf2_$(MAIN_TF_MINOR)/_intune_ops.so \
+	  $(LIB_DIR)/tf2_$(COMPAT_TF_MINOR)/_intune_ops.so
+	$(MAKE) --no-print-directory setup-main setup-compat
 
 # Each stack runs the kernel library the wheel carries for its TensorFlow
 # minor (built once, in $(LIB_DIR)): the main stack from the checkout
@@ -154,7 +161,7 @@ matrix: wheel
 
 # CI: the smoke subset on the minors the two stacks do not cover.
 smoke: wheel
-	$(PYTHON_MAIN) tools/matrix.py --wheel dist/intune_tf-*.whl --minors $(SMOKE_MINORS) --pythons 3.11=$(PYTHON_MAIN) --smoke
+	$(PYTHON_MAIN) tools/matrix.py --wheel dist/intune_tf-*.whl --minors $(SMOKE_MINORS) --pythons 3.11=$(PYTHON_MAIN) --smoke --jobs $(JOBS)
 
 # Line coverage of the whole suite on the main stack, in PYTEST_WORKERS
 # processes (not part of `make test`; pyproject.toml's [tool.coverage.*]),

@@ -6,6 +6,7 @@ import importlib.machinery
 import importlib.util
 import os
 import pathlib
+import re
 import sys
 import tempfile
 
@@ -108,6 +109,11 @@ MAIN_STACK_ONLY = {
     # Pretraining in the simulator; the networks it trains.
     "test_pretrain.py": ("test_dqn.py",),
 }
+# A single test of a module that runs on both stacks can be marked
+# `main_stack_only(covered_by="test_x.py::test_y", ...)` when it checks our
+# own logic at a cost (a real training run, a subprocess that loads
+# TensorFlow) and the named tests, which run on both stacks, check its
+# TensorFlow-facing part: `--version-dependent` deselects it.
 _TF_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras"})
 
 
@@ -144,7 +150,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   help="run only the modules not in TF_FREE_MODULES")
   group.addoption("--version-dependent", action="store_true",
                   help="run only the modules in neither TF_FREE_MODULES nor "
-                  "MAIN_STACK_ONLY (the compat stack's part)")
+                  "MAIN_STACK_ONLY, less the tests marked main_stack_only "
+                  "(the compat stack's part)")
   group.addoption("--modules-loaded", metavar="FOLDER", default=None,
                   help="fail unless the tests, in all their processes, "
                   "loaded every module of intune_tf (each process writes "
@@ -166,6 +173,43 @@ def _check_split() -> None:
       raise pytest.UsageError(
           f"conftest's MAIN_STACK_ONLY: {module} is covered on both stacks by "
           f"{', '.join(wrong) or module}, which does not run on both")
+
+
+def _check_main_stack_only(item: pytest.Item) -> None:
+  """Raises pytest.UsageError unless every test a `main_stack_only` mark
+  names is a test function of a module that runs on both stacks."""
+  tests = pathlib.Path(__file__).resolve().parent
+  for mark in item.iter_markers("main_stack_only"):
+    covered_by = mark.kwargs.get("covered_by", ())
+    if mark.args or not covered_by or isinstance(covered_by, str):
+      raise pytest.UsageError(
+          f"{item.nodeid}: write main_stack_only(covered_by=(\"test_x.py::"
+          "test_y\", ...)), naming the tests that run its TensorFlow-facing "
+          "part on both stacks")
+    for name in covered_by:
+      module, _, function = name.partition("::")
+      path = tests / module
+      if (module in TF_FREE_MODULES or module in MAIN_STACK_ONLY
+          or not path.is_file()
+          or not re.search(rf"^def {re.escape(function)}\(", path.read_text(),
+                           re.MULTILINE)):
+        raise pytest.UsageError(
+            f"{item.nodeid} is marked main_stack_only, covered by {name}: "
+            "that is not a test function of a module that runs on both "
+            "stacks")
+
+
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+  main_only = []
+  for item in items:
+    if item.get_closest_marker("main_stack_only"):
+      _check_main_stack_only(item)
+      main_only.append(item)
+  if config.getoption("--version-dependent") and main_only:
+    config.hook.pytest_deselected(items=main_only)
+    deselected = set(main_only)
+    items[:] = [item for item in items if item not in deselected]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -566,6 +566,9 @@ _JOB = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.main_stack_only(covered_by=(
+    "test_inspect.py::test_status_file_after_steps",
+    "test_inspect.py::test_inspect_prints_the_table_of_a_live_file"))
 def test_inspect_cli_against_a_running_job(tmp_path):
   status_dir = tmp_path / "status"
   log_path = tmp_path / "decisions.jsonl"

@@ -314,6 +314,9 @@ def _train_dlrm(train, val, callbacks, policy=None):
 
 
 @pytest.mark.slow
+@pytest.mark.main_stack_only(covered_by=(
+    "test_keras.py::test_fit_variants_log_intune_metrics",
+    "test_conformance.py::test_same_output_in_keras_fit"))
 def test_criteo_dlrm_with_callback_same_quality(tmp_path):
   train, val, real = _criteo_split(tmp_path)
   applied = []  # (session id, changes) of every tuning step
@@ -411,6 +414,10 @@ def _full_disk(path: pathlib.Path):
 
 
 @pytest.mark.slow
+@pytest.mark.main_stack_only(covered_by=(
+    "test_tuner.py::"
+    "test_a_faulty_policy_stops_only_its_own_session_and_is_reported_once",
+    "test_keras.py::test_fit_variants_log_intune_metrics"))
 def test_fit_survives_a_failing_policy_and_a_full_disk(tmp_path):
   with _full_disk(tmp_path / "full") as full:
     env = dict(os.environ,

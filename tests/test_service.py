@@ -374,6 +374,8 @@ def _run_cli(*args, timeout=_TIMEOUT_S):
 
 
 @pytest.mark.slow
+@pytest.mark.main_stack_only(covered_by=(
+    "test_service.py::test_cli_no_dispatcher_exits_1",))
 def test_cli_bad_dispatcher_address_exits_2():
   result = _run_cli("worker", "--dispatcher", "localhost", "--port",
                     str(_free_port()))
