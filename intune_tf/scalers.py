@@ -159,6 +159,15 @@ class Scaler:
   def _resize(self, n: int) -> None:
     raise NotImplementedError
 
+  def replace_lost(self) -> list[int]:
+    """Replaces the workers that died on their own since the last resize,
+    where this scaler can (default: it cannot; nothing is done).
+
+    Returns:
+      The ports of the workers started (empty when none).
+    """
+    return []
+
   def close(self) -> None:
     """Releases what the scaler holds (default: nothing)."""
 
@@ -322,7 +331,8 @@ class LocalWorkers(Scaler):
     host: the address the workers advertise. Default "127.0.0.1".
     log_dir: where each worker's log goes. Default None: a new temporary
       folder.
-    env: extra environment of the workers (e.g. INTUNE_STATUS_DIR).
+    env: extra environment of the workers (e.g. INTUNE_STATUS_DIR; their
+      TF_CPP_MIN_LOG_LEVEL is always 0: below).
       Default None.
     worker_args: extra flags of `intune service worker`. Default none.
     stop_timeout_s: seconds between SIGTERM and SIGKILL. Default 10.
@@ -341,7 +351,10 @@ class LocalWorkers(Scaler):
     self.log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(
         prefix="intune-workers-"))
     self.log_dir.mkdir(parents=True, exist_ok=True)
-    self.env = dict(os.environ, **(env or {}))
+    # A worker counts as serving once its log has TensorFlow's INFO line
+    # `_REGISTERED`, which TF_CPP_MIN_LOG_LEVEL 1 or more (often set to
+    # quiet TensorFlow) would hide; the workers log to their own files.
+    self.env = {**os.environ, **(env or {}), "TF_CPP_MIN_LOG_LEVEL": "0"}
     self.worker_args = tuple(worker_args)
     self.stop_timeout_s = stop_timeout_s
     self.workers: list[_LocalWorker] = []

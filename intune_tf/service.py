@@ -181,8 +181,9 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
                    pool_period_s: float = 10.0,
                    pool_min_interval_s: float = 30.0,
                    scale_command: str | None = None,
-                   scale_timeout_s: float = scalers.DEFAULT_COMMAND_TIMEOUT_S
-                   ) -> int:
+                   scale_timeout_s: float = scalers.DEFAULT_COMMAND_TIMEOUT_S,
+                   controller: str = "intune",
+                   scaler: scalers.Scaler | None = None) -> int:
   """Runs a tf.data service dispatcher until SIGTERM/SIGINT.
 
   Args:
@@ -203,7 +204,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       `ConsumerMeter` and of the workers' tuners: local `intune service
       worker` processes it starts (one that dies is replaced on its port
       at the next period, decision or not), or, with `scale_command`,
-      workers that command sets. Default None: no pool.
+      workers that command sets, or, with `scaler`, that scaler's. Default
+      None: no pool.
     pool_period_s: seconds between two decisions on the pool. Default 10.
     pool_min_interval_s: seconds between a change taking effect and the
       next change. Default 30.
@@ -214,16 +216,35 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     scale_timeout_s: seconds the scale command may run before it is killed
       and the change fails. Default `scalers.DEFAULT_COMMAND_TIMEOUT_S`
       (60).
+    controller: the pool controller's name (`pool.CONTROLLERS`): "intune",
+      or, to compare, "tf-formula" (TensorFlow's estimate applied as if it
+      scaled) or "cachew" (Cachew's hill climb). Default "intune".
+    scaler: with `workers` (MIN and MAX the same as the scaler's), the pool
+      as a Python object, e.g. a `scalers.CallbackScaler` that calls your
+      cluster's API (its `serving()` counts the workers serving). Default
+      None: local workers or `scale_command`.
 
   Returns:
     The exit code (0).
 
   Raises:
     ServiceError: the port is in use.
+    ValueError: `controller` is unknown, or `scaler` is given without
+      `workers`, with `scale_command`, or with other bounds.
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
 
+  if controller not in pool.CONTROLLERS:
+    raise ValueError(f"unknown pool controller {controller!r}; known: "
+                     f"{', '.join(pool.CONTROLLERS)}.")
+  if scaler is not None and (
+      workers is None or scale_command is not None or
+      (scaler.min_workers, scaler.max_workers) != tuple(workers)):
+    raise ValueError(
+        "scaler= needs workers=(MIN, MAX) equal to the scaler's "
+        f"({scaler.min_workers}, {scaler.max_workers}) and no "
+        "scale_command.")
   check_port_free(port)
   _start_tuner("dispatcher", port=port, address=f"{host}:{port}",
                work_dir=work_dir)
@@ -238,19 +259,24 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   manager = None
   if workers is not None:
     low, high = workers
-    if scale_command is None:
+    if scaler is None and scale_command is None:
       scaler = scalers.LocalWorkers(local, low, high)
-    else:
+    elif scaler is None:
       # Initially 0: the command runs for MIN at start, whatever the count.
       scaler = scalers.CommandScaler(
           scale_command, low, high, initial=0, timeout_s=scale_timeout_s,
           serving=server._num_workers)  # noqa: SLF001
-    manager = scalers.PoolManager(pool.IntuneController(
-        low, high, min_interval_s=pool_min_interval_s), scaler)
+    kwargs = ({"min_interval_s": pool_min_interval_s}
+              if controller == "intune" else {})
+    manager = scalers.PoolManager(
+        pool.make_controller(controller, low, high, **kwargs), scaler)
     scaler.resize(low)
-    if scale_command is None:
+    if isinstance(scaler, scalers.LocalWorkers):
       logging.info("Worker pool local:%d-%d: started %d local worker(s); "
                    "logs in %s.", low, high, low, scaler.log_dir)
+    elif scale_command is None:
+      logging.info("Worker pool %s:%d-%d: %d worker(s) asked for.",
+                   scaler.kind, low, high, scaler.size())
     else:
       logging.info("Worker pool command:%d-%d: ran `%s`.", low, high,
                    scaler.command(low))
@@ -264,13 +290,12 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     now = time.monotonic()
     if now - last_decision[0] >= pool_period_s:
       last_decision[0] = now
-      if isinstance(scaler, scalers.LocalWorkers):
-        # A dead worker is replaced at its address without a decision: a
-        # consumer whose epoch waits for it cannot go on until then.
-        try:
-          scaler.replace_lost()
-        except scalers.ScalerError as e:
-          logging.error("%s", e)
+      # A dead worker is replaced at its address without a decision: a
+      # consumer whose epoch waits for it cannot go on until then.
+      try:
+        scaler.replace_lost()
+      except scalers.ScalerError as e:
+        logging.error("%s", e)
       size, serving = scaler.size(), scaler.serving()
       reading = pool_reading(workers_use, serving, size - serving,
                              consumer_addresses=(local, f"{host}:{port}"))
@@ -693,7 +718,8 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
 
   Args:
     args: the parsed flags: `workers` ((KIND, MIN, MAX) or None),
-      `scale_command` and `scale_timeout` (None when not given).
+      `scale_command` and `scale_timeout` (None when not given) and
+      `pool_controller`.
   """
   kind = args.workers[0] if args.workers else None
   example = ("--scale-command 'kubectl scale deployment/tfdata-workers "
@@ -702,6 +728,10 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
     return (f"--workers command:MIN-MAX needs --scale-command, the shell "
             f"command that sets the pool to {{n}} workers; pass for "
             f"example {example}.")
+  if args.pool_controller != "intune" and kind is None:
+    return (f"--pool-controller {args.pool_controller} sizes a pool: pass "
+            "--workers local:MIN-MAX or command:MIN-MAX, or drop "
+            "--pool-controller.")
   for flag, value in (("--scale-command", args.scale_command),
                       ("--scale-timeout", args.scale_timeout)):
     if value is not None and kind != "command":
@@ -726,7 +756,7 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
                           args.worker_timeout_ms,
                           (low, high) if args.workers else None,
                           args.pool_period, args.pool_min_interval,
-                          args.scale_command, timeout)
+                          args.scale_command, timeout, args.pool_controller)
   except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
 
@@ -788,6 +818,12 @@ def add_commands(subparsers) -> None:
                  default=30.0, metavar="SECONDS",
                  help="With --workers: seconds between a change taking "
                  "effect and the next change (default 30).")
+  d.add_argument("--pool-controller", default="intune",
+                 choices=tuple(pool.CONTROLLERS),
+                 help="With --workers: what sizes the pool: intune, or, to "
+                 "compare, tf-formula (TensorFlow's estimate applied as if "
+                 "it scaled) or cachew (Cachew's hill climb) (default "
+                 "intune).")
   d.set_defaults(func=_dispatcher_main)
   w = subparsers.add_parser(
       "worker", help="Start a tf.data service worker tuned by InTune.")

@@ -158,6 +158,8 @@ def test_callback_scaler():
   assert s.size() == 1
   s.resize(3)
   assert calls == [3] and s.size() == 3
+  # It cannot tell a worker that died: nothing to replace, nothing called.
+  assert s.replace_lost() == [] and calls == [3]
 
   def broken(n):
     raise RuntimeError(f"quota exceeded at {n}")
@@ -305,9 +307,13 @@ def dispatcher(tmp_path):
 
 @pytest.mark.slow
 def test_local_workers_start_stop_and_a_dead_one_leaves_the_pool(
-    dispatcher, tmp_path):
+    dispatcher, tmp_path, monkeypatch):
+  # A user who silenced TensorFlow's INFO lines: the workers still tell
+  # when they registered.
+  monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
   s = scalers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
-                           env={"INTUNE_STATUS_DIR": str(tmp_path)},
+                           env={"INTUNE_STATUS_DIR": str(tmp_path),
+                                "TF_CPP_MIN_LOG_LEVEL": "1"},
                            worker_args=("--heartbeat-interval-ms", "500",
                                         "--dispatcher-wait", "120"))
   try:

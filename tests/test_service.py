@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import cli
+from intune_tf import scalers
 from intune_tf import service
 from intune_tf.bench import demo
 from intune_tf.observe import status as intune_status
@@ -546,6 +548,8 @@ _K8S = "kubectl scale deployment/w --replicas={n}"
       "--scale-timeout", "-5"],
      "argument --scale-timeout: '-5' is not a duration; pass finite "
      "seconds above 0."),
+    (["--workers", "local:1-4", "--pool-controller", "fixed"],
+     "argument --pool-controller: invalid choice: 'fixed'"),
 ])
 def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
                                                        capsys):
@@ -571,6 +575,9 @@ def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
      "--scale-timeout is for --workers command:MIN-MAX, not --workers "
      "local:MIN-MAX; pass --workers command:MIN-MAX or drop "
      "--scale-timeout."),
+    (["--pool-controller", "cachew"],
+     "--pool-controller cachew sizes a pool: pass --workers local:MIN-MAX or "
+     "command:MIN-MAX, or drop --pool-controller."),
 ])
 def test_pool_flags_that_do_not_go_together_exit_2_before_anything_starts(
     flags, message, capsys, monkeypatch):
@@ -585,6 +592,24 @@ def test_pool_flags_that_do_not_go_together_exit_2_before_anything_starts(
   assert not started
 
 
+@pytest.mark.parametrize("kwargs,message", [
+    ({"workers": (1, 2), "controller": "fixed"},
+     "unknown pool controller 'fixed'; known: intune, tf-formula, cachew."),
+    ({"scaler": "callback"}, "scaler= needs workers=(MIN, MAX) equal to the "
+     "scaler's (1, 3) and no scale_command."),
+    ({"scaler": "callback", "workers": (1, 4)}, "scaler= needs workers="),
+    ({"scaler": "callback", "workers": (1, 3), "scale_command": _K8S},
+     "scaler= needs workers="),
+])
+def test_run_dispatcher_refuses_what_does_not_go_together(kwargs, message):
+  port = _free_port()
+  if kwargs.get("scaler") == "callback":
+    kwargs["scaler"] = scalers.CallbackScaler(lambda n: None, 1, 3)
+  with pytest.raises(ValueError, match=re.escape(message)):
+    service.run_dispatcher(port, **kwargs)
+  service.check_port_free(port)  # nothing listens on it
+
+
 def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
   started = []
   monkeypatch.setattr(service, "run_dispatcher",
@@ -593,16 +618,17 @@ def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
                          "--workers", "command:2-8", "--scale-command",
                          _K8S])
   assert args.func(args) == 0
-  assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0)
+  assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0, "intune")
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "command:2-8", "--scale-command",
                          _K8S, "--scale-timeout", "2.5"])
   args.func(args)
-  assert started[1][7:] == (_K8S, 2.5)
+  assert started[1][7:] == (_K8S, 2.5, "intune")
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
-                         "--workers", "local:1-3"])
+                         "--workers", "local:1-3", "--pool-controller",
+                         "tf-formula"])
   args.func(args)
-  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0)
+  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0, "tf-formula")
 
 
 @pytest.mark.slow
