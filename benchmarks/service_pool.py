@@ -1,95 +1,139 @@
-"""A dispatcher that sizes its own pool, live: `--workers local:1-2`.
+"""Sizing a tf.data service pool live: a consumer fast, slow, then fast.
 
-Starts `intune service dispatcher --workers local:1-2` (pool period 2 s,
-minimum interval 5 s), waits for its first worker, then reads a tuned
-pipeline (a ~0.3 ms UDF per element, parallel map on AUTOTUNE, prefetch;
-policy "even") distributed with dynamic sharding, through
-`service.ConsumerMeter`, as fast as it comes (a trainer that computes
-nothing, so it waits for input). Every 10 s it prints the elements read and
-the pool the dispatcher reports (`service.dispatcher_pool`). This shows the
-loop working end to end; it is not the benchmark of issue 47 (fast, slow,
-fast consumer against fixed pools and the baselines).
+Each run starts `intune service dispatcher --workers local:MIN-MAX` (pool
+period 2 s, minimum interval 5 s) and waits until MIN workers serve. The
+trainer then reads `3 * --phase` batches of `--batch` rows of a repeated
+dataset, `distributed_epoch`, through `service.ConsumerMeter`: each row
+costs the worker a `busy_udf(--udf-size)` of CPU (a map on 1 thread:
+`cpu_budget=1`, so one worker is one CPU's worth). The trainer prefetches
+`--prefetch` batches and "computes" each by sleeping (an accelerator step,
+which takes none of the host's CPU): `--step-ms` in the first and last
+third, 4x as long in the middle one.
 
-Run: `python benchmarks/service_pool.py [--seconds 300]`.
+Pools, interleaved, `--repeats` times (the order rotates each round):
+InTune's controller on local:1-4; fixed pools of 1, 2, 3 and 4 workers;
+TensorFlow's formula (`tf-formula`, its estimate applied as if it scaled)
+and Cachew's hill climb (`cachew`), both on local:1-4.
+
+Per run: the whole run's time (first element asked to last received),
+worker-seconds (the pool's asked-for size, read from the dispatcher's
+status every 0.25 s, over the run) and the changes the dispatcher logged.
+Prints each run, then per pool the medians and the ratios to the best fixed
+pool (by median time) and to the fixed pool whose time matches.
+
+Run: `python benchmarks/service_pool.py [--repeats 5]` (about 12 minutes a
+round on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pathlib
+import re
 import signal
-import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+
+POOLS = {  # name: (--workers, --pool-controller)
+    "intune": ("local:1-4", "intune"),
+    "fixed-1": ("local:1-1", "intune"),
+    "fixed-2": ("local:2-2", "intune"),
+    "fixed-3": ("local:3-3", "intune"),
+    "fixed-4": ("local:4-4", "intune"),
+    "tf-formula": ("local:1-4", "tf-formula"),
+    "cachew": ("local:1-4", "cachew"),
+}
+_CHANGE = re.compile(r"Worker pool \d+ -> \d+: ")
+
+
+@dataclasses.dataclass
+class Run:
+  pool: str
+  seconds: float
+  worker_seconds: float
+  changes: int
+  elements: int
 
 
 def _free_port() -> int:
+  import socket  # noqa: PLC0415
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--seconds", type=float, default=300.0,
-                      help="How long to read once the pool serves.")
-  args = parser.parse_args()
-  start = time.monotonic()
+def one_run(name: str, args: argparse.Namespace, say) -> Run:
+  """Starts a dispatcher with the pool `name`, reads one epoch through it,
+  stops it; returns the run's figures."""
+  import tensorflow as tf  # noqa: PLC0415
 
-  def say(*parts):
-    print(f"{time.monotonic() - start:7.1f} s", *parts, flush=True)
+  import intune_tf  # noqa: PLC0415
+  from intune_tf import service  # noqa: PLC0415
+  from intune_tf.bench import demo  # noqa: PLC0415
 
-  status_dir = pathlib.Path(tempfile.mkdtemp(prefix="intune-pool-"))
-  os.environ["INTUNE_STATUS_DIR"] = str(status_dir)
+  spec, controller = POOLS[name]
+  low = int(spec.split(":")[1].split("-")[0])
+  status_dir = pathlib.Path(tempfile.mkdtemp(prefix="intune-pool-bench-"))
   port = _free_port()
+  address = f"127.0.0.1:{port}"
+  log_path = status_dir / "dispatcher.log"
+  env = dict(os.environ, INTUNE_STATUS_DIR=str(status_dir),
+             TF_CPP_MIN_LOG_LEVEL="1")
   intune = str(pathlib.Path(sys.executable).with_name("intune"))
-  log = open(status_dir / "dispatcher.log", "wb")
-  dispatcher = subprocess.Popen(
-      [intune, "service", "dispatcher", "--port", str(port), "--workers",
-       "local:1-2", "--pool-period", "2", "--pool-min-interval", "5"],
-      stdout=log, stderr=subprocess.STDOUT)
+  with open(log_path, "wb") as log:
+    dispatcher = subprocess.Popen(
+        [intune, "service", "dispatcher", "--port", str(port), "--workers",
+         spec, "--pool-controller", controller, "--pool-period", "2",
+         "--pool-min-interval", "5"], stdout=log, stderr=subprocess.STDOUT,
+        env=env)
   try:
-    import tensorflow as tf  # noqa: PLC0415  (after the dispatcher starts)
-
-    import intune_tf  # noqa: PLC0415
-    from intune_tf import service  # noqa: PLC0415
-    from intune_tf.bench import demo  # noqa: PLC0415
-
-    address = f"127.0.0.1:{port}"
-    while not (service.dispatcher_pool(address) or {}).get("serving"):
+    while ((service.dispatcher_pool(address, status_dir) or {}).get(
+        "serving", 0) < low):
       if dispatcher.poll() is not None:
-        raise SystemExit(f"the dispatcher exited; see {log.name}")
-      time.sleep(1)
-    say("pool serving 1 worker")
-    ds = tf.data.Dataset.range(10**9)
-    ds = ds.map(demo.busy_udf(2000), num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.prefetch(tf.data.AUTOTUNE)
+        raise SystemExit(f"the dispatcher exited; see {log_path}")
+      time.sleep(0.25)
+    total = 3 * args.phase
+    # Repeated, as a trainer's input usually is (`steps_per_epoch`): a
+    # worker stopped mid-epoch would hold a finite epoch's end until its
+    # address serves again.
+    ds = tf.data.Dataset.range(10**9).map(
+        demo.busy_udf(args.udf_size), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(args.batch)
     options = tf.data.Options()
     options.experimental_intune = intune_tf.IntuneOptions(
-        policy="even", cpu_budget=2, period_s=0.25, name="svc")
+        policy="even", cpu_budget=1, name="pool-bench")
     ds = ds.with_options(options).apply(
         tf.data.experimental.service.distribute(
-            "distributed_epoch", f"grpc://{address}"))
-    meter = service.ConsumerMeter(address)
-    began = last = time.monotonic()
-    count = shown = 0
+            "distributed_epoch", f"grpc://{address}",
+            job_name=f"bench-{port}")).take(total).prefetch(args.prefetch)
+    sizes: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample():
+      while not done.is_set():
+        info = service.dispatcher_pool(address, status_dir) or {}
+        if "size" in info:
+          sizes.append((time.monotonic(), int(info["size"])))
+        done.wait(0.25)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    meter = service.ConsumerMeter(address, status_dir=str(status_dir))
+    step_s = args.step_ms / 1000.0
+    count = 0
+    start = time.monotonic()
     for _ in meter.iterate(ds.as_numpy_iterator()):
+      slow = args.phase <= count < 2 * args.phase
+      time.sleep(step_s * (4 if slow else 1))
       count += 1
-      now = time.monotonic()
-      if now - last >= 10:
-        info = service.dispatcher_pool(address) or {}
-        say(f"{(count - shown) / (now - last):6.0f} elements/s; pool size "
-            f"{info.get('size')}, serving {info.get('serving')}: "
-            f"{info.get('reason')}")
-        last, shown = now, count
-        if now - began >= args.seconds:
-          break
-    for event in (service.dispatcher_pool(address) or {}).get(
-        "decisions", []):
-      say("decision:", event)
+    end = time.monotonic()
+    done.set()
+    sampler.join()
     meter.close()
   finally:
     dispatcher.send_signal(signal.SIGTERM)
@@ -97,7 +141,89 @@ def main() -> None:
       dispatcher.wait(60)
     except subprocess.TimeoutExpired:
       dispatcher.kill()
-    log.close()
+  worker_seconds = _integral(sizes, start, end, low)
+  changes = len(_CHANGE.findall(log_path.read_text(errors="replace")))
+  run = Run(name, end - start, worker_seconds, changes, count)
+  say(f"{name:10s} {run.seconds:7.1f} s {run.worker_seconds:7.1f} "
+      f"worker-s {run.changes:3d} changes {run.elements} elements")
+  return run
+
+
+def _integral(samples: list[tuple[float, int]], start: float, end: float,
+              initial: int) -> float:
+  """The integral over [start, end] of a step function sampled as
+  (time, value): each value holds until the next sample; `initial` before
+  the first."""
+  total, t, value = 0.0, start, initial
+  for when, size in samples:
+    if when <= start:
+      value = size
+      continue
+    if when >= end:
+      break
+    total += value * (when - t)
+    t, value = when, size
+  return total + value * (end - t)
+
+
+def summary(runs: list[Run]) -> str:
+  """Per pool: medians, and the ratios the issue's bars use."""
+  by = {}
+  for r in runs:
+    by.setdefault(r.pool, []).append(r)
+  med = {p: (statistics.median(r.seconds for r in rs),
+             statistics.median(r.worker_seconds for r in rs),
+             statistics.median(r.changes for r in rs), len(rs))
+         for p, rs in by.items()}
+  fixed = {p: m for p, m in med.items() if p.startswith("fixed-")}
+  lines = ["| pool | runs | time (s), median | worker-s, median | changes, "
+           "median | time / best fixed | worker-s / matching fixed |",
+           "|---|---|---|---|---|---|---|"]
+  best = min(fixed.values(), key=lambda m: m[0]) if fixed else None
+  for p, (t, ws, ch, n) in med.items():
+    ratio_t = f"{t / best[0]:.3f}" if best else "-"
+    # The fixed pool whose time matches: the smallest within 5% of this
+    # pool's time, else the fastest.
+    matching = [m for m in sorted(fixed.values(), key=lambda m: m[1])
+                if m[0] <= 1.05 * t]
+    match = matching[0] if matching else best
+    ratio_w = f"{ws / match[1]:.3f}" if match else "-"
+    lines.append(f"| {p} | {n} | {t:.1f} | {ws:.1f} | {ch:g} | {ratio_t} | "
+                 f"{ratio_w} |")
+  return "\n".join(lines)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--phase", type=int, default=200,
+                      help="Batches per phase (default 200).")
+  parser.add_argument("--batch", type=int, default=20,
+                      help="Rows per batch (default 20).")
+  parser.add_argument("--udf-size", type=int, default=100000,
+                      help="busy_udf size per element (default 100000: "
+                      "about 5 ms on 1 thread of this machine).")
+  parser.add_argument("--step-ms", type=float, default=70.0,
+                      help="The fast consumer's step per batch (default 70 "
+                      "ms).")
+  parser.add_argument("--prefetch", type=int, default=4,
+                      help="Batches the trainer prefetches from the "
+                      "service (default 4).")
+  parser.add_argument("--pools", nargs="+", default=list(POOLS),
+                      choices=list(POOLS))
+  args = parser.parse_args()
+  start = time.monotonic()
+
+  def say(*parts):
+    print(f"{time.monotonic() - start:7.1f} s", *parts, flush=True)
+
+  runs = []
+  names = list(args.pools)
+  for i in range(args.repeats):
+    order = names[i % len(names):] + names[:i % len(names)]
+    for name in order:
+      runs.append(one_run(name, args, say))
+  print(summary(runs))
 
 
 if __name__ == "__main__":

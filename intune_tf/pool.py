@@ -47,6 +47,9 @@ CACHEW_REPROBE_GROWTH = 1.5
 # TensorFlow's AutoScaler: rates further than this many standard deviations
 # from the mean are replaced by the median; the estimate may grow the pool by
 # at most this factor and this many workers at once.
+# Wait share at which a trainer that gets no rows at all is stalled, not
+# short of workers (`IntuneController`'s stall rule).
+STALL_WAIT = 0.95
 TF_OUTLIER_SIGMAS = 1.0
 TF_MAX_GROWTH_FACTOR = 4
 TF_MAX_GROWTH_WORKERS = 500
@@ -397,6 +400,8 @@ class IntuneController(PoolController):
     self._grew = False
     # The pace at which an aged-out ceiling was learned: probe small there.
     self._small_probe: float | None = None
+    # The size before the pool last shrank, until it is that size again.
+    self._shrunk_from: int | None = None
 
   # --- the model -------------------------------------------------------------
   def _learn(self, reading: PoolReading) -> None:
@@ -463,6 +468,9 @@ class IntuneController(PoolController):
       self.settled_at = reading.time_s
       if self.pending is not None:
         return self._hold(reading, "measuring the change")
+    stalled = self._stall(reading)
+    if stalled is not None:
+      return stalled
     self._expire(reading)
     if self.pending is not None:
       confirmed = self._confirm(reading)
@@ -521,7 +529,30 @@ class IntuneController(PoolController):
     decision = self._to(reading, size, reason)
     self._asked_at = reading.time_s
     self._grew = decision.size > reading.asked
+    if decision.size < reading.asked:
+      self._shrunk_from = max(self._shrunk_from or 0, reading.asked)
+    elif self._shrunk_from is not None and decision.size >= self._shrunk_from:
+      self._shrunk_from = None
     return decision
+
+  def _stall(self, reading: PoolReading) -> Decision | None:
+    """The stall rule: a trainer that waits and gets no rows at all since
+    the pool shrank is waiting for a worker that was stopped, not for more
+    workers: a tf.data service epoch that lost a worker ends only once a
+    worker serves at its address again (docs/service.md). Back to the size
+    before the shrink at once (`LocalWorkers` restarts on the vacated
+    ports), whatever the ceiling or the minimum interval. None: not
+    stalled, or no shrink to undo."""
+    if (self._shrunk_from is None or reading.workers >= self._shrunk_from
+        or reading.wait_share < STALL_WAIT or reading.delivered_rate > 0):
+      return None
+    back = self._shrunk_from
+    self.pending = None
+    self.ceiling = None
+    self.calm = []
+    return self._ask(reading, back, f"trainer gets nothing since the pool "
+                     f"shrank to {reading.workers}: back to {back} (an epoch "
+                     "that lost a worker ends once its address serves again)")
 
   def _confirm(self, reading: PoolReading) -> Decision | None:
     """The first period wholly after a change took effect: keep the change

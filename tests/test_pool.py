@@ -167,6 +167,36 @@ def test_intune_takes_back_a_shrink_after_which_the_trainer_waits():
   assert "trainer waits 20%; back to 10 (floor)" in toy.reasons[4]
 
 
+@pytest.mark.parametrize("wait,delivering,regrows", [
+    (1.0, False, True),   # stalled: the epoch waits for a stopped worker
+    (0.5, True, False),   # short of rows: the usual rules decide
+])
+def test_intune_undoes_a_shrink_the_trainer_stalls_after(wait, delivering,
+                                                       regrows):
+  # 4 workers that could each give 100 rows/s, a consumer of 150 rows/s:
+  # three calm rounds propose ceil(157.5 / 100) = 2; the pool shrinks to 2.
+  controller = pool.IntuneController(1, 4, min_interval_s=0.0)
+  for i in range(3):
+    decision = controller.decide(pool.PoolReading(
+        time_s=10.0 * i, workers=4, consumer_rate=150.0,
+        worker_rates=(37.5,) * 4, worker_capacities=(100.0,) * 4))
+  assert (decision.size, decision.change) == (2, True)
+  # The shrink takes effect (measuring), then the reading under test.
+  controller.decide(pool.PoolReading(
+      time_s=30.0, workers=2, consumer_rate=150.0, worker_rates=(75.0,) * 2,
+      worker_capacities=(100.0,) * 2))
+  decision = controller.decide(pool.PoolReading(
+      time_s=40.0, workers=2, wait_share=wait, consumer_rate=150.0,
+      worker_rates=(37.5,) * 2 if delivering else (0.0, 0.0),
+      worker_capacities=(100.0,) * 2))
+  if regrows:
+    assert (decision.size, decision.change) == (4, True)
+    assert decision.reason.startswith(
+        "trainer gets nothing since the pool shrank to 2: back to 4")
+  else:
+    assert "trainer gets nothing" not in decision.reason
+
+
 def test_intune_waits_for_starting_workers_and_the_minimum_interval():
   # Workers take 3 readings to start: no decision meanwhile; after the
   # change is confirmed, a new need waits out 30 s (3 readings).
