@@ -107,7 +107,8 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
     ds = ds.batch(args.batch)
     options = tf.data.Options()
     options.experimental_intune = intune_tf.IntuneOptions(
-        policy="even", cpu_budget=1, name="pool-bench")
+        policy="even", cpu_budget=1, name="pool-bench",
+        host_share=not args.no_host_share)
     ds = ds.with_options(options).apply(
         tf.data.experimental.service.distribute(
             "distributed_epoch", f"grpc://{address}",
@@ -211,6 +212,10 @@ def main() -> None:
                       "service (default 4).")
   parser.add_argument("--pools", nargs="+", default=list(POOLS),
                       choices=list(POOLS))
+  parser.add_argument("--no-host-share", action="store_true",
+                      help="The workers' pipelines keep per-process budgets "
+                      "(IntuneOptions(host_share=False)) instead of sharing "
+                      "the host through the arbiter.")
   args = parser.parse_args()
   start = time.monotonic()
 
