@@ -44,12 +44,12 @@ CACHEW_GROW_GAIN = 0.07
 CACHEW_SHRINK_LOSS = 0.03
 CACHEW_STABLE_ROUNDS = 20
 CACHEW_REPROBE_GROWTH = 1.5
-# TensorFlow's AutoScaler: rates further than this many standard deviations
-# from the mean are replaced by the median; the estimate may grow the pool by
-# at most this factor and this many workers at once.
 # Wait share at which a trainer that gets no rows at all is stalled, not
 # short of workers (`IntuneController`'s stall rule).
 STALL_WAIT = 0.95
+# TensorFlow's AutoScaler: rates further than this many standard deviations
+# from the mean are replaced by the median; the estimate may grow the pool by
+# at most this factor and this many workers at once.
 TF_OUTLIER_SIGMAS = 1.0
 TF_MAX_GROWTH_FACTOR = 4
 TF_MAX_GROWTH_WORKERS = 500

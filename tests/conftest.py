@@ -110,7 +110,7 @@ MAIN_STACK_ONLY = {
     "test_pretrain.py": ("test_dqn.py",),
 }
 # A single test of a module that runs on both stacks can be marked
-# `main_stack_only(covered_by="test_x.py::test_y", ...)` when it checks our
+# `main_stack_only(covered_by=("test_x.py::test_y", ...))` when it checks our
 # own logic at a cost (a real training run, a subprocess that loads
 # TensorFlow) and the named tests, which run on both stacks, check its
 # TensorFlow-facing part: `--version-dependent` deselects it.
