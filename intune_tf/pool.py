@@ -11,13 +11,14 @@ Controllers (`CONTROLLERS`):
 - `intune` (`IntuneController`): a model proposes the size, the workers'
   measured capacity against the consumer's demand plus a headroom,
   `workers_needed`; measurement confirms each change once the new workers are
-  up (a growth that did not deliver at least `confirm_share` of its predicted
-  gain is taken back, and the size that delivered becomes a ceiling; a shrink
-  after which the trainer waits is taken back, and the old size becomes a
-  floor). It grows while the trainer waits, shrinks only after
-  `shrink_patience` calm rounds (to the largest size any of them needed), and
-  makes no change while workers are starting or within `min_interval_s` of
-  the last change taking effect.
+  up and deliver (a growth is judged once every worker reports rows, or
+  `first_rows_s` after its workers registered; one that did not deliver at
+  least `confirm_share` of its predicted gain is taken back, and the size
+  that delivered becomes a ceiling; a shrink after which the trainer waits
+  is taken back, and the old size becomes a floor). It grows while the
+  trainer waits, shrinks only after `shrink_patience` calm rounds (to the
+  largest size any of them needed), and makes no change while workers are
+  starting or within `min_interval_s` of the last change taking effect.
 - `tf-formula` (`TfFormulaController`): TensorFlow's `AutoScaler` estimate
   (`tf_formula_estimate`, growth capped by `cap_growth`) applied every
   period, as if the dispatcher scaled to it (TensorFlow only exports it).
@@ -371,6 +372,9 @@ class IntuneController(PoolController):
     shrink_patience: calm rounds in a row before a shrink. Default 3.
     limit_ttl_s: seconds a ceiling or floor learned from a taken-back change
       holds (also dropped when the consumer's pace moves 25%). Default 600.
+    first_rows_s: seconds after a growth took effect (its workers
+      registered) that the controller waits for every serving worker to
+      report rows before it judges the growth. Default 20.
   """
 
   name = "intune"
@@ -379,7 +383,7 @@ class IntuneController(PoolController):
                min_interval_s: float = 30.0, grow_wait: float = 0.03,
                shrink_wait: float = 0.01, headroom: float = 0.05,
                confirm_share: float = 0.5, shrink_patience: int = 3,
-               limit_ttl_s: float = 600.0):
+               limit_ttl_s: float = 600.0, first_rows_s: float = 20.0):
     super().__init__(min_workers, max_workers)
     self.min_interval_s = min_interval_s
     self.grow_wait = grow_wait
@@ -388,6 +392,7 @@ class IntuneController(PoolController):
     self.confirm_share = confirm_share
     self.shrink_patience = shrink_patience
     self.limit_ttl_s = limit_ttl_s
+    self.first_rows_s = first_rows_s
     self.per_worker: float | None = None
     self.pending: _Pending | None = None
     self.settled_at: float | None = None  # when the last change took effect
@@ -402,6 +407,8 @@ class IntuneController(PoolController):
     self._small_probe: float | None = None
     # The size before the pool last shrank, until it is that size again.
     self._shrunk_from: int | None = None
+    # A growth's judgement waited for its workers' first rows.
+    self._awaited_rows = False
 
   # --- the model -------------------------------------------------------------
   def _learn(self, reading: PoolReading) -> None:
@@ -473,6 +480,9 @@ class IntuneController(PoolController):
       return stalled
     self._expire(reading)
     if self.pending is not None:
+      awaiting = self._await_first_rows(reading)
+      if awaiting is not None:
+        return awaiting
       confirmed = self._confirm(reading)
       if confirmed is not None:
         return confirmed
@@ -518,8 +528,30 @@ class IntuneController(PoolController):
     self.pending = None
     self._asked_at = None
 
+  def _await_first_rows(self, reading: PoolReading) -> Decision | None:
+    """Holds the judgement of a growth until every serving worker reports
+    rows, then for one period more (the first measured wholly with them),
+    for at most `first_rows_s` after the growth took effect: a worker that
+    registered still builds its task's pipeline, and a growth judged before
+    it delivers looks like one that gave nothing. None: judge now (not a
+    growth, no rates reported, or the wait is over)."""
+    p = self.pending
+    if (p.after <= p.before or not reading.worker_rates or
+        self.settled_at is None or
+        reading.time_s - self.settled_at >= self.first_rows_s):
+      return None
+    if (len(reading.worker_rates) < reading.workers or
+        min(reading.worker_rates) <= 0):
+      self._awaited_rows = True
+      return self._hold(reading, "waiting for the new workers' first rows")
+    if self._awaited_rows:
+      self._awaited_rows = False
+      return self._hold(reading, "measuring the change")
+    return None
+
   def _change(self, reading: PoolReading, size: int,
               reason: str) -> Decision:
+    self._awaited_rows = False
     self.pending = _Pending(reading.workers, size, reading.delivered_rate,
                             reading.wait_share, self.per_worker or 0.0,
                             reading.consumer_rate)

@@ -72,11 +72,14 @@ def test_bad_bounds_raise(bounds, message):
 class _ToyPool:
   """A pool of workers of `capacity` rows/s each (the tuners report
   `reported`), behind a host that takes at most `ceiling` rows/s; a worker
-  asked for at reading i serves from reading i + `startup` on."""
+  asked for at reading i serves from reading i + `startup` on, and
+  delivers rows from `warmup` readings after that."""
 
   def __init__(self, size, capacity=100.0, reported=None, ceiling=math.inf,
-               startup=1):
+               startup=1, warmup=0):
     self.serving = size
+    self.warming = []  # reading index from which each serving one delivers
+    self.warmup = warmup
     self.starting = []  # reading index at which each starting one serves
     self.capacity = capacity
     self.reported = capacity if reported is None else reported
@@ -91,13 +94,18 @@ class _ToyPool:
     joined = [r for r in self.starting if r <= self.i]
     self.starting = [r for r in self.starting if r > self.i]
     self.serving += len(joined)
-    supply = min(self.serving * self.capacity, self.ceiling)
+    self.warming += [r + self.warmup for r in joined]
+    self.warming = [r for r in self.warming if r > self.i]
+    delivering = self.serving - len(self.warming)
+    supply = min(delivering * self.capacity, self.ceiling)
     wait = max(0.0, 1.0 - supply / pace)
     got = pace * (1 - wait)
+    rates = ((got / delivering,) * delivering if delivering else ()) + (
+        (0.0,) * len(self.warming))
     return pool.PoolReading(
         time_s=10.0 * (self.i + 1), workers=self.serving,
         starting=len(self.starting), wait_share=wait, consumer_rate=pace,
-        worker_rates=(got / self.serving,) * self.serving,
+        worker_rates=rates,
         worker_capacities=(self.reported,) * self.serving)
 
   def apply(self, decision):
@@ -109,6 +117,9 @@ class _ToyPool:
       from_starting = min(drop, len(self.starting))
       self.starting = self.starting[:len(self.starting) - from_starting]
       self.serving -= drop - from_starting
+      # The newest go first: those still warming up.
+      self.warming = self.warming[:max(
+          0, len(self.warming) - (drop - from_starting))]
     self.changes += decision.change
     self.sizes.append(decision.size)
     self.reasons.append(decision.reason)
@@ -143,6 +154,37 @@ def test_intune_takes_back_a_growth_that_does_not_deliver():
   assert set(toy.sizes[3:]) == {4}
   assert toy.changes == 2
   assert "gave +0 rows/s of +400 predicted: back to 4" in toy.reasons[2]
+
+
+@pytest.mark.parametrize("warmup", [2, 3])
+def test_intune_judges_a_growth_once_its_workers_deliver(warmup):
+  # 2 workers, a consumer of 500 rows/s; the 4 more workers the model asks
+  # serve a reading later and deliver `warmup` readings after that. Judged
+  # while they deliver nothing, the growth would look like +0 of +300
+  # predicted and be taken back; it is held until they deliver, for one
+  # reading more, then confirmed.
+  toy = _ToyPool(2, warmup=warmup).drive(
+      pool.IntuneController(1, 64, first_rows_s=60.0), [500.0] * 20)
+  assert set(toy.sizes) == {6}, toy.reasons
+  assert toy.changes == 1
+  # 0: grow; 1: serving, measuring (no rows yet); 2 .. warmup: no rows;
+  # then one reading measuring with them, then the judgement.
+  waiting = warmup - 1
+  assert toy.reasons[2:2 + waiting] == [
+      "waiting for the new workers' first rows"] * waiting
+  assert toy.reasons[2 + waiting] == "measuring the change"
+  assert toy.reasons[3 + waiting] == "2 -> 6 confirmed: +300 rows/s"
+
+
+def test_intune_judges_a_growth_whose_workers_never_deliver_in_time():
+  # The new workers never deliver: once `first_rows_s` (20 s, 2 readings
+  # 10 s apart) has passed since they registered (reading 1), the growth
+  # is judged (reading 3) and taken back.
+  toy = _ToyPool(2, warmup=100).drive(
+      pool.IntuneController(1, 64, first_rows_s=20.0), [500.0] * 8)
+  assert toy.sizes == [6, 6, 6, 2, 2, 2, 2, 2], toy.reasons
+  assert toy.reasons[2] == "waiting for the new workers' first rows"
+  assert "gave +0 rows/s of +300 predicted: back to 2" in toy.reasons[3]
 
 
 def test_intune_shrinks_after_patience_to_the_largest_need():
