@@ -15,9 +15,11 @@ InTune's controller on local:1-4; fixed pools of 1, 2, 3 and 4 workers;
 TensorFlow's formula (`tf-formula`, its estimate applied as if it scaled)
 and Cachew's hill climb (`cachew`), both on local:1-4.
 
-Per run: the whole run's time (first element asked to last received),
+Per run: the whole run's time (first element asked to the last one's step
+done; the iterator's teardown after it is printed apart),
 worker-seconds (the pool's asked-for size, read from the dispatcher's
-status every 0.25 s, over the run) and the changes the dispatcher logged.
+status every 0.25 s, over the run) and the changes the dispatcher logged
+during the run.
 Prints each run, then per pool the medians and the ratios to the best fixed
 pool (by median time) and to the fixed pool whose time matches.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import os
 import pathlib
 import re
@@ -49,7 +52,10 @@ POOLS = {  # name: (--workers, --pool-controller)
     "tf-formula": ("local:1-4", "tf-formula"),
     "cachew": ("local:1-4", "cachew"),
 }
-_CHANGE = re.compile(r"Worker pool \d+ -> \d+: ")
+# A change the dispatcher logged, with its glog time stamp (local time, no
+# year): "I1129 13:11:22.045359 ... Worker pool 1 -> 2: <reason>".
+_CHANGE = re.compile(r"^I(\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) .*"
+                     r"Worker pool \d+ -> \d+: ", re.MULTILINE)
 
 
 @dataclasses.dataclass
@@ -113,6 +119,13 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
         tf.data.experimental.service.distribute(
             "distributed_epoch", f"grpc://{address}",
             job_name=f"bench-{port}")).take(total).prefetch(args.prefetch)
+    # The trainer's own pipeline (past `distribute`: plain tf.data) without
+    # tf.data's autotune: its model thread can miss the wake-up of the
+    # iterator's teardown and hold it until its next pass, up to 60 s later
+    # (docs/service.md); the same for every pool, and not the pool's time.
+    trainer_options = tf.data.Options()
+    trainer_options.autotune.enabled = False
+    ds = ds.with_options(trainer_options)
     sizes: list[tuple[float, int]] = []
     done = threading.Event()
 
@@ -127,12 +140,16 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
     meter = service.ConsumerMeter(address, status_dir=str(status_dir))
     step_s = args.step_ms / 1000.0
     count = 0
-    start = time.monotonic()
+    start = end = time.monotonic()
+    wall_start = time.time()
     for _ in meter.iterate(ds.as_numpy_iterator()):
       slow = args.phase <= count < 2 * args.phase
       time.sleep(step_s * (4 if slow else 1))
       count += 1
-    end = time.monotonic()
+      end = time.monotonic()
+    # The iterator's end and teardown are not the pool's.
+    teardown = time.monotonic() - end
+    wall_end = time.time() - teardown
     done.set()
     sampler.join()
     meter.close()
@@ -143,11 +160,27 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
     except subprocess.TimeoutExpired:
       dispatcher.kill()
   worker_seconds = _integral(sizes, start, end, low)
-  changes = len(_CHANGE.findall(log_path.read_text(errors="replace")))
+  changes = changes_between(log_path.read_text(errors="replace"),
+                            wall_start, wall_end)
   run = Run(name, end - start, worker_seconds, changes, count)
   say(f"{name:10s} {run.seconds:7.1f} s {run.worker_seconds:7.1f} "
-      f"worker-s {run.changes:3d} changes {run.elements} elements")
+      f"worker-s {run.changes:3d} changes {run.elements} elements "
+      f"(teardown {teardown:.1f} s)")
   return run
+
+
+def changes_between(log: str, start: float, end: float) -> int:
+  """The pool changes in a dispatcher's `log` stamped within [start, end]
+  (Unix times; a log's stamps are local time, of the year of `start`):
+  what the controller decided while the trainer read, not after it
+  stopped."""
+  year = datetime.datetime.fromtimestamp(start).year
+  count = 0
+  for month, day, hour, minute, second in _CHANGE.findall(log):
+    stamp = datetime.datetime(year, int(month), int(day), int(hour),
+                              int(minute)).timestamp() + float(second)
+    count += start <= stamp <= end
+  return count
 
 
 def _integral(samples: list[tuple[float, int]], start: float, end: float,
