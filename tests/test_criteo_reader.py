@@ -341,8 +341,7 @@ def test_damaged_gzip_is_an_error_naming_the_file_in_every_mode(
   intact = tmp_path / "day_0.gz"
   intact.write_bytes(_gzipped(INTACT_ROWS, seed=0))
   damaged = tmp_path / "day_1.gz"
-  damaged.write_bytes(
-      damage_fn(_gzipped(GZIP_ROWS, seed=1)))
+  damaged.write_bytes(damage_fn(_gzipped(GZIP_ROWS, seed=1)))
   ds = reader.read([str(intact), str(damaged)], batch_size=INTACT_ROWS // 5,
                    on_bad_row=on_bad_row)
   rows = 0
