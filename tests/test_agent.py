@@ -183,7 +183,9 @@ def test_tiny_agent_learns_a_two_stage_pipeline():
 
 @pytest.mark.slow
 def test_shipped_agent_beats_even_in_simulation():
-  pipes = pretrain.evaluation_pipelines(count=20, seed=99)
+  # 12 pipelines: medians 0.97 against 0.55 of the optimum (20: 0.95 and
+  # 0.67; each episode traces a learning agent's step, ~1 s of CPU).
+  pipes = pretrain.evaluation_pipelines(count=12, seed=99)
   opts = IntuneOptions()
   intune = pretrain.score(lambda: agent_lib.IntunePolicy(opts), pipes)
   even = pretrain.score(lambda: intune_tf.tuning.policies.EvenPolicy(opts),
