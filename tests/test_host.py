@@ -141,6 +141,11 @@ def _fake_cgroups(monkeypatch, tmp_path, proc_lines: str,
   proc.write_text(proc_lines)
   monkeypatch.setattr(host, "_CGROUP_FS", str(fs))
   monkeypatch.setattr(host, "_PROC_SELF_CGROUP", str(proc))
+  # Limits cached before the paths moved are dropped: a tuner thread left by
+  # an earlier test of this process (`make coverage` runs every test in one
+  # session) can cache the real cgroup's limit in between, at the fake
+  # clock's time.
+  monkeypatch.setattr(host, "_limits_cache", {})
   return fs
 
 
