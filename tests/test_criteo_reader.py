@@ -294,12 +294,6 @@ INTACT_ROWS = 1_000
 
 
 @functools.cache
-def _gzipped(n: int, seed: int = 0) -> bytes:
-  """`_made_up_rows(n, seed)` as one gzip member, compressed once."""
-  return gzip.compress(_made_up_rows(n, seed))
-
-
-@functools.cache
 def _made_up_rows(n: int, seed: int = 0) -> bytes:
   """`n` made-up dac rows of varied values (GZIP_ROWS: about 0.8 MB of gzip
   data, so damage at a quarter of the file is far past the 64 KiB sniff);
@@ -312,6 +306,12 @@ def _made_up_rows(n: int, seed: int = 0) -> bytes:
       "\t".join([str(labels[i]), *map(str, dense[i]),
                  *(f"{v:08x}" for v in sparse[i])]) + "\n"
       for i in range(n)).encode()
+
+
+@functools.cache
+def _gzipped(n: int, seed: int = 0) -> bytes:
+  """`_made_up_rows(n, seed)` as one gzip member, compressed once."""
+  return gzip.compress(_made_up_rows(n, seed))
 
 
 def _flip_middle_byte(data: bytes) -> bytes:
@@ -420,8 +420,8 @@ def test_bytes_appended_after_gzip_data_are_left_as_gzip_does(
 @pytest.mark.parametrize("on_bad_row", ["error", "skip"])
 def test_gzip_of_several_members_reads_whole(tmp_path, on_bad_row):
   path = tmp_path / "day_0.gz"  # as `cat a.gz b.gz > day_0.gz` makes
-  path.write_bytes(gzip.compress(_made_up_rows(1000, seed=0))
-                   + gzip.compress(_made_up_rows(2000, seed=1)))
+  path.write_bytes(_gzipped(1000, seed=0)
+                   + _gzipped(2000, seed=1))
   _, _, label, ds = _read_all(str(path), on_bad_row=on_bad_row,
                               batch_size=512)
   assert label.shape == (3000,)
@@ -431,7 +431,7 @@ def test_gzip_of_several_members_reads_whole(tmp_path, on_bad_row):
 @pytest.mark.slow
 def test_a_gzip_file_damaged_after_a_clean_read_fails_the_next(tmp_path):
   path = tmp_path / "day_0.gz"
-  data = gzip.compress(_made_up_rows(2000))
+  data = _gzipped(2000)
   path.write_bytes(data)
   assert reader.check_gzip(str(path)) == ""
   assert _read_all(str(path))[2].shape == (2000,)
@@ -450,7 +450,7 @@ def test_only_inputs_with_gzip_files_call_python(tmp_path):
   plain = tmp_path / "day_0"
   plain.write_bytes(_made_up_rows(10))
   packed = tmp_path / "day_1.gz"
-  packed.write_bytes(gzip.compress(_made_up_rows(10)))
+  packed.write_bytes(_gzipped(10))
   # A remote tf.data service worker can run the first, not the second.
   assert not _calls_python(reader.read(str(plain), batch_size=4))
   assert _calls_python(reader.read([str(plain), str(packed)], batch_size=4))
