@@ -128,12 +128,15 @@ def _fit(model, ds, epochs: int) -> tuple[float, float, list[float]]:
   return time.perf_counter() - start, time.process_time() - cpu0, times.times
 
 
-def _run(model, names, files, batch_size, epochs, repeats):
+def run(model, names, make, epochs, repeats):
+  """`repeats` interleaved rounds (the order rotates each round) of one `fit`
+  per variant, each on the new dataset `make(name)`: `{name: [(seconds,
+  CPU-seconds, seconds per epoch), ...]}`."""
   results = {name: [] for name in names}
   for repeat in range(repeats):
     order = names[repeat % len(names):] + names[:repeat % len(names)]
     for name in order:
-      ds = _variant(name, files, batch_size)
+      ds = make(name)
       seconds, cpu_s, per_epoch = _fit(model, ds, epochs)
       del ds
       gc.collect()
@@ -144,12 +147,12 @@ def _run(model, names, files, batch_size, epochs, repeats):
   return results
 
 
-def _paired(results, name, base, key=lambda r: r[0]):
+def paired(results, name, base, key=lambda r: r[0]):
   ratios = [key(b) / key(a) for a, b in zip(results[name], results[base])]
   return statistics.median(ratios), min(ratios), max(ratios)
 
 
-def _table(results, base, epochs):
+def table(results, base, epochs):
   heads = " | ".join(f"epoch {e + 1}" for e in range(epochs))
   print(f"| variant | fit s (median) | {heads} | CPU s | "
         f"speed-up vs {base} (median of paired ratios, min-max) |")
@@ -158,7 +161,7 @@ def _table(results, base, epochs):
     epoch_medians = " | ".join(
         f"{statistics.median(r[2][e] for r in runs):.2f}"
         for e in range(epochs))
-    med, lo, hi = _paired(results, name, base)
+    med, lo, hi = paired(results, name, base)
     print(f"| {name} | {statistics.median(r[0] for r in runs):.2f} | "
           f"{epoch_medians} | {statistics.median(r[1] for r in runs):.2f} | "
           f"{med:.2f}x ({lo:.2f}-{hi:.2f}) |")
@@ -198,26 +201,28 @@ def main(argv=None) -> int:
 
   print(f"\n{args.epochs} epochs per fit:", flush=True)
   names = ["autotune", "intune", "intune cache", "hand .cache()", "bound"]
-  multi = _run(model, names, files, args.batch_size, args.epochs,
-               args.repeats)
+
+  def make(name):
+    return _variant(name, files, args.batch_size)
+
+  multi = run(model, names, make, args.epochs, args.repeats)
   print("\n1 epoch per fit:", flush=True)
-  single = _run(model, ["intune", "intune cache"], files, args.batch_size, 1,
-                args.repeats)
+  single = run(model, ["intune", "intune cache"], make, 1, args.repeats)
 
   print(f"\nCriteo L{LEVEL} under model.fit of the tiny DLRM, {rows:,} rows "
         f"({rows * row_bytes / 1e6:.0f} MB preprocessed per epoch), batch "
         f"{args.batch_size}, {args.repeats} interleaved repeats, "
         f"{host.usable_cpus()} CPUs\n")
   print(f"{args.epochs} epochs:\n")
-  _table(multi, "autotune", args.epochs)
-  cached = _paired(multi, "intune cache", "hand .cache()")
-  bound = _paired(multi, "intune cache", "bound")
+  table(multi, "autotune", args.epochs)
+  cached = paired(multi, "intune cache", "hand .cache()")
+  bound = paired(multi, "intune cache", "bound")
   print(f"\nintune cache / hand .cache() time ratio (median of paired): "
         f"{1 / cached[0]:.3f}; intune cache / bound: {1 / bound[0]:.3f}")
   print("\n1 epoch:\n")
-  _table(single, "intune", 1)
-  wall = _paired(single, "intune cache", "intune")
-  cpu = _paired(single, "intune cache", "intune", key=lambda r: r[1])
+  table(single, "intune", 1)
+  wall = paired(single, "intune cache", "intune")
+  cpu = paired(single, "intune cache", "intune", key=lambda r: r[1])
   print(f"\none-epoch job, cache=True / cache=False (median of paired "
         f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
   return 0

@@ -139,6 +139,36 @@ def test_interleaved_files_are_cached_after_the_parse(tmp_path):
   assert _point(ds)[0] == "ParallelMapDatasetV2"
 
 
+def _map_calls(graph_def, node_name):
+  """The ops of the function that the map `node_name` applies."""
+  (node,) = [n for n in graph_def.node if n.name == node_name]
+  (fn,) = [f for f in graph_def.library.function
+           if f.signature.name == node.attr["f"].func.name]
+  return {n.op for n in fn.node_def}
+
+
+def test_images_are_cached_after_the_decode_and_before_the_random_crop(
+    tmp_path):
+  paths = []
+  for i in range(3):
+    paths.append(str(tmp_path / f"{i}.jpg"))
+    tf.io.write_file(paths[-1], tf.io.encode_jpeg(
+        tf.fill([12, 12, 3], tf.constant(i * 40, tf.uint8))))
+  ds = (tf.data.Dataset.from_tensor_slices(paths)
+        .map(lambda p: tf.io.decode_jpeg(tf.io.read_file(p), channels=3),
+             num_parallel_calls=AUTOTUNE)
+        .map(lambda image: tf.image.random_flip_left_right(
+            tf.image.random_crop(image, [8, 8, 3])),
+             num_parallel_calls=AUTOTUNE)
+        .batch(2).prefetch(AUTOTUNE))
+  graph_def = _graph(ds)
+  point = rewrites.cache_point(graph_def)
+  assert {"ReadFile", "DecodeJpeg"} <= _map_calls(graph_def, point.node)
+  (crop,) = [n for n in graph_def.node if n.input[:1] == [point.node]]
+  assert "RandomUniformInt" in _map_calls(graph_def, crop.name)
+  assert f"above it: {crop.name} " in point.reason
+
+
 @pytest.mark.parametrize("make,reason", [
     # The user's own cache stays the only one.
     (lambda: tf.data.Dataset.range(10).map(_twice).cache().repeat(2),
