@@ -186,6 +186,69 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   writer.close()
 
 
+def test_inspect_and_the_decision_log_show_what_the_cache_gave(tmp_path):
+  writer = status.StatusWriter(tmp_path / "status", period_s=0.05)
+  writer.start()
+  tuner = intune_tf.global_tuner()
+  log = status.DecisionLog(tmp_path / "decisions.jsonl", tuner)
+  tuner.add_listener(writer)
+  tuner.add_listener(log)
+  ds = tf.data.Dataset.range(64).map(
+      lambda x: tf.reduce_sum(tf.sin(tf.cast(tf.range(x + 100), tf.float32))),
+      num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="manual", period_s=0.02, cache=True, warm_start=False)
+  ds = ds.with_options(options)
+  try:
+    assert len(list(ds)) == 64  # epoch 1 fills the cache
+    it = iter(ds)  # epoch 2, a session of its own, is read from it
+    session = intune_tf.session_of(it)
+    for _ in range(32):
+      next(it)
+
+    def shown():
+      mine = [s for d in status.read_all(tmp_path / "status")
+              for s in d["sessions"] if s["id"] == session.id]
+      return (mine and (mine[0].get("cache") or {}).get("served") == 1.0
+              and mine[0]["cache"])
+    cache = _wait(shown, what="the second epoch's cache in the status file")
+    out = io.StringIO()
+    assert inspect_lib.inspect(tmp_path / "status", out=out) == 0
+  finally:
+    tuner.remove_listener(writer)
+    tuner.remove_listener(log)
+    log.close()
+    writer.close()
+  assert cache["point"] and cache["point"] == session.cache()["point"]
+  assert cache["complete"] and cache["elements"] == 64
+  assert cache["bytes"] >= 64 * 4  # 64 float32 scalars at least
+  assert (f"cache after {cache['point']}: " in out.getvalue() and
+          "64 elements, a whole epoch; 100% of this epoch's reads served "
+          "from it" in out.getvalue()), out.getvalue()
+  lines = [json.loads(line) for line in
+           (tmp_path / "decisions.jsonl").read_text().splitlines()]
+  logged = [r["cache"] for r in lines if r["session"] == session.id]
+  assert logged and logged[-1]["point"] == cache["point"]
+  assert max(c["served"] for c in logged) == 1.0
+  del it
+
+
+@pytest.mark.parametrize("cache,line", [
+    ({"point": "", "reason": "nothing to save below RangeDataset"},
+     "no cache: nothing to save below RangeDataset"),
+    # 3 MiB of 1 GiB, 1.5 s saved; the epoch's first half only.
+    ({"point": "MapDataset/_2", "reason": "above it: a shuffle",
+      "bytes": 3 << 20, "limit": 1 << 30, "elements": 1200,
+      "complete": False, "served": 0.25, "saved_s": 1.5},
+     "cache after MapDataset/_2: 3.0 MB of 1.0 GB, 1,200 elements; 25% of "
+     "this epoch's reads served from it, 1.50 s of upstream time saved "
+     "(above it: a shuffle)"),
+])
+def test_cache_line(cache, line):
+  assert inspect_lib.cache_line(cache) == line
+
+
 def test_inspect_shows_how_the_host_is_split(tmp_path):
   writer = status.StatusWriter(tmp_path / "status")
   writer(intune_tf.TuningSession(
@@ -350,6 +413,11 @@ def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
      "sessions[0].output_rate is inf (float), expected a finite number >= 0"),
     ({"sessions": [{"id": 3, "stages": [{"stage": "Map", "rate": -1}]}]},
      "sessions[0].stages[0].rate is -1 (int), expected a finite number >= 0"),
+    ({"sessions": [{"id": 3, "cache": {"point": "Map", "served": -0.5}}]},
+     "sessions[0].cache.served is -0.5 (float), expected a finite number >= "
+     "0"),
+    ({"sessions": [{"id": 3, "cache": {"point": 7}}]},
+     "sessions[0].cache.point is 7 (int), expected str"),
     ({"pool": [1, 2]}, "pool is [1, 2] (list), expected an object"),
     ({"pool": {"size": -1}},
      "pool.size is -1 (int), expected a finite number >= 0"),

@@ -3,7 +3,9 @@
 Reads the status files that tuned processes write
 (`intune_tf.observe.status`) and prints, for every live session, one row per
 pipeline stage: parallelism, buffer (and fill), elements/s, CPUs busy, CPU
-share, thread utilization and which stage is the bottleneck. `--watch SECONDS`
+share, thread utilization and which stage is the bottleneck; with the
+`cache` option on, where InTune cached, the bytes it holds, the share of the
+epoch served from it and the upstream seconds saved. `--watch SECONDS`
 refreshes the table until Ctrl-C. Above the tables, how the host is split
 among the InTune processes that share it (`intune_tf.arbiter`): one
 line per process with its weight, CPU and RAM budgets and demand. A
@@ -151,8 +153,22 @@ def format_process(data: Mapping[str, Any], now: float | None = None,
                    "budget): " + ", ".join(
                        f"{stage} {_bytes(held)}"
                        for stage, held in sorted(fixed.items())))
+    if s.get("cache"):
+      lines.append("  " + cache_line(s["cache"]))
     lines.extend("  " + line for line in stage_table(s.get("stages", [])))
   return lines
+
+
+def cache_line(cache: Mapping[str, Any]) -> str:
+  """What a session's `cache` (`status.cache_fields`) says, in one line."""
+  if not cache.get("point"):
+    return f"no cache: {cache.get('reason') or '?'}"
+  whole = ", a whole epoch" if cache.get("complete") else ""
+  return (f"cache after {cache['point']}: {_bytes(cache.get('bytes'))} of "
+          f"{_bytes(cache.get('limit'))}, {_num(cache.get('elements'))} "
+          f"elements{whole}; {100 * (cache.get('served') or 0):.0f}% of this "
+          f"epoch's reads served from it, {_num(cache.get('saved_s'), 2)} s "
+          f"of upstream time saved ({cache.get('reason') or '?'})")
 
 
 def host_split(leases: Sequence[arbiter_lib.Lease],

@@ -17,7 +17,9 @@ time, command line, `role` and, for tf.data service workers, `service`) and
 one entry per session: options, steps, knob values (first seen and now),
 output rate, budgets, `unlowerable_bytes` (`{stage: bytes}` of the stages
 whose buffers the RAM budget guard cannot lower,
-`records.unlowerable_bytes`), and one row per pipeline stage:
+`records.unlowerable_bytes`), with the `cache` option on, `cache` (where
+InTune cached and what it gave, `cache_fields`), and one row per pipeline
+stage:
 
 | field | unit | meaning |
 |---|---|---|
@@ -37,8 +39,9 @@ than it spends between calls (`output_latency_s > consumer_wait_s`), else
 Decision log. With `INTUNE_DECISION_LOG=PATH` the tuner appends one JSON line
 per tuning step to PATH: time, pid, session, step, policy, knob values in
 force after the step, the values applied in it, output rate, buffered bytes,
-and the fields of the policy's `last_decision` (an `intune_tf.records.Decision`)
-when it has one (for example the agent's action and reward).
+the fields of the policy's `last_decision` (an `intune_tf.records.Decision`)
+when it has one (for example the agent's action and reward), and with the
+`cache` option on, `cache` (`cache_fields`).
 """
 
 from __future__ import annotations
@@ -136,6 +139,23 @@ def stage_rows(obs) -> list[dict[str, Any]]:
     top = max(busy, key=lambda r: (r["utilization"] or 0, r["cpu_share"] or 0))
     top["bottleneck"] = True
   return rows
+
+
+# What the status file and the decision log keep of `TuningSession.cache`.
+CACHE_FIELDS = ("point", "reason", "bytes", "limit", "elements", "complete",
+                "served", "saved_s")
+
+
+def cache_fields(session: session_lib.TuningSession) -> dict[str, Any] | None:
+  """Where InTune cached `session`'s pipeline and what it gave, the
+  `CACHE_FIELDS` of `TuningSession.cache` (bytes held and allowed, elements,
+  whether it holds a whole epoch, the fraction of this session's reads it
+  served, the upstream seconds that saved); None when the session's `cache`
+  option is off."""
+  if not session.options.cache:
+    return None
+  cache = session.cache()
+  return {k: cache[k] for k in CACHE_FIELDS}
 
 
 def _json_safe(value: Any) -> Any:
@@ -251,6 +271,7 @@ class StatusWriter:
         "ram_budget": obs.ram_budget, "buffered_bytes": obs.buffered_bytes,
         "free_memory": obs.free_memory,
         "unlowerable_bytes": obs.unlowerable_bytes,
+        "cache": cache_fields(session),
         "stages": stage_rows(obs),
     }
     with self._lock:
@@ -410,6 +431,9 @@ class DecisionLog:
         "applied": dict(applied), "output_rate": obs.output_rate,
         "buffered_bytes": obs.buffered_bytes, "cpu_budget": obs.cpu_budget,
     }
+    cache = cache_fields(session)
+    if cache is not None:
+      record["cache"] = cache
     policy = self._tuner.policy(session.id) if self._tuner else None
     decision = getattr(policy, "last_decision", None)
     if isinstance(decision, records.Decision):
@@ -536,7 +560,14 @@ _SESSION_FIELDS = {
     "steps": (int,), "changes": (int,), "output_rate": _OPTIONAL_NUMBER,
     "output_latency_s": _OPTIONAL_NUMBER, "consumer_wait_s": _OPTIONAL_NUMBER,
     "buffered_bytes": _OPTIONAL_NUMBER, "ram_budget": _OPTIONAL_NUMBER,
-    "unlowerable_bytes": (dict, type(None)), "stages": (list,),
+    "unlowerable_bytes": (dict, type(None)), "cache": (dict, type(None)),
+    "stages": (list,),
+}
+# The fields of a session's `cache` (`cache_fields`).
+_CACHE_FIELDS = {
+    "point": (str,), "reason": (str,), "bytes": _NUMBER, "limit": _NUMBER,
+    "elements": _NUMBER, "complete": (bool,), "served": _NUMBER,
+    "saved_s": _NUMBER,
 }
 _STAGE_FIELDS = {
     "stage": (str,), "parallelism": _OPTIONAL_NUMBER,
@@ -652,6 +683,9 @@ def format_problem(data: Mapping[str, Any]) -> str | None:
         if not isinstance(held, _NUMBER) or _out_of_range(held):
           return _wrong(f"{where}.unlowerable_bytes[{stage!r}]", held,
                         "a number of bytes")
+      if entry.get("cache") and (problem := _fields_problem(
+          f"{where}.cache", entry["cache"], _CACHE_FIELDS)):
+        return problem
       for j, row in enumerate(entry.get("stages", [])):
         if not isinstance(row, dict) or "stage" not in row:
           return _wrong(f"{where}.stages[{j}]", row, "a stage row object")
