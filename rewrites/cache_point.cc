@@ -132,8 +132,8 @@ class Purity {
   }
 
   // Empty when `node` itself (not its inputs) is pure: its op, attributes
-  // and the functions it calls.
-  std::string OpReason(const NodeDef& node) {
+  // and the functions it calls. `in_function`: a node of a function's body.
+  std::string OpReason(const NodeDef& node, bool in_function = false) {
     const std::string& op = node.op();
     const std::string where = absl::StrCat(node.name(), " (", op, ")");
     if (IsShuffle(op)) {
@@ -144,7 +144,12 @@ class Purity {
       return absl::StrCat(where, " shuffles with a seed of its own");
     }
     if (IsUserCache(op)) return absl::StrCat(where, " is a cache");
+    // In the pipeline the cache goes below a repeat, so that each
+    // repetition reads it. Inside a function (an interleave's
+    // `from_tensors(i).repeat()` zipped with a file's lines) a repeat gives
+    // the same elements each time the function's dataset is made.
     if (op == "RepeatDataset") {
+      if (in_function) return "";
       return absl::StrCat(where, " repeats: the cache goes below it");
     }
     const auto function = functions_.find(op);
@@ -200,7 +205,7 @@ class Purity {
       reason = absl::StrCat("function ", name, " is not in the library");
     } else {
       for (const NodeDef& node : function->second->node_def()) {
-        reason = OpReason(node);
+        reason = OpReason(node, /*in_function=*/true);
         if (!reason.empty()) break;
       }
     }

@@ -129,6 +129,24 @@ def test_the_point_is_exactly_the_node_below_a_random_map():
   assert random_map.name in point.reason
 
 
+def test_a_repeat_inside_an_interleaved_function_is_pure(tmp_path):
+  # As Criteo's reader tags each file's lines with the file's index: the
+  # cache holds the read (it found nothing to save when a repeat in a
+  # function stopped it as one in the pipeline does).
+  files = _records(tmp_path)
+
+  def tagged(index, path):
+    return tf.data.Dataset.zip((tf.data.TFRecordDataset(path),
+                                tf.data.Dataset.from_tensors(index).repeat()))
+
+  ds = (tf.data.Dataset.from_tensor_slices((tf.range(2), files))
+        .interleave(tagged, cycle_length=2, num_parallel_calls=AUTOTUNE)
+        .shuffle(10, seed=3).batch(4))
+  found, reason = _point(ds)
+  assert found == "ParallelInterleaveDatasetV4"
+  assert "reshuffles each epoch" in reason
+
+
 def test_interleaved_files_are_cached_after_the_parse(tmp_path):
   files = _records(tmp_path)
   ds = (tf.data.Dataset.from_tensor_slices(files)
