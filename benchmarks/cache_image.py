@@ -14,6 +14,8 @@ repeat, interleaved (`cache.run`), each on new dataset objects:
 - `intune cache`: `intune_tf.tune(..., cache=True)`;
 - `hand .cache()`: AUTOTUNE with a `.cache()` right after the decode.
 
+Then a one-epoch job, interleaved: `intune` against `intune cache`.
+
 Run: `python benchmarks/cache_image.py [--images 2000] [--repeats 5]`.
 """
 
@@ -149,6 +151,13 @@ def main(argv=None) -> int:
   hand = paired(results, "intune cache", "hand .cache()")
   print(f"\nintune cache / hand .cache() time ratio (median of paired): "
         f"{1 / hand[0]:.3f}")
+  single = run(model, ["intune", "intune cache"], make, 1, args.repeats)
+  print("\n1 epoch:\n")
+  table(single, "intune", 1)
+  wall = paired(single, "intune cache", "intune")
+  cpu = paired(single, "intune cache", "intune", key=lambda r: r[1])
+  print(f"\none-epoch job, cache=True / cache=False (median of paired "
+        f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
   return 0
 
 
