@@ -188,6 +188,19 @@ def test_same_output_with_every_rewrite(tmp_path, name):
        pipeline.compare, option=_EVERY_REWRITE, what=f"{name} (every rewrite)")
 
 
+_CACHE = intune_tf.IntuneOptions(cache=True)
+
+
+@pytest.mark.parametrize("name", list(PIPELINES))
+def test_same_output_with_the_cache(tmp_path, name):
+  """Eagerly, with InTune's cache on: the second epoch is read from it where
+  the pipeline has a point that repeats each epoch."""
+  pipeline = PIPELINES[name]
+  files = conf.Files(tmp_path)
+  _run(_in_mode("eager"), lambda: pipeline.build(files), pipeline.compare,
+       option=_CACHE, what=f"{name} (cache)")
+
+
 # Knobs on every stage, under the user's control only (policy "manual").
 _MANUAL = intune_tf.IntuneOptions(policy="manual", include_fixed=True,
                                   insert_prefetch=True)
