@@ -24,3 +24,14 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition",
       return value
     time.sleep(period_s)
   raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def poll_for(predicate, seconds: float, period_s: float = 0.05):
+  """Calls `predicate` every `period_s` for `seconds`, at least once, and
+  returns its last value."""
+  end = time.monotonic() + seconds
+  while True:
+    value = predicate()
+    if time.monotonic() >= end:
+      return value
+    time.sleep(period_s)

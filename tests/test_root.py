@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 
+from _waiting import poll_for
 from _waiting import wait_for
 from _waiting import wait_until
 import numpy as np
@@ -480,10 +481,7 @@ def test_what_the_guard_cannot_lower_is_counted_and_told_once(monkeypatch):
 
   wait_until(warned, what="the cannot-lower warning", period_s=0.05)
   # Still once after more than one observation.
-  deadline = time.monotonic() + 1.5
-  while time.monotonic() < deadline:
-    mine = warned()
-    time.sleep(0.05)
+  mine = poll_for(warned, 1.5 * tuner._HELD_OBSERVE_S)  # noqa: SLF001
   assert len(mine) == 1, told
   assert mine[0][2].endswith("Shuffle"), mine
   assert tuner.UNLOWERABLE_WARN_SHARE * 24 <= mine[0][3] <= 16, mine
