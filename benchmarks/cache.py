@@ -167,6 +167,17 @@ def table(results, base, epochs):
           f"{med:.2f}x ({lo:.2f}-{hi:.2f}) |")
 
 
+def one_epoch_report(single) -> None:
+  """Prints the one-epoch table of `run`'s `intune` and `intune cache`, and
+  their paired time and CPU ratios."""
+  print("\n1 epoch:\n")
+  table(single, "intune", 1)
+  wall = paired(single, "intune cache", "intune")
+  cpu = paired(single, "intune cache", "intune", key=lambda r: r[1])
+  print(f"\none-epoch job, cache=True / cache=False (median of paired "
+        f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rows", type=int, default=100_000,
@@ -219,12 +230,7 @@ def main(argv=None) -> int:
   bound = paired(multi, "intune cache", "bound")
   print(f"\nintune cache / hand .cache() time ratio (median of paired): "
         f"{1 / cached[0]:.3f}; intune cache / bound: {1 / bound[0]:.3f}")
-  print("\n1 epoch:\n")
-  table(single, "intune", 1)
-  wall = paired(single, "intune cache", "intune")
-  cpu = paired(single, "intune cache", "intune", key=lambda r: r[1])
-  print(f"\none-epoch job, cache=True / cache=False (median of paired "
-        f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
+  one_epoch_report(single)
   return 0
 
 

@@ -25,6 +25,7 @@ import argparse
 import os
 import tempfile
 
+from cache import one_epoch_report
 from cache import paired
 from cache import run
 from cache import table
@@ -151,13 +152,8 @@ def main(argv=None) -> int:
   hand = paired(results, "intune cache", "hand .cache()")
   print(f"\nintune cache / hand .cache() time ratio (median of paired): "
         f"{1 / hand[0]:.3f}")
-  single = run(model, ["intune", "intune cache"], make, 1, args.repeats)
-  print("\n1 epoch:\n")
-  table(single, "intune", 1)
-  wall = paired(single, "intune cache", "intune")
-  cpu = paired(single, "intune cache", "intune", key=lambda r: r[1])
-  print(f"\none-epoch job, cache=True / cache=False (median of paired "
-        f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
+  one_epoch_report(run(model, ["intune", "intune cache"], make, 1,
+                       args.repeats))
   return 0
 
 
