@@ -87,8 +87,8 @@ uv:
 
 # Both stacks' venvs hold their packages' byte code, written once at install:
 # the environment may set PYTHONDONTWRITEBYTECODE (this machine does), and then
-# every process that imports TensorFlow compiles it from source again (8.5 CPU-s
-# an import of TensorFlow and Keras instead of 3.7; tfx 21 instead of 9).
+# every process that imports TensorFlow compiles it from source again
+# (docs/testing.md has the figures).
 COMPILE := --compile-bytecode
 
 $(MAIN)/.deps: requirements/main.txt | uv
