@@ -129,6 +129,33 @@ def test_a_random_op_upstream_still_changes_each_epoch(cache):
   assert np.all(np.abs(sums[0] - sums[1]) <= 1)
 
 
+def _with_errors(it):
+  """The elements of `it`, "error" in place of each that raised."""
+  out = []
+  while True:
+    try:
+      out.append(int(next(it)))
+    except tf.errors.InvalidArgumentError:
+      out.append("error")
+    except StopIteration:
+      return out
+
+
+@pytest.mark.parametrize("repeat", [1, 2])
+def test_an_input_error_is_met_again_in_every_epoch(repeat):
+  # Index 5 is out of range: the element in the middle fails, each epoch.
+  ds = tf.data.Dataset.from_tensor_slices([0, 5, 1]).map(
+      lambda i: tf.gather([10, 20], i)).repeat(repeat)
+  want = [10, "error", 20] * repeat
+  assert _with_errors(iter(ds)) == want
+  cached = _tuned(ds)
+  epochs = [_with_errors(iter(cached)) for _ in range(3)]
+  assert epochs == [want] * 3
+  # What comes before the error is still read from the cache.
+  _, stats = _epoch(cached.take(1))
+  assert stats["point"] and stats["hits"] == 1
+
+
 def test_the_users_own_cache_is_the_only_one():
   ds = _tuned(tf.data.Dataset.range(30).map(lambda x: x * 2).cache())
   epochs = [_epoch(ds) for _ in range(2)]

@@ -137,15 +137,26 @@ def cluster(tmp_path_factory):
   c.stop()
 
 
-def _pipeline(n: int, name: str = "svc") -> tf.data.Dataset:
+def _pure_busy_udf(x):
+  v = tf.cast(tf.range(20_000, dtype=tf.int64) + x, tf.float32)
+  for _ in range(3):
+    v = tf.math.cumsum(tf.sin(v))
+  return x + tf.cast(tf.reduce_sum(v) * 0.0, tf.int64)
+
+
+def _pipeline(n: int, name: str = "svc",
+              cache: bool = False) -> tf.data.Dataset:
   """range(n) -> a ~0.3 ms UDF (parallel, AUTOTUNE) -> prefetch, tuned (its
-  tuner sessions named `name`)."""
+  tuner sessions named `name`). With `cache`, InTune's cache is on and the
+  UDF is one without random numbers, so that the cache can hold it."""
   ds = tf.data.Dataset.range(n)
-  ds = ds.map(demo.busy_udf(2000), num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.map(_pure_busy_udf if cache else demo.busy_udf(2000),
+              num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.prefetch(tf.data.AUTOTUNE)
   options = tf.data.Options()
   options.experimental_intune = intune_tf.IntuneOptions(
-      policy="even", cpu_budget=_CPU_BUDGET, period_s=0.25, name=name)
+      policy="even", cpu_budget=_CPU_BUDGET, period_s=0.25, name=name,
+      cache=cache)
   return ds.with_options(options)
 
 
@@ -206,6 +217,39 @@ def test_parallel_epochs_gives_every_element_once_per_worker(cluster):
                                   cluster).as_numpy_iterator())
   assert distributed == collections.Counter(
       {k: 2 * v for k, v in local.items()})
+
+
+@pytest.mark.slow
+def test_workers_cache_whole_epochs_but_never_the_dispatchers_splits(cluster):
+  n = 3000
+  want = collections.Counter(range(n))
+  # parallel_epochs: each worker makes every epoch, so its cache replays it.
+  for epoch in range(3):
+    got = collections.Counter(int(x) for x in _distribute(
+        _pipeline(n, "svc-parallel", cache=True), "parallel_epochs",
+        cluster).as_numpy_iterator())
+    assert got == collections.Counter({k: 2 * v for k, v in want.items()}), (
+        f"parallel_epochs, epoch {epoch + 1}")
+  # distributed_epoch: the splits a worker gets differ each epoch. A cache
+  # would replay the first epoch's (it did: 44 elements of range(40) in
+  # epoch 2).
+  for epoch in range(3):
+    got = collections.Counter(int(x) for x in _distribute(
+        _pipeline(n, "svc-splits", cache=True), "distributed_epoch",
+        cluster).as_numpy_iterator())
+    assert got == want, f"distributed_epoch, epoch {epoch + 1}"
+
+  def caches(name):
+    return [s.get("cache") or {} for w in cluster.workers
+            for s in _sessions(cluster.status(w)) if s["name"] == name]
+
+  def told():
+    splits = caches("svc-splits")
+    return (any(c.get("point") for c in caches("svc-parallel")) and splits
+            and all(not c.get("point") for c in splits) and
+            any("distributed_epoch" in c.get("reason", "") for c in splits))
+  _wait(told, what="the workers to say where they cache and why not the "
+        "dispatcher's splits")
 
 
 def _live_steps(cluster, worker, name: str = "svc") -> int:

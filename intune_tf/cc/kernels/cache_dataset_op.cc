@@ -49,6 +49,9 @@ inline constexpr char kInputKey[] = "intune_cache_input";
 // Strings looked at as file names, at most, and their longest length.
 inline constexpr int64_t kMaxFileCandidates = 4096;
 inline constexpr size_t kMaxPathLength = 4096;
+inline constexpr char kSplitsReason[] =
+    "no cache: the pipeline reads splits that tf.data service's dispatcher "
+    "hands out (processing_mode distributed_epoch), different each epoch";
 
 uint64_t HashTensor(const Tensor& t, uint64_t seed, bool* hashable) {
   uint64_t h = Hash64Combine(seed, static_cast<uint64_t>(t.dtype()));
@@ -218,13 +221,23 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       mutex_lock l(mu_);
       const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
       if (entry == nullptr) return MakeInput(ctx);
+      if (ctx->model() != nullptr) {
+        session_ = SessionRegistry::Global()->FindByModel(ctx->model().get());
+      }
+      // Split providers (tf.data service's distributed_epoch, on a worker):
+      // the dispatcher hands out different splits each epoch.
+      if (!ctx->split_providers().empty()) {
+        bypass_ = true;
+        if (session_ != nullptr) {
+          session_->SetCacheInfo("", kSplitsReason);
+          session_ = nullptr;
+        }
+        return OkStatus();
+      }
       entry->set_point(dataset()->point_);
       entry->CheckFiles(FilesSignature(dataset()->files_));
       entry->BeginEpoch();
-      if (ctx->model() != nullptr) {
-        session_ = SessionRegistry::Global()->FindByModel(ctx->model().get());
-        if (session_ != nullptr) session_->AttachCache(entry);
-      }
+      if (session_ != nullptr) session_->AttachCache(entry);
       return OkStatus();
     }
 
@@ -254,10 +267,15 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         if (*end_of_sequence) return OkStatus();
       }
       const int64_t start = static_cast<int64_t>(Env::Default()->NowMicros());
-      TF_RETURN_IF_ERROR(
-          input_impl_->GetNext(ctx, out_tensors, end_of_sequence));
+      const Status read =
+          input_impl_->GetNext(ctx, out_tensors, end_of_sequence);
       const int64_t now = static_cast<int64_t>(Env::Default()->NowMicros());
-      if (entry == nullptr || bypass_) return OkStatus();
+      if (entry == nullptr || bypass_) return read;
+      if (!read.ok()) {
+        // Cancelled: the iterator is going away, the element did not fail.
+        if (!errors::IsCancelled(read)) entry->FailedAt(position_);
+        return read;
+      }
       if (*end_of_sequence) {
         entry->MarkEnd(position_);
         return OkStatus();
@@ -307,7 +325,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
             reader->ReadScalar(prefix(), kPositionKey, &position));
         TF_RETURN_IF_ERROR(reader->ReadScalar(prefix(), kInputKey, &has_input));
       }
-      bypass_ = dataset()->entry_ == nullptr || position < 0;
+      bypass_ = dataset()->entry_ == nullptr || position < 0 ||
+                !ctx->split_providers().empty();
       position_ = std::max<int64_t>(position, 0);
       if (has_input == 0) return OkStatus();
       TF_RETURN_IF_ERROR(MakeInput(ctx));
@@ -342,7 +361,13 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       std::vector<Tensor> element;
       while (done < position_) {
         element.clear();
-        TF_RETURN_IF_ERROR(input_impl_->GetNext(ctx, &element, end_of_sequence));
+        const Status read = input_impl_->GetNext(ctx, &element, end_of_sequence);
+        if (!read.ok()) {
+          if (entry != nullptr && !errors::IsCancelled(read)) {
+            entry->FailedAt(done);
+          }
+          return read;
+        }
         if (*end_of_sequence) break;
         if (entry != nullptr) entry->Append(done, element, 0);
         ++done;

@@ -50,7 +50,8 @@ bool CacheEntry::Append(int64_t index, const std::vector<Tensor>& element,
                         int64_t upstream_us) {
   mutex_lock l(mu_);
   if (complete_ || stopped_ ||
-      index != static_cast<int64_t>(elements_.size())) {
+      index != static_cast<int64_t>(elements_.size()) ||
+      (failed_at_ >= 0 && index >= failed_at_)) {
     return false;
   }
   const int64_t bytes = ElementBytes(element);
@@ -67,8 +68,22 @@ bool CacheEntry::Append(int64_t index, const std::vector<Tensor>& element,
 
 void CacheEntry::MarkEnd(int64_t count) {
   mutex_lock l(mu_);
-  if (!stopped_ && count == static_cast<int64_t>(elements_.size())) {
+  if (!stopped_ && failed_at_ < 0 &&
+      count == static_cast<int64_t>(elements_.size())) {
     complete_ = true;
+  }
+}
+
+void CacheEntry::FailedAt(int64_t index) {
+  mutex_lock l(mu_);
+  if (complete_) return;
+  index = std::max<int64_t>(index, 0);
+  if (failed_at_ < 0 || index < failed_at_) failed_at_ = index;
+  complete_ = false;
+  while (static_cast<int64_t>(elements_.size()) > failed_at_) {
+    bytes_ -= element_bytes_.back();
+    elements_.pop_back();
+    element_bytes_.pop_back();
   }
 }
 
@@ -134,6 +149,7 @@ void CacheEntry::ClearLocked() {
   bytes_ = 0;
   complete_ = false;
   stopped_ = false;
+  failed_at_ = -1;
   upstream_us_ = 0;
 }
 

@@ -55,6 +55,11 @@ class CacheEntry {
               int64_t upstream_us) TF_LOCKS_EXCLUDED(mu_);
   // The epoch ended after `count` elements: complete if all are held.
   void MarkEnd(int64_t count) TF_LOCKS_EXCLUDED(mu_);
+  // The input gave an error in place of element `index`: the entry holds
+  // fewer than `index` elements from then on (until emptied), so that every
+  // epoch reads that element's input again and meets the error where
+  // TensorFlow does. Nothing once the entry is complete.
+  void FailedAt(int64_t index) TF_LOCKS_EXCLUDED(mu_);
   void BeginEpoch() TF_LOCKS_EXCLUDED(mu_);
 
   // Sets the byte limit, dropping elements from the end above it. Returns
@@ -86,6 +91,8 @@ class CacheEntry {
   int64_t limit_ TF_GUARDED_BY(mu_) = 0;
   bool complete_ TF_GUARDED_BY(mu_) = false;
   bool stopped_ TF_GUARDED_BY(mu_) = false;
+  // The first element the input failed to give (FailedAt), or -1.
+  int64_t failed_at_ TF_GUARDED_BY(mu_) = -1;
   int64_t upstream_us_ TF_GUARDED_BY(mu_) = 0;
   int64_t dropped_ TF_GUARDED_BY(mu_) = 0;
 };
