@@ -33,6 +33,9 @@ inline constexpr char kCacheOp[] = "IntuneCacheDataset";
 inline constexpr char kCachePointAttr[] = "cache_point";
 // Its node in the model, left out of stage names.
 inline constexpr char kBufferReleaseNode[] = "IntuneBufferRelease";
+// The cache's node in the model, left out of stage names too: a stage's name
+// is the same with the cache on or off.
+inline constexpr char kCacheNode[] = "IntuneCache";
 // Attrs of the bounded interleave buffers (kernels/bounded_buffers.h): the
 // group both ops share, and the interleave's records per input.
 inline constexpr char kBufferGroupAttr[] = "buffer_group";

@@ -101,6 +101,20 @@ def test_three_epochs_give_the_elements_of_the_uncached_pipeline(
   assert third["saved_s"] > 0
 
 
+def test_the_knobs_and_stages_are_named_as_without_the_cache(tmp_path):
+  make = _pipelines(tmp_path)["interleave"]
+  names = {}
+  for cache in (True, False):
+    it = iter(_tuned(make(), cache=cache))
+    next(it)
+    session = intune_tf.session_of(it)
+    names[cache] = (sorted(k.name for k in session.knobs()),
+                    sorted(s.name for s in session.stats()))
+    assert session.cache()["point"] or not cache
+  assert names[True] == names[False]
+  assert not any("IntuneCache" in n for n in names[True][1])
+
+
 def test_the_option_off_adds_no_cache(tmp_path):
   ds = _tuned(_pipelines(tmp_path)["filter"](), cache=False)
   _, stats = _epoch(ds)

@@ -205,7 +205,8 @@ std::map<int64_t, std::string> Named(int64_t output,
                                      const std::string& root = "Intune") {
   std::map<int64_t, std::string> out;
   const std::map<int64_t, NamedStage> all =
-      NameModelStages(output, nodes, root, "IntuneBufferRelease");
+      NameModelStages(output, nodes, root, "IntuneBufferRelease",
+                      "IntuneCache");
   for (const auto& [id, named] : all) {
     out[id] = named.stage + (named.bounded ? "!" : "");
   }
@@ -302,6 +303,34 @@ void ReleaseNodesArePassedThroughAndBoundTheirInput() {
   CHECK(Named(1, nodes).size() <= nodes.size());
 }
 
+void CacheNodesArePassedThroughUnbounded() {
+  // Prefetch(1) <- cache(2) <- ParallelMapV2(3) <- Range(4): a stage's name
+  // is the same with the cache on or off, and the cache bounds nothing.
+  std::map<int64_t, ModelNode> nodes = {
+      {1, {"Prefetch", {2}}},
+      {2, {"IntuneCache", {3}}},
+      {3, {"ParallelMapV2", {4}}},
+      {4, {"Range", {}}}};
+  CHECK(Named(1, nodes) ==
+        (std::map<int64_t, std::string>{
+            {1, "Prefetch"},
+            {3, "Prefetch.ParallelMapV2"},
+            {4, "Prefetch.ParallelMapV2.Range"}}));
+  // A cache above a release: the interleave below both is bounded.
+  nodes = {{1, {"Prefetch", {2}}},
+           {2, {"IntuneCache", {3}}},
+           {3, {"IntuneBufferRelease", {4}}},
+           {4, {"ParallelInterleaveV4", {}}}};
+  CHECK(Named(1, nodes) ==
+        (std::map<int64_t, std::string>{
+            {1, "Prefetch"}, {4, "Prefetch.ParallelInterleaveV4!"}}));
+  // A cache whose input is not made (every element from the cache): alone.
+  nodes = {{1, {"Prefetch", {2}}}, {2, {"IntuneCache", {}}}};
+  CHECK(Named(1, nodes) ==
+        (std::map<int64_t, std::string>{
+            {1, "Prefetch"}, {2, "Prefetch.IntuneCache"}}));
+}
+
 void MissingNodesAreSkipped() {
   // An output that is not in the model: nothing. An input id that is not:
   // left out, also of the count of siblings (Zip's one live input is "[0]").
@@ -332,6 +361,7 @@ int main() {
   AWholeModelIsNamedAsALiveSessionNamesIt();
   InterleaveInputsAreNamedByCreation();
   ReleaseNodesArePassedThroughAndBoundTheirInput();
+  CacheNodesArePassedThroughUnbounded();
   MissingNodesAreSkipped();
   return unit_test::Summary();
 }

@@ -41,7 +41,6 @@ namespace {
 
 namespace model = ::tensorflow::data::model;
 
-inline constexpr char kCacheNodeName[] = "IntuneCache";
 // Checkpoint keys (the iterator shares its parent's prefix, so that its
 // input's keys are those of the pipeline without the cache).
 inline constexpr char kPositionKey[] = "intune_cache_position";
@@ -294,7 +293,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
    protected:
     std::shared_ptr<model::Node> CreateNode(
         data::IteratorContext* ctx, model::Node::Args args) const override {
-      args.name = kCacheNodeName;
+      args.name = rewrites::kCacheNode;
       return model::MakeKnownRatioNode(std::move(args), /*ratio=*/1);
     }
 

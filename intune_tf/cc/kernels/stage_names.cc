@@ -56,7 +56,8 @@ std::string InputStageName(const StagePlace& place,
 
 std::map<int64_t, NamedStage> NameModelStages(
     int64_t output, const std::map<int64_t, ModelNode>& nodes,
-    const std::string& root, const std::string& release) {
+    const std::string& root, const std::string& release,
+    const std::string& cache) {
   std::map<int64_t, NamedStage> named;
   auto top = nodes.find(output);
   if (top == nodes.end()) return named;
@@ -77,15 +78,15 @@ std::map<int64_t, NamedStage> NameModelStages(
       // made (the id before any release node is passed through).
       const bool first = id == parent_id + 1;
       bool bounded = false;
-      // At most one step per node, so that a cycle of release nodes ends.
+      // At most one step per node, so that a cycle of such nodes ends.
       for (size_t steps = 0; steps < nodes.size(); ++steps) {
         auto it = nodes.find(id);
-        if (it == nodes.end() || it->second.name != release ||
-            it->second.inputs.size() != 1) {
+        if (it == nodes.end() || it->second.inputs.size() != 1 ||
+            (it->second.name != release && it->second.name != cache)) {
           break;
         }
+        bounded = bounded || it->second.name == release;
         id = it->second.inputs.front();
-        bounded = true;
       }
       auto node = nodes.find(id);
       if (node == nodes.end() || named.count(id) > 0) continue;

@@ -96,12 +96,14 @@ struct NamedStage {
 // TuningSession walks a live one: a top node named `root` is left out of the
 // names below it, and a node named `release` with one input is passed
 // through (unnamed), the node below it marked bounded, with the node above
-// as its parent. Input ids missing from `nodes` are skipped. From one model
+// as its parent; a node named `cache` with one input is passed through the
+// same way, unmarked. Input ids missing from `nodes` are skipped. From one model
 // a node's index among several inputs is its position now; a live session
 // fixes it when it first sees the node.
 std::map<int64_t, NamedStage> NameModelStages(
     int64_t output, const std::map<int64_t, ModelNode>& nodes,
-    const std::string& root, const std::string& release);
+    const std::string& root, const std::string& release,
+    const std::string& cache);
 
 }  // namespace intune
 }  // namespace tensorflow

@@ -42,7 +42,7 @@ class IntuneStageNamesOp : public OpKernel {
     }
     const std::map<int64_t, NamedStage> named = NameModelStages(
         proto.output(), nodes, std::string(root.scalar<tstring>()()),
-        rewrites::kBufferReleaseNode);
+        rewrites::kBufferReleaseNode, rewrites::kCacheNode);
     const int64_t n = static_cast<int64_t>(named.size());
     Tensor *ids, *stages, *parents, *bounded;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &ids));

@@ -61,7 +61,8 @@ std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
     int position = 0;
     for (auto& input : inputs) {
       const int64_t id = input->id();
-      while (input->name() == rewrites::kBufferReleaseNode) {
+      while (input->name() == rewrites::kBufferReleaseNode ||
+             input->name() == rewrites::kCacheNode) {
         std::list<std::shared_ptr<Node>> below = input->inputs();
         if (below.size() != 1) break;
         input = std::move(below.front());
