@@ -212,7 +212,7 @@ std::map<int64_t, std::string> Named(int64_t output,
   }
   for (const auto& [id, named] : all) {
     if (named.parent < 0) {
-      CHECK(id == output);
+      CHECK(id == output || nodes.at(output).name == "IntuneCache");
       continue;
     }
     const std::string& above = all.at(named.parent).stage;
@@ -324,6 +324,12 @@ void CacheNodesArePassedThroughUnbounded() {
   CHECK(Named(1, nodes) ==
         (std::map<int64_t, std::string>{
             {1, "Prefetch"}, {4, "Prefetch.ParallelInterleaveV4!"}}));
+  // A cache at the top: its input is the output.
+  nodes = {{1, {"IntuneCache", {2}}},
+           {2, {"ParallelMapV2", {3}}},
+           {3, {"Range", {}}}};
+  CHECK(Named(2, nodes) == Named(1, nodes));
+  CHECK(Named(1, nodes).at(2) == "ParallelMapV2");
   // A cache whose input is not made (every element from the cache): alone.
   nodes = {{1, {"Prefetch", {2}}}, {2, {"IntuneCache", {}}}};
   CHECK(Named(1, nodes) ==

@@ -60,6 +60,14 @@ std::map<int64_t, NamedStage> NameModelStages(
     const std::string& cache) {
   std::map<int64_t, NamedStage> named;
   auto top = nodes.find(output);
+  // A cache at the top: the pipeline's output is its input's.
+  for (size_t steps = 0; steps < nodes.size() && top != nodes.end() &&
+                         top->second.name == cache &&
+                         top->second.inputs.size() == 1;
+       ++steps) {
+    output = top->second.inputs.front();
+    top = nodes.find(output);
+  }
   if (top == nodes.end()) return named;
   named[output].stage = OutputStageName(top->second.name);
   std::deque<int64_t> todo = {output};

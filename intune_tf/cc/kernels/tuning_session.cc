@@ -53,6 +53,11 @@ std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
   std::shared_ptr<Node> output = model_->output();
   if (output == nullptr) return walk;
   const int64_t output_id = output->id();
+  // A cache at the top: the pipeline's output is its input's.
+  while (output->name() == rewrites::kCacheNode &&
+         output->inputs().size() == 1) {
+    output = output->inputs().front();
+  }
   walk.push_back({std::move(output), -1, 0, 1, output_id});
   // Breadth first; `walk` grows while it is read.
   for (size_t i = 0; i < walk.size(); ++i) {
