@@ -153,6 +153,17 @@ def test_status_file_after_steps(tmp_path):
   assert not writer.path.exists()
 
 
+def test_a_step_of_a_session_gone_is_written_without_its_cache(tmp_path):
+  writer = status.StatusWriter(tmp_path)
+  gone = intune_tf.TuningSession(10**6, intune_tf.IntuneOptions(
+      cache=True, name="gone").to_json())
+  writer(gone, _observation([_stage("Prefetch", 100, 0.0, buffer_size=4)]),
+         {})
+  entry = writer.snapshot()["sessions"][0]
+  assert entry["name"] == "gone" and entry["cache"] is None
+  writer.close()
+
+
 def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   writer = status.StatusWriter(tmp_path)
   writer(intune_tf.TuningSession(7, intune_tf.IntuneOptions(policy="even",

@@ -151,10 +151,17 @@ def cache_fields(session: session_lib.TuningSession) -> dict[str, Any] | None:
   `CACHE_FIELDS` of `TuningSession.cache` (bytes held and allowed, elements,
   whether it holds a whole epoch, the fraction of this session's reads it
   served, the upstream seconds that saved); None when the session's `cache`
-  option is off."""
+  option is off or the session is gone (a listener may see its last step
+  after its iterator went away)."""
   if not session.options.cache:
     return None
-  cache = session.cache()
+  # Deferred: the sessions load TensorFlow, which readers of status files
+  # (`intune inspect`) do not.
+  from intune_tf.ops import session as session_lib  # noqa: PLC0415
+  try:
+    cache = session.cache()
+  except session_lib.SessionGoneError:
+    return None
   return {k: cache[k] for k in CACHE_FIELDS}
 
 
