@@ -23,6 +23,15 @@ CPU-seconds, medians of the ratios paired within a repeat.
 Run: `python benchmarks/cache.py [--rows 100000] [--repeats 5]`;
 `--issue-size` sizes the rows so that one preprocessed epoch holds about
 300 MB (issue 46), which takes much longer.
+
+`--half-budget` instead runs `intune cache` with a RAM budget that holds
+half of what its cache holds for a whole epoch (the buffers' measured peak
+plus half the cache's bytes, both measured here first), against `autotune`
+and `intune`, interleaved, in a child process under a real memory cgroup:
+its limit is the peak of the same child without that variant plus half the
+cache's bytes. Reported:
+the times, the fraction of epochs 2-3 served from the cache, the cgroup's
+peak against its limit, and its OOM kills.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from __future__ import annotations
 import argparse
 import gc
 import glob
+import json
 import os
 import statistics
 import subprocess
@@ -37,6 +47,7 @@ import sys
 import tempfile
 import time
 
+import _memcg
 import keras
 import numpy as np
 import tensorflow as tf
@@ -109,6 +120,9 @@ def _variant(name: str, files, batch_size: int):
     return intune_tf.tune(_pipeline(files, batch_size), cache=False)
   if name == "intune cache":
     return intune_tf.tune(_pipeline(files, batch_size), cache=True)
+  if name.startswith("intune cache budget="):
+    return intune_tf.tune(_pipeline(files, batch_size), cache=True,
+                          ram_budget=int(name.split("=", 1)[1]))
   if name == "hand .cache()":
     return _pipeline(files, batch_size, hand_cache=True)
   if name == "bound":
@@ -178,6 +192,95 @@ def one_epoch_report(single) -> None:
         f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
 
 
+def _cache_probe(files, batch_size: int, ram_budget: int | None,
+                 epochs: int) -> list[dict]:
+  """Per epoch of `intune cache` (one iterator each, as `fit` makes them):
+  the session's cache figures and its buffers' peak bytes."""
+  ds = intune_tf.tune(_pipeline(files, batch_size), cache=True,
+                      ram_budget=ram_budget)
+  out = []
+  for _ in range(epochs):
+    it = iter(ds)
+    session = intune_tf.session_of(it)
+    buffered = 0
+    for _ in it:
+      buffered = max(buffered, session.counters()["buffered_bytes"])
+    out.append({**session.cache(), "buffered_peak": buffered})
+  return out
+
+
+def _child(args) -> int:
+  """`--child`: the fits of `args.child` (variants, comma-separated) and a
+  probe of the budget's cache, as one JSON line on stdout."""
+  files = _files(args.rows, args.data_dir)
+  model = demo.tiny_dlrm()
+  model.fit(_pipeline(files, args.batch_size), epochs=1, verbose=0)
+  names = args.child.split(",")
+  results = run(model, names, lambda name: _variant(name, files,
+                                                    args.batch_size),
+                args.epochs, args.repeats)
+  probe = []
+  if args.ram_budget:
+    probe = _cache_probe(files, args.batch_size, args.ram_budget, args.epochs)
+  print(json.dumps({"results": results, "probe": probe}), flush=True)
+  return 0
+
+
+def _in_cgroup(args, variants: list[str], limit: int,
+               ram_budget: int | None = None) -> tuple[dict, int, int]:
+  """Runs `_child` with `variants` under a memory cgroup of `limit` bytes
+  (unlimited: 0): (its JSON, the cgroup's peak bytes, its OOM kills)."""
+  command = [sys.executable, os.path.abspath(__file__), "--child",
+             ",".join(variants), "--rows", str(args.rows), "--repeats",
+             str(args.repeats), "--epochs", str(args.epochs), "--batch-size",
+             str(args.batch_size), "--data-dir", args.data_dir]
+  if ram_budget:
+    command += ["--ram-budget", str(ram_budget)]
+  with _memcg.memory_cgroup(limit or (1 << 60), "intune-cache") as (cg, v2):
+    procs = cg / "cgroup.procs"
+    proc = subprocess.run(
+        command, stdout=subprocess.PIPE, text=True, check=False,
+        preexec_fn=lambda: procs.write_text(str(os.getpid())))
+    peak, kills = _memcg.peak(cg, v2), _memcg.oom_kills(cg, v2)
+  lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+  if proc.returncode != 0 or not lines:
+    return {}, peak, kills
+  print("\n".join(line for line in proc.stdout.splitlines()
+                   if not line.startswith("{")), flush=True)
+  return json.loads(lines[-1]), peak, kills
+
+
+def half_budget(args, files) -> int:
+  """`--half-budget`: see the module docstring."""
+  full = _cache_probe(files, args.batch_size, None, 1)[0]
+  budget = full["buffered_peak"] + full["bytes"] // 2
+  print(f"A whole epoch's cache: {full['bytes'] / 1e6:.1f} MB; buffers' "
+        f"peak {full['buffered_peak'] / 1e6:.1f} MB; RAM budget "
+        f"{budget / 1e6:.1f} MB", flush=True)
+  base = ["autotune", "intune"]
+  _, base_peak, _ = _in_cgroup(args, base, 0)
+  limit = base_peak + full["bytes"] // 2
+  print(f"autotune and intune without the cache peak at "
+        f"{base_peak / 1e6:.0f} MB: the cgroup's limit is {limit / 1e6:.0f} "
+        f"MB", flush=True)
+  name = f"intune cache budget={budget}"
+  out, peak, kills = _in_cgroup(args, [*base, name], limit, budget)
+  if not out:
+    print(f"the child failed: {kills} OOM kills, peak {peak / 1e6:.0f} MB "
+          f"of {limit / 1e6:.0f} MB")
+    return 1
+  print(f"\nCriteo L{LEVEL}, {args.rows:,} rows, {args.epochs} epochs, "
+        f"{args.repeats} interleaved repeats, RAM budget {budget / 1e6:.1f} "
+        f"MB (half the epoch's cache), cgroup limit {limit / 1e6:.0f} MB\n")
+  table(out["results"], "autotune", args.epochs)
+  served = [round(e["served"], 3) for e in out["probe"]]
+  held = [round(e["bytes"] / 1e6, 1) for e in out["probe"]]
+  print(f"\nserved from the cache per epoch {served}; MB held {held}; "
+        f"cgroup peak {peak / 1e6:.0f} MB of {limit / 1e6:.0f} MB, "
+        f"{kills} OOM kills")
+  return 0
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rows", type=int, default=100_000,
@@ -191,20 +294,29 @@ def main(argv=None) -> int:
   parser.add_argument("--batch-size", type=int, default=4096)
   parser.add_argument("--data-dir", default=os.path.expanduser(
       "~/.cache/intune_tf/cache-bench"), help="Where the rows are made.")
+  parser.add_argument("--half-budget", action="store_true",
+                      help="The half-epoch RAM budget run (see above).")
+  parser.add_argument("--child", help=argparse.SUPPRESS)
+  parser.add_argument("--ram-budget", type=int, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   os.environ["INTUNE_WARMSTART_DIR"] = tempfile.mkdtemp(prefix="intune-ws-")
+  if args.child:
+    return _child(args)
 
   rows = args.rows
   if args.issue_size:
     probe = _files(20_000, args.data_dir)
     rows = int(ISSUE_EPOCH_BYTES / _row_bytes(probe, args.batch_size))
   files = _files(rows, args.data_dir)
+  args.rows = rows
   row_bytes = _row_bytes(files, args.batch_size)
   print(f"Criteo L{LEVEL}, {rows:,} generated rows in {len(files)} files, "
         f"batch {args.batch_size}; one preprocessed epoch "
         f"{rows * row_bytes / 1e6:.0f} MB; {args.repeats} interleaved "
         f"repeats; {host.usable_cpus()} CPUs, TF {tf.__version__}", flush=True)
 
+  if args.half_budget:
+    return half_budget(args, files)
   model = demo.tiny_dlrm()
   # Build and trace the model (a full and the last, short batch's shape)
   # once, outside the measured fits.

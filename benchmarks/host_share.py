@@ -43,7 +43,6 @@ Run: `python benchmarks/host_share.py [--repeats 5] [--seconds 20] [--groups
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import pathlib
@@ -52,6 +51,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import _memcg
 
 MODES = {
     "autotune": None,
@@ -234,74 +235,19 @@ def throughput(groups: list[str], modes: list[str], repeats: int,
             f"{ratio:.2f}x | {speedup:.2f}x |")
 
 
-def _own_memory_cgroup() -> pathlib.Path:
-  """This process's memory cgroup directory (v2 unified, or v1 memory)."""
-  with open("/proc/self/cgroup") as f:
-    lines = [line.rstrip("\n").split(":", 2) for line in f]
-  for _, controllers, path in lines:
-    if "memory" in controllers.split(","):
-      return pathlib.Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-  for hierarchy, controllers, path in lines:
-    if hierarchy == "0" and not controllers:
-      return pathlib.Path("/sys/fs/cgroup") / path.lstrip("/")
-  raise OSError("no memory cgroup found in /proc/self/cgroup")
-
-
-@contextlib.contextmanager
-def _memory_cgroup(limit: int):
-  """A child of this process's memory cgroup limited to `limit` bytes:
-  (its path, whether it is cgroup v2)."""
-  own = _own_memory_cgroup()
-  v2 = (own / "cgroup.controllers").exists()
-  if not v2 and not (own / "memory.limit_in_bytes").exists():
-    raise OSError(f"{own} is not a memory cgroup")
-  path = own / f"intune-host-share-{os.getpid()}"
-  path.mkdir()
-  try:
-    if v2:
-      (path / "memory.max").write_text(str(limit))
-      with contextlib.suppress(OSError):
-        (path / "memory.swap.max").write_text("0")
-    else:
-      (path / "memory.limit_in_bytes").write_text(str(limit))
-    yield path, v2
-  finally:
-    for _ in range(50):
-      try:
-        path.rmdir()
-        break
-      except OSError:
-        time.sleep(0.1)
-
-
-def _peak(path: pathlib.Path, v2: bool) -> int:
-  name = "memory.peak" if v2 else "memory.max_usage_in_bytes"
-  try:
-    return int((path / name).read_text())
-  except (OSError, ValueError):
-    return 0
-
-
-def _oom_kills(path: pathlib.Path, v2: bool) -> int:
-  name = "memory.events" if v2 else "memory.oom_control"
-  for line in (path / name).read_text().splitlines():
-    if line.startswith("oom_kill "):
-      return int(line.split()[1])
-  return 0
-
-
 def memory(limit_mb: int, modes: list[str], repeats: int,
            seconds: float) -> None:
   done = {mode: 0 for mode in modes}
   for repeat in range(repeats):
     turn = repeat % len(modes)
     for mode in modes[turn:] + modes[:turn]:
-      with _memory_cgroup(limit_mb * _MB) as (cg, v2), (
+      with _memcg.memory_cgroup(limit_mb * _MB,
+                                "intune-host-share") as (cg, v2), (
           tempfile.TemporaryDirectory(prefix="intune-host-")) as host_dir:
         procs = [_launch(["memory", mode, repr(seconds)], host_dir, cg)
                  for _ in range(2)]
         results = [_result(p, SETUP_S + seconds + 60) for p in procs]
-        peak, kills = _peak(cg, v2), _oom_kills(cg, v2)
+        peak, kills = _memcg.peak(cg, v2), _memcg.oom_kills(cg, v2)
       ok = sum("error" not in r for r in results)
       done[mode] += ok == 2
       errors = "; ".join(r["error"] for r in results if "error" in r)
