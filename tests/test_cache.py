@@ -115,6 +115,21 @@ def test_the_knobs_and_stages_are_named_as_without_the_cache(tmp_path):
   assert not any("IntuneCache" in n for n in names[True][1])
 
 
+def test_the_knobs_below_a_cache_that_serves_the_epoch_leave_it(tmp_path):
+  ds = _tuned(_pipelines(tmp_path)["random_map"]().prefetch(AUTOTUNE))
+  knobs = []
+  for _ in range(3):
+    it = iter(ds)
+    session = intune_tf.session_of(it)
+    for i, _ in enumerate(it):
+      if i == 10:
+        knobs.append(sorted(k.name for k in session.knobs()))
+  below = "Prefetch.MapAndBatch.ParallelMapV2/parallelism"
+  assert knobs[0] == [below, "Prefetch/buffer_size"]
+  # Epochs 2 and 3 come from the cache: the map below it does not run.
+  assert knobs[1] == knobs[2] == ["Prefetch/buffer_size"]
+
+
 def test_the_option_off_adds_no_cache(tmp_path):
   ds = _tuned(_pipelines(tmp_path)["filter"](), cache=False)
   _, stats = _epoch(ds)
