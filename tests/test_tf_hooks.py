@@ -50,6 +50,21 @@ def test_option_survives_merges_and_transformations(value):
   assert ds.options().deterministic is True
 
 
+@pytest.mark.parametrize("tuned", [False, True])
+def test_a_pipeline_deeper_than_the_recursion_limit_is_walked(tuned):
+  # 1 + 1500 concatenates: the hooks' walk of the inputs recursed into a
+  # RecursionError at `iter` and at `options()` with intune_tf imported.
+  ds = tf.data.Dataset.from_tensors(0)
+  if tuned:
+    ds = _tuned(ds)
+  for _ in range(1500):
+    ds = ds.concatenate(tf.data.Dataset.from_tensors(0))
+  assert ds.options().experimental_intune == (True if tuned else None)
+  assert _tf_hooks.find(ds) == (True if tuned else None, False)
+  if not tuned:  # a tuned one is the rewrite's, not the walk's
+    assert sum(1 for _ in ds) == 1501
+
+
 def test_later_false_turns_it_off():
   ds = _tuned(_tuned(_pipeline()).map(lambda x: x), False)
   before = _live()

@@ -109,31 +109,38 @@ def find(dataset: tf.data.Dataset) -> tuple[Any, bool]:
     (value or None, hidden).
   """
 
+  # Depth first without recursion: a pipeline may be thousands of datasets
+  # deep (a chain of `concatenate`s), past Python's recursion limit. A
+  # dataset's value is memoized once its inputs have theirs; one met again
+  # while its inputs are walked (a cycle) counts as None.
   memo: dict[int, Any] = {}
+  inputs_of: dict[int, list[tf.data.Dataset]] = {}
   hidden = False
-
-  def value_of(ds) -> Any:
-    nonlocal hidden
+  stack: list[tuple[tf.data.Dataset, bool]] = [(dataset, False)]
+  while stack:
+    ds, inputs_done = stack.pop()
     key = id(ds)
-    if key in memo:
-      return memo[key]
-    memo[key] = None
-    if isinstance(ds, dataset_lib.IntuneOptionsDataset):
-      result = ds.intune_value
-    else:
+    if inputs_done:
       result = None
-      inputs = _inputs(ds)
-      if not inputs and _opaque(ds):
-        hidden = True
-      for child in inputs:
-        found = value_of(child)
+      for child in inputs_of.pop(key):
+        found = memo.get(id(child))
         if found is not None:
           result = found
-    memo[key] = result
-    return result
-
-  value = value_of(dataset)
-  return value, hidden
+      memo[key] = result
+      continue
+    if key in memo:
+      continue
+    memo[key] = None
+    if isinstance(ds, dataset_lib.IntuneOptionsDataset):
+      memo[key] = ds.intune_value
+      continue
+    inputs = _inputs(ds)
+    if not inputs and _opaque(ds):
+      hidden = True
+    inputs_of[key] = inputs
+    stack.append((ds, True))
+    stack.extend((child, False) for child in reversed(inputs))
+  return memo[id(dataset)], hidden
 
 
 def _opaque(dataset: tf.data.Dataset) -> bool:
