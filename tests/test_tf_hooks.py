@@ -85,6 +85,22 @@ def test_tune_sets_the_option_as_tf_data_options_would(args, fields, expected):
       _tuned(_pipeline(), expected).options())
 
 
+
+def test_tune_sets_no_other_option(monkeypatch):
+  # TF's test mode (its own tf.data tests) gives a new tf.data.Options()
+  # experimental_warm_start=True: applied with it, a map whose table was
+  # not yet initialized ran when the iterator was made.
+  from tensorflow.python.data.ops import test_mode  # noqa: PLC0415
+  monkeypatch.setattr(test_mode, "TEST_MODE", True)
+  assert tf.data.Options().experimental_warm_start
+  options = tf.data.Options()
+  options.experimental_warm_start = False
+  ds = intune_tf.tune(_pipeline().with_options(options), name="only")
+  assert ds.options().experimental_warm_start is False
+  assert ds.options().experimental_intune == intune_tf.IntuneOptions(
+      name="only")
+
+
 @pytest.mark.parametrize("value", [False, intune_tf.IntuneOptions()])
 def test_tune_refuses_options_and_fields_together(value):
   with pytest.raises(TypeError, match="either an IntuneOptions or its fields"):

@@ -178,9 +178,11 @@ def tune(dataset: tf.data.Dataset,
       raise TypeError("intune_tf.tune: pass either an IntuneOptions or its "
                       f"fields, not both (got {options!r} and {fields}).")
     options = intune_options.IntuneOptions(**fields)
-  tf_options = tf.data.Options()
-  tf_options.experimental_intune = options
-  return dataset.with_options(tf_options)
+  intune_options.coerce(options)  # type check with a clear message
+  # Only the option: `with_options(tf.data.Options())` would also apply the
+  # other fields' defaults, which TF's test mode changes (it turns on
+  # `experimental_warm_start`, which ran a map before its table was ready).
+  return dataset_lib.declare(dataset, options)
 
 
 def install() -> None:
