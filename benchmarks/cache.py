@@ -24,14 +24,13 @@ Run: `python benchmarks/cache.py [--rows 100000] [--repeats 5]`;
 `--issue-size` sizes the rows so that one preprocessed epoch holds about
 300 MB (issue 46), which takes much longer.
 
-`--half-budget` instead runs `intune cache` with a RAM budget that holds
-half of what its cache holds for a whole epoch (the buffers' measured peak
-plus half the cache's bytes, both measured here first), against `autotune`
-and `intune`, interleaved, in a child process under a real memory cgroup:
-its limit is the peak of the same child without that variant plus half the
-cache's bytes. Reported:
-the times, the fraction of epochs 2-3 served from the cache, the cgroup's
-peak against its limit, and its OOM kills.
+`--half-budget` instead runs `intune cache` under a RAM budget that holds
+half of what its cache holds for a whole epoch (the buffers' peak plus half
+the cache's bytes, measured here first), against `autotune` and `intune`,
+interleaved, in a child process under a real memory cgroup whose limit is
+the peak of the same child with `intune` in its place plus that budget.
+Reported: the times, the bytes cached and the fraction of each epoch served
+from them, the cgroup's peak against its limit, and its OOM kills.
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ def _variant(name: str, files, batch_size: int):
   runs before the timer (the bound's preprocessed epoch)."""
   if name == "autotune":
     return _pipeline(files, batch_size)
-  if name == "intune":
+  if name in ("intune", "intune again"):
     return intune_tf.tune(_pipeline(files, batch_size), cache=False)
   if name == "intune cache":
     return intune_tf.tune(_pipeline(files, batch_size), cache=True)
@@ -192,10 +191,11 @@ def one_epoch_report(single) -> None:
         f"ratios): time {1 / wall[0]:.3f}, CPU {1 / cpu[0]:.3f}")
 
 
-def _cache_probe(files, batch_size: int, ram_budget: int | None,
-                 epochs: int) -> list[dict]:
+def _cache_probe(files, batch_size: int, epochs: int,
+                 ram_budget: int | None = None) -> list[dict]:
   """Per epoch of `intune cache` (one iterator each, as `fit` makes them):
-  the session's cache figures and its buffers' peak bytes."""
+  the session's cache figures, its buffers' peak bytes and its RAM budget
+  at the end."""
   ds = intune_tf.tune(_pipeline(files, batch_size), cache=True,
                       ram_budget=ram_budget)
   out = []
@@ -205,13 +205,14 @@ def _cache_probe(files, batch_size: int, ram_budget: int | None,
     buffered = 0
     for _ in it:
       buffered = max(buffered, session.counters()["buffered_bytes"])
-    out.append({**session.cache(), "buffered_peak": buffered})
+    out.append({**session.cache(), "buffered_peak": buffered,
+                "ram_budget": session.counters()["ram_budget"]})
   return out
 
 
 def _child(args) -> int:
-  """`--child`: the fits of `args.child` (variants, comma-separated) and a
-  probe of the budget's cache, as one JSON line on stdout."""
+  """`--child`: the fits of `args.child` (variants, comma-separated) and,
+  with `--probe`, `_cache_probe`'s epochs, as one JSON line on stdout."""
   files = _files(args.rows, args.data_dir)
   model = demo.tiny_dlrm()
   model.fit(_pipeline(files, args.batch_size), epochs=1, verbose=0)
@@ -220,47 +221,51 @@ def _child(args) -> int:
                                                     args.batch_size),
                 args.epochs, args.repeats)
   probe = []
-  if args.ram_budget:
-    probe = _cache_probe(files, args.batch_size, args.ram_budget, args.epochs)
+  if args.probe:
+    probe = _cache_probe(files, args.batch_size, args.epochs,
+                         args.probe_budget)
   print(json.dumps({"results": results, "probe": probe}), flush=True)
   return 0
 
 
 def _in_cgroup(args, variants: list[str], limit: int,
-               ram_budget: int | None = None) -> tuple[dict, int, int]:
-  """Runs `_child` with `variants` under a memory cgroup of `limit` bytes
-  (unlimited: 0): (its JSON, the cgroup's peak bytes, its OOM kills)."""
+               probe_budget: int | None = None) -> tuple[dict, int, int]:
+  """Runs `_child` with `variants` (and with `probe_budget`, `_cache_probe`
+  under that RAM budget) under a memory cgroup of `limit` bytes (unlimited:
+  0): (its JSON, the cgroup's peak bytes, its OOM kills)."""
   command = [sys.executable, os.path.abspath(__file__), "--child",
              ",".join(variants), "--rows", str(args.rows), "--repeats",
              str(args.repeats), "--epochs", str(args.epochs), "--batch-size",
              str(args.batch_size), "--data-dir", args.data_dir]
-  if ram_budget:
-    command += ["--ram-budget", str(ram_budget)]
+  if probe_budget:
+    command += ["--probe", "--probe-budget", str(probe_budget)]
   with _memcg.memory_cgroup(limit or (1 << 60), "intune-cache") as (cg, v2):
     procs = cg / "cgroup.procs"
     proc = subprocess.run(
         command, stdout=subprocess.PIPE, text=True, check=False,
         preexec_fn=lambda: procs.write_text(str(os.getpid())))
     peak, kills = _memcg.peak(cg, v2), _memcg.oom_kills(cg, v2)
+  print("\n".join(line for line in proc.stdout.splitlines()
+                   if not line.startswith("{")), flush=True)
   lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
   if proc.returncode != 0 or not lines:
     return {}, peak, kills
-  print("\n".join(line for line in proc.stdout.splitlines()
-                   if not line.startswith("{")), flush=True)
   return json.loads(lines[-1]), peak, kills
 
 
 def half_budget(args, files) -> int:
   """`--half-budget`: see the module docstring."""
-  full = _cache_probe(files, args.batch_size, None, 1)[0]
+  full = _cache_probe(files, args.batch_size, 1)[0]
   budget = full["buffered_peak"] + full["bytes"] // 2
   print(f"A whole epoch's cache: {full['bytes'] / 1e6:.1f} MB; buffers' "
         f"peak {full['buffered_peak'] / 1e6:.1f} MB; RAM budget "
         f"{budget / 1e6:.1f} MB", flush=True)
+  # The same fits with `intune` again in place of the cached variant: a
+  # process grows with the fits it has run, whatever the cache.
   base = ["autotune", "intune"]
-  _, base_peak, _ = _in_cgroup(args, base, 0)
-  limit = base_peak + full["bytes"] // 2
-  print(f"autotune and intune without the cache peak at "
+  _, base_peak, _ = _in_cgroup(args, [*base, "intune again"], 0)
+  limit = base_peak + budget
+  print(f"the same child with intune in its place peaks at "
         f"{base_peak / 1e6:.0f} MB: the cgroup's limit is {limit / 1e6:.0f} "
         f"MB", flush=True)
   name = f"intune cache budget={budget}"
@@ -271,13 +276,14 @@ def half_budget(args, files) -> int:
     return 1
   print(f"\nCriteo L{LEVEL}, {args.rows:,} rows, {args.epochs} epochs, "
         f"{args.repeats} interleaved repeats, RAM budget {budget / 1e6:.1f} "
-        f"MB (half the epoch's cache), cgroup limit {limit / 1e6:.0f} MB\n")
+        f"MB, cgroup limit {limit / 1e6:.0f} MB\n")
   table(out["results"], "autotune", args.epochs)
-  served = [round(e["served"], 3) for e in out["probe"]]
-  held = [round(e["bytes"] / 1e6, 1) for e in out["probe"]]
-  print(f"\nserved from the cache per epoch {served}; MB held {held}; "
-        f"cgroup peak {peak / 1e6:.0f} MB of {limit / 1e6:.0f} MB, "
-        f"{kills} OOM kills")
+  probe = out["probe"]
+  print(f"\nUnder the budget, per epoch: cache held (MB) "
+        f"{[round(e['bytes'] / 1e6, 1) for e in probe]}; served from it "
+        f"{[round(e['served'], 3) for e in probe]}; cgroup peak "
+        f"{peak / 1e6:.0f} MB of {limit / 1e6:.0f} MB (without the cache "
+        f"{base_peak / 1e6:.0f} MB), {kills} OOM kills")
   return 0
 
 
@@ -297,7 +303,8 @@ def main(argv=None) -> int:
   parser.add_argument("--half-budget", action="store_true",
                       help="The half-epoch RAM budget run (see above).")
   parser.add_argument("--child", help=argparse.SUPPRESS)
-  parser.add_argument("--ram-budget", type=int, help=argparse.SUPPRESS)
+  parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+  parser.add_argument("--probe-budget", type=int, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   os.environ["INTUNE_WARMSTART_DIR"] = tempfile.mkdtemp(prefix="intune-ws-")
   if args.child:
