@@ -270,11 +270,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
           input_impl_->GetNext(ctx, out_tensors, end_of_sequence);
       const int64_t now = static_cast<int64_t>(Env::Default()->NowMicros());
       if (entry == nullptr || bypass_) return read;
-      if (!read.ok()) {
-        // Cancelled: the iterator is going away, the element did not fail.
-        if (!errors::IsCancelled(read)) entry->FailedAt(position_);
-        return read;
-      }
+      if (!read.ok()) return Failed(read, position_);
       if (*end_of_sequence) {
         entry->MarkEnd(position_);
         return OkStatus();
@@ -339,6 +335,18 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
                                              &input_impl_);
     }
 
+    // The input failed to give element `index`: the entry stops below it,
+    // unless the read was cancelled (the iterator is going away, the element
+    // did not fail). Returns `read`.
+    Status Failed(const Status& read, int64_t index)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
+      if (entry != nullptr && !bypass_ && !errors::IsCancelled(read)) {
+        entry->FailedAt(index);
+      }
+      return read;
+    }
+
     // Brings a new input to element position_: skips what the entry holds,
     // then reads (and appends) the rest. Without an entry, skips them all.
     Status CatchUp(data::IteratorContext* ctx, bool* end_of_sequence)
@@ -361,12 +369,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       while (done < position_) {
         element.clear();
         const Status read = input_impl_->GetNext(ctx, &element, end_of_sequence);
-        if (!read.ok()) {
-          if (entry != nullptr && !errors::IsCancelled(read)) {
-            entry->FailedAt(done);
-          }
-          return read;
-        }
+        if (!read.ok()) return Failed(read, done);
         if (*end_of_sequence) break;
         if (entry != nullptr) entry->Append(done, element, 0);
         ++done;

@@ -81,9 +81,7 @@ void CacheEntry::FailedAt(int64_t index) {
   if (failed_at_ < 0 || index < failed_at_) failed_at_ = index;
   complete_ = false;
   while (static_cast<int64_t>(elements_.size()) > failed_at_) {
-    bytes_ -= element_bytes_.back();
-    elements_.pop_back();
-    element_bytes_.pop_back();
+    DropLastLocked();
   }
 }
 
@@ -97,13 +95,7 @@ int64_t CacheEntry::SetLimit(int64_t bytes) {
   limit_ = std::max<int64_t>(bytes, 0);
   int64_t dropped = 0;
   while (bytes_ > limit_ && !elements_.empty()) {
-    const int64_t last = element_bytes_.back();
-    const int64_t n = elements_.size();
-    if (n > 0 && upstream_us_ > 0) upstream_us_ -= upstream_us_ / n;
-    elements_.pop_back();
-    element_bytes_.pop_back();
-    bytes_ -= last;
-    dropped += last;
+    dropped += DropLastLocked();
     complete_ = false;
     // A shrunk entry is a prefix: nothing more until the next epoch.
     stopped_ = true;
@@ -141,6 +133,16 @@ double CacheEntry::upstream_us_per_element() const {
 int64_t CacheEntry::dropped() const {
   mutex_lock l(mu_);
   return dropped_;
+}
+
+int64_t CacheEntry::DropLastLocked() {
+  const int64_t last = element_bytes_.back();
+  const int64_t n = elements_.size();
+  if (upstream_us_ > 0) upstream_us_ -= upstream_us_ / n;
+  elements_.pop_back();
+  element_bytes_.pop_back();
+  bytes_ -= last;
+  return last;
 }
 
 void CacheEntry::ClearLocked() {

@@ -79,6 +79,9 @@ class CacheEntry {
 
  private:
   void ClearLocked() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the last element held (there is one), with its share of the
+  // upstream time; returns its bytes.
+  int64_t DropLastLocked() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string key_;
   mutable mutex mu_;
