@@ -250,6 +250,26 @@ def test_a_checkpoint_mid_epoch_two_holds_no_cached_element(tmp_path, fresh):
   assert [row[0] for row in rests[True]] == [1.5 * i for i in range(700, 2000)]
 
 
+@pytest.mark.slow
+def test_a_symbolic_checkpoint_mid_epoch_two_restores_without_a_cache(
+    tmp_path):
+  options = tf.data.Options()
+  options.experimental_symbolic_checkpoint = True
+  ds = _tuned(_vectors().with_options(options))
+  _epoch(ds)
+  it = iter(ds)
+  for _ in range(700):
+    next(it)
+  # Symbolic checkpoints are merged from every iterator's GetNext: no cache.
+  assert intune_tf.session_of(it).cache()["point"] == ""
+  saved = tf.train.Checkpoint(it=it).write(str(tmp_path / "ckpt"))
+  target = iter(ds)
+  tf.train.Checkpoint(it=target).read(saved).assert_consumed()
+  rest = [_value(e) for e in target]
+  assert [_value(e) for e in it] == rest
+  assert [row[0] for row in rest] == [1.5 * i for i in range(700, 2000)]
+
+
 def test_tf_data_cache_writes_its_elements_into_checkpoints(tmp_path):
   # What the test above guards against: tf.data's own cache() does.
   ds = _vectors().cache()
