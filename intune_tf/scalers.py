@@ -46,6 +46,11 @@ from intune_tf import pool
 DEFAULT_COMMAND_TIMEOUT_S = 60.0
 # Seconds a stopped local worker gets to exit after SIGTERM before SIGKILL.
 DEFAULT_STOP_TIMEOUT_S = 10.0
+# Warm local worker processes kept ready (TensorFlow loaded, no port yet).
+DEFAULT_STANDBY = 1
+# Seconds after a standby was taken before its replacement starts loading
+# TensorFlow (which takes a core for seconds: not while new workers start).
+DEFAULT_STANDBY_DELAY_S = 10.0
 # The last decisions `PoolManager.report` includes.
 REPORTED_DECISIONS = 10
 _REGISTERED = "Worker registered with dispatcher"
@@ -140,6 +145,10 @@ class Scaler:
   def serving(self) -> int:
     """Workers up and serving (default: all asked for)."""
     return self.size()
+
+  def standby_count(self) -> int:
+    """Warm processes ready to join, not in `size()` (default: none)."""
+    return 0
 
   def resize(self, n: int) -> None:
     """Makes the pool `n` workers.
@@ -299,7 +308,7 @@ def port_is_free(port: int) -> bool:
 @dataclasses.dataclass
 class _LocalWorker:
   proc: subprocess.Popen
-  port: int
+  port: int  # 0 for a standby
   log_path: pathlib.Path
   log: object
   started_at: float
@@ -324,6 +333,14 @@ class LocalWorkers(Scaler):
   unfinished tasks of the one that left there, which is what lets a
   `distributed_epoch` epoch that lost a worker end (docs/service.md).
 
+  `standby` processes are kept warm (`intune service worker --standby`:
+  TensorFlow and InTune loaded, no port, not registered, no CPU used): a
+  growth hands one its port on stdin, and it serves about a second later
+  instead of the seconds a cold start takes to load TensorFlow. Its
+  replacement starts `standby_delay_s` after, not while the new workers
+  start. A standby is not in `size()` or `serving()`; `standby_count()`
+  counts it. Standbys exit when the scaler closes (or dies: end of stdin).
+
   Args:
     dispatcher: the dispatcher's HOST:PORT.
     min_workers: MIN.
@@ -336,6 +353,11 @@ class LocalWorkers(Scaler):
       Default None.
     worker_args: extra flags of `intune service worker`. Default none.
     stop_timeout_s: seconds between SIGTERM and SIGKILL. Default 10.
+    standby: warm processes kept ready while the pool is below MAX (0:
+      none, every worker starts cold). Default `DEFAULT_STANDBY` (1).
+    standby_delay_s: seconds after a standby was taken before a new one
+      starts. Default
+      `DEFAULT_STANDBY_DELAY_S` (10).
   """
 
   kind = "local"
@@ -344,8 +366,14 @@ class LocalWorkers(Scaler):
                host: str = "127.0.0.1", log_dir: str | None = None,
                env: dict[str, str] | None = None,
                worker_args: tuple[str, ...] = (),
-               stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S):
+               stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+               standby: int = DEFAULT_STANDBY,
+               standby_delay_s: float = DEFAULT_STANDBY_DELAY_S):
     super().__init__(min_workers, max_workers)
+    if isinstance(standby, bool) or not isinstance(standby, int) or (
+        standby < 0):
+      raise ValueError(f"standby must be a count of 0 or more processes, "
+                       f"got {standby!r}.")
     self.dispatcher = dispatcher
     self.host = host
     self.log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(
@@ -364,8 +392,17 @@ class LocalWorkers(Scaler):
     self.vacated: list[int] = []
     # The size of the last resize.
     self.asked = 0
+    self.standby = standby
+    self.standby_delay_s = standby_delay_s
+    self.standbys: list[_LocalWorker] = []
+    self._taken_at: float | None = None  # when a standby was last taken
 
   def _reap(self) -> None:
+    for w in [w for w in self.standbys if w.proc.poll() is not None]:
+      self.standbys.remove(w)
+      w.log.close()
+      logging.warning("Standby local worker pid %d exited with %s; see %s.",
+                      w.proc.pid, w.proc.returncode, w.log_path)
     alive = []
     for w in self.workers:
       if w.proc.poll() is None:
@@ -387,6 +424,10 @@ class LocalWorkers(Scaler):
     self._reap()
     return sum(w.registered() for w in self.workers)
 
+  def standby_count(self) -> int:
+    self._reap()
+    return len(self.standbys)
+
   def ports(self) -> list[int]:
     """The ports of the live workers, oldest first."""
     self._reap()
@@ -398,6 +439,31 @@ class LocalWorkers(Scaler):
       self.workers.append(self._start())
     while len(self.workers) > n:
       self._stop(self.workers.pop())
+    self.refill()
+
+  def refill(self) -> int:
+    """Starts standbys up to `standby` while the pool is below MAX, once
+    `standby_delay_s` passed since one was last taken (the dispatcher
+    calls it each pool period). A standby that cannot start is logged and
+    tried again at the next call.
+
+    Returns:
+      The standbys started.
+    """
+    self._reap()
+    if self._taken_at is not None and (
+        time.monotonic() - self._taken_at < self.standby_delay_s):
+      return 0
+    started = 0
+    while (len(self.standbys) < self.standby and
+           len(self.workers) < self.max_workers):
+      try:
+        self.standbys.append(self._spawn(None))
+      except ScalerError as e:
+        logging.warning("%s", e)
+        break
+      started += 1
+    return started
 
   def replace_lost(self) -> list[int]:
     """Starts a worker for each one that died on its own since the last
@@ -420,6 +486,7 @@ class LocalWorkers(Scaler):
     if started:
       logging.warning("Replaced %d lost local worker(s), on port(s) %s.",
                       len(started), ", ".join(map(str, started)))
+    self.refill()
     return started
 
   def _port(self) -> int:
@@ -434,22 +501,56 @@ class LocalWorkers(Scaler):
     return free_port(self.host)
 
   def _start(self) -> _LocalWorker:
+    """A worker on the next port: a standby told its port, else a new
+    process."""
     port = self._port()
+    while self.standbys:
+      w = self.standbys.pop(0)
+      try:
+        if w.proc.poll() is not None:
+          raise OSError(f"exit status {w.proc.returncode}")
+        w.proc.stdin.write(f"{port}\n".encode())
+        w.proc.stdin.close()
+      except OSError as e:  # it died since the reap
+        logging.warning("Standby local worker pid %d is gone (%s).",
+                        w.proc.pid, e)
+        w.log.close()
+        continue
+      self._taken_at = time.monotonic()
+      self._started += 1
+      log_path = self.log_dir / f"worker{self._started}-{port}.log"
+      w.log_path.rename(log_path)
+      logging.info("Standby local worker pid %d now serves on port %d.",
+                   w.proc.pid, port)
+      return dataclasses.replace(w, port=port, log_path=log_path,
+                                 started_at=time.monotonic())
+    return self._spawn(port)
+
+  def _spawn(self, port: int | None) -> _LocalWorker:
+    """A new `intune service worker` process on `port` (None: a
+    standby)."""
     self._started += 1
-    log_path = self.log_dir / f"worker{self._started}-{port}.log"
+    name = "standby" if port is None else str(port)
+    log_path = self.log_dir / f"worker{self._started}-{name}.log"
     log = open(log_path, "wb")
+    where = ["--standby"] if port is None else ["--port", str(port)]
     args = [sys.executable, "-m", "intune_tf", "service", "worker",
-            "--dispatcher", self.dispatcher, "--port", str(port), "--host",
-            self.host, *self.worker_args]
+            "--dispatcher", self.dispatcher, *where, "--host", self.host,
+            *self.worker_args]
     try:
-      proc = subprocess.Popen(args, env=self.env, stdout=log,
-                              stderr=subprocess.STDOUT)
+      proc = subprocess.Popen(
+          args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+          stdin=subprocess.PIPE if port is None else subprocess.DEVNULL)
     except OSError as e:
       log.close()
-      raise ScalerError(f"cannot start a local worker: {e}; the pool stays "
-                        f"at {len(self.workers)}.") from e
-    logging.info("Started local worker pid %d on port %d.", proc.pid, port)
-    return _LocalWorker(proc, port, log_path, log, time.monotonic())
+      what = "a standby local worker" if port is None else "a local worker"
+      raise ScalerError(f"cannot start {what}: {e}; the pool stays at "
+                        f"{len(self.workers)}.") from e
+    if port is None:
+      logging.info("Started standby local worker pid %d.", proc.pid)
+    else:
+      logging.info("Started local worker pid %d on port %d.", proc.pid, port)
+    return _LocalWorker(proc, port or 0, log_path, log, time.monotonic())
 
   def _stop(self, w: _LocalWorker) -> None:
     if w.proc.poll() is None:
@@ -460,13 +561,21 @@ class LocalWorkers(Scaler):
         w.proc.kill()
         w.proc.wait()
     w.log.close()
-    self.vacated.append(w.port)
+    if w.port:
+      self.vacated.append(w.port)
     logging.info("Stopped local worker pid %d on port %d.", w.proc.pid,
                  w.port)
 
   def close(self) -> None:
     while self.workers:
       self._stop(self.workers.pop())
+    while self.standbys:
+      w = self.standbys.pop()
+      try:
+        w.proc.stdin.close()  # a standby exits at the end of stdin
+      except OSError:
+        pass
+      self._stop(w)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,9 +609,10 @@ class PoolManager:
     """The pool now, as the dispatcher's status file carries it (`pool`).
 
     Returns:
-      {"kind", "min", "max", "size", "serving", "lost", "failures",
-      "reason", "decisions"}: the scaler's kind ("local", "command", ...),
-      its bounds, the workers asked for and serving, those lost, the failed
+      {"kind", "min", "max", "size", "serving", "standby", "lost",
+      "failures", "reason", "decisions"}: the scaler's kind ("local",
+      "command", ...), its bounds, the workers asked for and serving, the
+      warm standbys (`Scaler.standby_count`), those lost, the failed
       resizes so far, the last reason (`reason`) and the last
       `REPORTED_DECISIONS` (10) entries of `history` as dicts (`PoolEvent`'s
       fields).
@@ -511,7 +621,8 @@ class PoolManager:
     return {
         "kind": scaler.kind, "min": scaler.min_workers,
         "max": scaler.max_workers, "size": scaler.size(),
-        "serving": scaler.serving(), "lost": scaler.lost,
+        "serving": scaler.serving(), "standby": scaler.standby_count(),
+        "lost": scaler.lost,
         "failures": self.failures, "reason": self.reason,
         "decisions": [dataclasses.asdict(e)
                       for e in self.history[-REPORTED_DECISIONS:]]}

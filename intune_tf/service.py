@@ -47,7 +47,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from absl import logging
 
@@ -183,7 +183,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
                    scale_command: str | None = None,
                    scale_timeout_s: float = scalers.DEFAULT_COMMAND_TIMEOUT_S,
                    controller: str = "intune",
-                   scaler: scalers.Scaler | None = None) -> int:
+                   scaler: scalers.Scaler | None = None,
+                   standby: int = scalers.DEFAULT_STANDBY) -> int:
   """Runs a tf.data service dispatcher until SIGTERM/SIGINT.
 
   Args:
@@ -223,6 +224,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       as a Python object, e.g. a `scalers.CallbackScaler` that calls your
       cluster's API (its `serving()` counts the workers serving). Default
       None: local workers or `scale_command`.
+    standby: with local workers, the warm processes kept ready to join
+      (`scalers.LocalWorkers`). Default `scalers.DEFAULT_STANDBY` (1).
 
   Returns:
     The exit code (0).
@@ -260,7 +263,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   if workers is not None:
     low, high = workers
     if scaler is None and scale_command is None:
-      scaler = scalers.LocalWorkers(local, low, high)
+      scaler = scalers.LocalWorkers(local, low, high, standby=standby)
     elif scaler is None:
       # Initially 0: the command runs for MIN at start, whatever the count.
       scaler = scalers.CommandScaler(
@@ -718,8 +721,8 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
 
   Args:
     args: the parsed flags: `workers` ((KIND, MIN, MAX) or None),
-      `scale_command` and `scale_timeout` (None when not given) and
-      `pool_controller`.
+      `scale_command`, `scale_timeout` and `pool_standby` (None when not
+      given) and `pool_controller`.
   """
   kind = args.workers[0] if args.workers else None
   example = ("--scale-command 'kubectl scale deployment/tfdata-workers "
@@ -739,6 +742,9 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
                else "no --workers")
       return (f"{flag} is for --workers command:MIN-MAX, not {given}; pass "
               f"--workers command:MIN-MAX or drop {flag}.")
+  if args.pool_standby is not None and kind != "local":
+    return ("--pool-standby keeps local workers warm: pass --workers "
+            "local:MIN-MAX or drop --pool-standby.")
   return None
 
 
@@ -756,19 +762,62 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
                           args.worker_timeout_ms,
                           (low, high) if args.workers else None,
                           args.pool_period, args.pool_min_interval,
-                          args.scale_command, timeout, args.pool_controller)
+                          args.scale_command, timeout, args.pool_controller,
+                          standby=(scalers.DEFAULT_STANDBY
+                                   if args.pool_standby is None
+                                   else args.pool_standby))
   except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
+
+
+def standby_port(stream: IO[str]) -> int | None:
+  """The port a standby worker is asked to serve on: one line of `stream`
+  holding it. None at the end of the stream (whoever kept the standby no
+  longer needs it).
+
+  Raises:
+    ServiceError: the line is not a port (1-65535).
+  """
+  line = stream.readline()
+  if not line:
+    return None
+  try:
+    return arguments.port(line.strip())
+  except argparse.ArgumentTypeError as e:
+    raise ServiceError(f"a standby worker got {line.strip()!r} on stdin, "
+                       f"not a port: {e}") from e
+
+
+def _warm_worker() -> None:
+  """What a worker loads before it has a port: TensorFlow, InTune and its
+  kernel library (most of a worker's start-up)."""
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  import tensorflow as tf  # noqa: PLC0415, F401
+
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
+  _kernels.ops()
 
 
 def _worker_main(args: argparse.Namespace) -> int:
   try:
     parse_address(args.dispatcher, "--dispatcher")
+    if (args.port is None) == (not args.standby):
+      raise ServiceError("pass --port, or --standby to read the port from "
+                         "stdin once it is needed")
   except ServiceError as e:
     print(f"intune service worker: error: {e}", flush=True)
     return 2
   try:
-    return run_worker(args.dispatcher, args.port, args.host,
+    port = args.port
+    if args.standby:
+      _warm_worker()
+      logging.info("Standby worker ready (pid %d): waiting for a port on "
+                   "stdin.", os.getpid())
+      port = standby_port(sys.stdin)
+      if port is None:
+        logging.info("Standby worker: stdin closed; exiting unused.")
+        return 0
+    return run_worker(args.dispatcher, port, args.host,
                       args.dispatcher_wait, args.heartbeat_interval_ms)
   except ServiceError as e:
     return _fail("worker", e)
@@ -824,14 +873,25 @@ def add_commands(subparsers) -> None:
                  "compare, tf-formula (TensorFlow's estimate applied as if "
                  "it scaled) or cachew (Cachew's hill climb) (default "
                  "intune).")
+  d.add_argument("--pool-standby", type=arguments.non_negative_int,
+                 default=None, metavar="N",
+                 help="With --workers local:MIN-MAX: worker processes kept "
+                 "warm (TensorFlow loaded, not serving) so that a growth "
+                 "serves in about a second; 0 starts every worker cold "
+                 f"(default {scalers.DEFAULT_STANDBY}).")
   d.set_defaults(func=_dispatcher_main)
   w = subparsers.add_parser(
       "worker", help="Start a tf.data service worker tuned by InTune.")
   w.add_argument("--dispatcher", required=True, metavar="HOST:PORT",
                  help="The dispatcher's address.")
-  w.add_argument("--port", type=arguments.port, required=True,
+  w.add_argument("--port", type=arguments.port, default=None,
                  help="Port to listen on (TensorFlow listens on all "
-                 "interfaces).")
+                 "interfaces); required without --standby.")
+  w.add_argument("--standby", action="store_true",
+                 help="Load TensorFlow and InTune, then wait for the port as "
+                 "one line on stdin and serve on it (a warm worker of a "
+                 "local pool starts in about a second); exit at the end of "
+                 "stdin.")
   w.add_argument("--host", default="127.0.0.1",
                  help="The address this worker advertises to the dispatcher "
                  "and clients (default 127.0.0.1).")

@@ -323,7 +323,7 @@ def test_inspect_shows_the_pool_a_dispatcher_sizes(tmp_path):
   manager.step(reading(time_s=0.0))
   # A failed change is shown with its error.
   failed = inspect_lib.pool_table(manager.report())
-  assert failed[2].split() == ["callback", "2", "2", "1-8", "0", "1"]
+  assert failed[2].split() == ["callback", "2", "2", "0", "1-8", "0", "1"]
   assert failed[3] == f"last reason: {manager.reason}"
   assert failed[4] == (
       "last change: 2 -> 6 workers failed: the scale callback failed for 6 "
@@ -345,9 +345,9 @@ def test_inspect_shows_the_pool_a_dispatcher_sizes(tmp_path):
   lines = lines[next(i for i, line in enumerate(lines)
                      if line.startswith(f"pid {os.getpid()} on ")):]
   assert "tf.data service dispatcher on port 5050" in lines[0]
-  assert lines[1].split() == ["worker", "pool", "size", "serving", "MIN-MAX",
-                              "lost", "failures"]
-  assert lines[3].split() == ["callback", "6", "6", "1-8", "0", "1"]
+  assert lines[1].split() == ["worker", "pool", "size", "serving",
+                              "standby", "MIN-MAX", "lost", "failures"]
+  assert lines[3].split() == ["callback", "6", "6", "0", "1-8", "0", "1"]
   assert manager.reason.startswith("trainer waits 60%")
   assert lines[4] == f"  last reason: {manager.reason}"
   assert lines[5] == "  last change: 2 -> 6 workers"

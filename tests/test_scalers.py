@@ -208,7 +208,7 @@ def test_manager_reports_the_pool_for_the_status_file():
       scalers.CallbackScaler(lambda n: None, 1, 8, initial=2))
   assert manager.report() == {
       "kind": "callback", "min": 1, "max": 8, "size": 2, "serving": 2,
-      "lost": 0, "failures": 0, "reason": None, "decisions": []}
+      "standby": 0, "lost": 0, "failures": 0, "reason": None, "decisions": []}
   decision = manager.step(_reading(0, 2, 500.0))
   report = manager.report()
   assert (report["size"], report["reason"]) == (6, decision.reason)
@@ -342,3 +342,63 @@ def test_local_workers_start_stop_and_a_dead_one_leaves_the_pool(
   assert s.size() == 0
   logs = list(pathlib.Path(tmp_path).glob("worker*.log"))
   assert len(logs) == 3
+
+
+@pytest.mark.slow
+def test_a_standby_worker_joins_on_its_port_and_is_replaced(dispatcher,
+                                                           tmp_path):
+  s = scalers.LocalWorkers(dispatcher, 1, 3, log_dir=str(tmp_path),
+                           env={"INTUNE_STATUS_DIR": str(tmp_path)},
+                           worker_args=("--heartbeat-interval-ms", "500",
+                                        "--dispatcher-wait", "120"),
+                           standby=1, standby_delay_s=0.0)
+  standbys = []
+  try:
+    s.resize(1)
+    assert s.size() == 1 and s.standby_count() == 1
+    standby = s.standbys[0]
+    standbys.append(standby.proc)
+    wait_until(lambda: "Standby worker ready" in standby.log_path.read_text(
+        errors="replace"), timeout=_TIMEOUT_S, what="the standby to load")
+    wait_until(lambda: s.serving() == 1, timeout=_TIMEOUT_S,
+               what="the first worker to register")
+    assert not standby.registered()  # warm, but not in the pool
+    s.resize(2)
+    joined = s.workers[1]
+    # The standby took the new worker's port; a new standby replaces it.
+    assert joined.proc is standby.proc and joined.port > 0
+    assert joined.log_path.name.endswith(f"-{joined.port}.log")
+    assert s.standby_count() == 1 and s.standbys[0].proc is not joined.proc
+    standbys.append(s.standbys[0].proc)
+    wait_until(lambda: s.serving() == 2, timeout=_TIMEOUT_S,
+               what="the standby to register")
+    assert f"127.0.0.1:{joined.port}" in joined.log_path.read_text(
+        errors="replace")
+    s.resize(1)  # the newest (the one that was a standby) stops
+    assert joined.proc.poll() is not None and s.standby_count() == 1
+    assert s.vacated == [joined.port]
+  finally:
+    s.close()
+  assert s.size() == 0 and s.standby_count() == 0
+  assert all(p.poll() is not None for p in standbys)
+
+
+def test_a_pool_at_max_keeps_no_standby_and_a_bad_count_is_refused(
+    tmp_path, monkeypatch):
+  with pytest.raises(ValueError, match="standby must be a count of 0 or "
+                     "more processes, got -1"):
+    scalers.LocalWorkers("127.0.0.1:1", 1, 2, standby=-1)
+  s = scalers.LocalWorkers("127.0.0.1:1", 2, 2, log_dir=str(tmp_path))
+
+  def start():  # a stand-in process, not a worker
+    path = tmp_path / f"w{len(s.workers)}.log"
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time; time.sleep(120)"])
+    return scalers._LocalWorker(proc, s._port(), path, open(path, "wb"),  # noqa: SLF001
+                                time.monotonic())
+  monkeypatch.setattr(s, "_start", start)
+  try:
+    s.resize(2)  # at MAX: a standby would never be taken
+    assert s.standby_count() == 0 and s.refill() == 0
+  finally:
+    s.close()

@@ -7,6 +7,7 @@ the tests read what each worker's tuner did.
 
 import collections
 import functools
+import io
 import json
 import os
 import pathlib
@@ -430,6 +431,46 @@ def test_cli_bad_dispatcher_address_exits_2():
           result.stdout), result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("flags", [[], ["--port", "5051", "--standby"]])
+def test_a_worker_takes_a_port_or_waits_for_one_not_both(flags, capsys):
+  args = cli.parse_args(["service", "worker", "--dispatcher",
+                         "127.0.0.1:5050", *flags])
+  assert args.func(args) == 2
+  assert capsys.readouterr().out == (
+      "intune service worker: error: pass --port, or --standby to read the "
+      "port from stdin once it is needed\n")
+
+
+@pytest.mark.parametrize("text,port", [("5051\n", 5051), ("  80 \n", 80),
+                                       ("", None)])
+def test_standby_port_reads_one_line(text, port):
+  assert service.standby_port(io.StringIO(text)) == port
+
+
+@pytest.mark.parametrize("text", ["0\n", "http\n", "70000\n", "\n"])
+def test_a_standby_given_no_port_says_what_it_got(text):
+  with pytest.raises(service.ServiceError,
+                     match=f"a standby worker got {text.strip()!r} on stdin, "
+                     "not a port: "):
+    service.standby_port(io.StringIO(text))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stdin,code,said", [
+    ("", 0, "stdin closed; exiting unused"),
+    ("http\n", 1, "intune service worker: error: a standby worker got "
+     "'http' on stdin, not a port"),
+])
+def test_a_standby_worker_exits_unused_or_on_a_bad_port(stdin, code, said):
+  result = subprocess.run(
+      [_INTUNE, "service", "worker", "--dispatcher", "127.0.0.1:1",
+       "--standby"], input=stdin, capture_output=True, text=True,
+      timeout=_TIMEOUT_S, check=False)
+  assert result.returncode == code, result.stdout + result.stderr
+  assert said in result.stdout + result.stderr, result.stdout + result.stderr
+  assert "Standby worker ready" in result.stderr
+
+
 @pytest.mark.slow
 def test_cli_port_in_use_exits_1():
   with socket.socket() as s:
@@ -622,6 +663,10 @@ def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
     (["--pool-controller", "cachew"],
      "--pool-controller cachew sizes a pool: pass --workers local:MIN-MAX or "
      "command:MIN-MAX, or drop --pool-controller."),
+    (["--workers", "command:1-4", "--scale-command", _K8S, "--pool-standby",
+      "1"],
+     "--pool-standby keeps local workers warm: pass --workers local:MIN-MAX "
+     "or drop --pool-standby."),
 ])
 def test_pool_flags_that_do_not_go_together_exit_2_before_anything_starts(
     flags, message, capsys, monkeypatch):
@@ -657,22 +702,27 @@ def test_run_dispatcher_refuses_what_does_not_go_together(kwargs, message):
 def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
   started = []
   monkeypatch.setattr(service, "run_dispatcher",
-                      lambda *a: started.append(a) or 0)
+                      lambda *a, standby: started.append((*a, standby)) or 0)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "command:2-8", "--scale-command",
                          _K8S])
   assert args.func(args) == 0
-  assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0, "intune")
+  assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0, "intune",
+                            scalers.DEFAULT_STANDBY)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "command:2-8", "--scale-command",
                          _K8S, "--scale-timeout", "2.5"])
   args.func(args)
-  assert started[1][7:] == (_K8S, 2.5, "intune")
+  assert started[1][7:9] == (_K8S, 2.5)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "local:1-3", "--pool-controller",
                          "tf-formula"])
   args.func(args)
-  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0, "tf-formula")
+  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0, "tf-formula", 1)
+  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
+                         "--workers", "local:1-3", "--pool-standby", "0"])
+  args.func(args)
+  assert started[3][-1] == 0
 
 
 @pytest.mark.slow

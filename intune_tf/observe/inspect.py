@@ -77,15 +77,15 @@ def stage_table(stages: Sequence[Mapping[str, Any]]) -> list[str]:
   return _table(STAGE_HEADERS, rows)
 
 
-POOL_HEADERS = ("worker pool", "size", "serving", "MIN-MAX", "lost",
-                "failures")
+POOL_HEADERS = ("worker pool", "size", "serving", "standby", "MIN-MAX",
+                "lost", "failures")
 
 
 def pool_table(info: Mapping[str, Any]) -> list[str]:
   """The worker pool a dispatcher sizes (its status file's `pool`, from
   `scalers.PoolManager.report`), as lines: a one-row table (the scaler's
-  kind, the workers asked for and serving, MIN-MAX, workers lost, failed
-  resizes), the last decision's reason, then the last change (with its
+  kind, the workers asked for and serving, the warm standbys, MIN-MAX,
+  workers lost, failed resizes), the last decision's reason, then the last change (with its
   reason when that is not the last one) or the last failed one with its
   error, when there was one."""
   def count(field: str) -> str:
@@ -94,7 +94,7 @@ def pool_table(info: Mapping[str, Any]) -> list[str]:
   reason = info.get("reason") or "-"
   lines = _table(POOL_HEADERS, [[
       info.get("kind") or "?", count("size"), count("serving"),
-      f"{count('min')}-{count('max')}", count("lost"), count("failures")]])
+      count("standby"), f"{count('min')}-{count('max')}", count("lost"), count("failures")]])
   lines.append(f"last reason: {reason}")
   decisions = info.get("decisions") or []
   if decisions:

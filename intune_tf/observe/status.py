@@ -587,8 +587,8 @@ _STAGE_FIELDS = {
 # that `intune inspect` reads, and of each of its last decisions.
 _POOL_FIELDS = {
     "kind": (str,), "min": (int,), "max": (int,), "size": (int,),
-    "serving": (int,), "lost": (int,), "failures": (int,),
-    "reason": (str, type(None)), "decisions": (list,),
+    "serving": (int,), "standby": (int,), "lost": (int,),
+    "failures": (int,), "reason": (str, type(None)), "decisions": (list,),
 }
 _DECISION_FIELDS = {
     "before": (int,), "size": (int,), "reason": (str,),
