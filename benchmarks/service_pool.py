@@ -11,15 +11,18 @@ which takes none of the host's CPU): `--step-ms` in the first and last
 third, 4x as long in the middle one.
 
 Pools, interleaved, `--repeats` times (the order rotates each round):
-InTune's controller on local:1-4; fixed pools of 1, 2, 3 and 4 workers;
-TensorFlow's formula (`tf-formula`, its estimate applied as if it scaled)
-and Cachew's hill climb (`cachew`), both on local:1-4.
+InTune's controller on local:1-4, with one warm standby process
+(`--pool-standby 1`, the default) and without (`intune-cold`); fixed pools
+of 1, 2, 3 and 4 workers; TensorFlow's formula (`tf-formula`, its estimate
+applied as if it scaled) and Cachew's hill climb (`cachew`), both on
+local:1-4 with the standby.
 
 Per run: the whole run's time (first element asked to the last one's step
 done; the iterator's teardown after it is printed apart),
 worker-seconds (the pool's asked-for size, read from the dispatcher's
-status every 0.25 s, over the run) and the changes the dispatcher logged
-during the run.
+status every 0.25 s, over the run), standby-seconds (the warm processes
+kept beside it, which serve nothing and use no CPU while they wait) and
+the changes the dispatcher logged during the run.
 Prints each run, then per pool the medians and the ratios to the best fixed
 pool (by median time) and to the fixed pool whose time matches.
 
@@ -43,14 +46,15 @@ import tempfile
 import threading
 import time
 
-POOLS = {  # name: (--workers, --pool-controller)
-    "intune": ("local:1-4", "intune"),
-    "fixed-1": ("local:1-1", "intune"),
-    "fixed-2": ("local:2-2", "intune"),
-    "fixed-3": ("local:3-3", "intune"),
-    "fixed-4": ("local:4-4", "intune"),
-    "tf-formula": ("local:1-4", "tf-formula"),
-    "cachew": ("local:1-4", "cachew"),
+POOLS = {  # name: (--workers, --pool-controller, --pool-standby)
+    "intune": ("local:1-4", "intune", "1"),
+    "intune-cold": ("local:1-4", "intune", "0"),
+    "fixed-1": ("local:1-1", "intune", "1"),
+    "fixed-2": ("local:2-2", "intune", "1"),
+    "fixed-3": ("local:3-3", "intune", "1"),
+    "fixed-4": ("local:4-4", "intune", "1"),
+    "tf-formula": ("local:1-4", "tf-formula", "1"),
+    "cachew": ("local:1-4", "cachew", "1"),
 }
 # A change the dispatcher logged, with its glog time stamp (local time, no
 # year): "I1129 13:11:22.045359 ... Worker pool 1 -> 2: <reason>".
@@ -63,6 +67,7 @@ class Run:
   pool: str
   seconds: float
   worker_seconds: float
+  standby_seconds: float
   changes: int
   elements: int
 
@@ -83,7 +88,7 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
   from intune_tf import service  # noqa: PLC0415
   from intune_tf.bench import demo  # noqa: PLC0415
 
-  spec, controller = POOLS[name]
+  spec, controller, standby = POOLS[name]
   low = int(spec.split(":")[1].split("-")[0])
   status_dir = pathlib.Path(tempfile.mkdtemp(prefix="intune-pool-bench-"))
   port = _free_port()
@@ -96,7 +101,8 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
     dispatcher = subprocess.Popen(
         [intune, "service", "dispatcher", "--port", str(port), "--workers",
          spec, "--pool-controller", controller, "--pool-period", "2",
-         "--pool-min-interval", "5"], stdout=log, stderr=subprocess.STDOUT,
+         "--pool-min-interval", "5", "--pool-standby", standby],
+        stdout=log, stderr=subprocess.STDOUT,
         env=env)
   try:
     while ((service.dispatcher_pool(address, status_dir) or {}).get(
@@ -127,6 +133,7 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
     trainer_options.autotune.enabled = False
     ds = ds.with_options(trainer_options)
     sizes: list[tuple[float, int]] = []
+    standbys: list[tuple[float, int]] = []
     done = threading.Event()
 
     def sample():
@@ -134,6 +141,7 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
         info = service.dispatcher_pool(address, status_dir) or {}
         if "size" in info:
           sizes.append((time.monotonic(), int(info["size"])))
+          standbys.append((time.monotonic(), int(info.get("standby", 0))))
         done.wait(0.25)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -160,11 +168,14 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
     except subprocess.TimeoutExpired:
       dispatcher.kill()
   worker_seconds = _integral(sizes, start, end, low)
+  standby_seconds = _integral(standbys, start, end, 0)
   changes = changes_between(log_path.read_text(errors="replace"),
                             wall_start, wall_end)
-  run = Run(name, end - start, worker_seconds, changes, count)
-  say(f"{name:10s} {run.seconds:7.1f} s {run.worker_seconds:7.1f} "
-      f"worker-s {run.changes:3d} changes {run.elements} elements "
+  run = Run(name, end - start, worker_seconds, standby_seconds, changes,
+            count)
+  say(f"{name:11s} {run.seconds:7.1f} s {run.worker_seconds:7.1f} "
+      f"worker-s {run.standby_seconds:6.1f} standby-s {run.changes:3d} "
+      f"changes {run.elements} elements "
       f"(teardown {teardown:.1f} s)")
   return run
 
@@ -207,14 +218,16 @@ def summary(runs: list[Run]) -> str:
     by.setdefault(r.pool, []).append(r)
   med = {p: (statistics.median(r.seconds for r in rs),
              statistics.median(r.worker_seconds for r in rs),
-             statistics.median(r.changes for r in rs), len(rs))
+             statistics.median(r.changes for r in rs), len(rs),
+             statistics.median(r.standby_seconds for r in rs))
          for p, rs in by.items()}
   fixed = {p: m for p, m in med.items() if p.startswith("fixed-")}
-  lines = ["| pool | runs | time (s), median | worker-s, median | changes, "
-           "median | time / best fixed | worker-s / matching fixed |",
-           "|---|---|---|---|---|---|---|"]
+  lines = ["| pool | runs | time (s), median | worker-s, median | "
+           "standby-s, median | changes, median | time / best fixed | "
+           "worker-s / matching fixed |",
+           "|---|---|---|---|---|---|---|---|"]
   best = min(fixed.values(), key=lambda m: m[0]) if fixed else None
-  for p, (t, ws, ch, n) in med.items():
+  for p, (t, ws, ch, n, sb) in med.items():
     ratio_t = f"{t / best[0]:.3f}" if best else "-"
     # The fixed pool whose time matches: the smallest within 5% of this
     # pool's time, else the fastest.
@@ -222,8 +235,8 @@ def summary(runs: list[Run]) -> str:
                 if m[0] <= 1.05 * t]
     match = matching[0] if matching else best
     ratio_w = f"{ws / match[1]:.3f}" if match else "-"
-    lines.append(f"| {p} | {n} | {t:.1f} | {ws:.1f} | {ch:g} | {ratio_t} | "
-                 f"{ratio_w} |")
+    lines.append(f"| {p} | {n} | {t:.1f} | {ws:.1f} | {sb:.1f} | {ch:g} | "
+                 f"{ratio_t} | {ratio_w} |")
   return "\n".join(lines)
 
 

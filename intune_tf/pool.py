@@ -375,6 +375,9 @@ class IntuneController(PoolController):
     first_rows_s: seconds after a growth took effect (its workers
       registered) that the controller waits for every serving worker to
       report rows before it judges the growth. Default 20.
+    grow_patience: rounds in a row the trainer must wait while the model
+      says the pool suffices before one more worker is measured (a wait
+      left over from a growth that just took effect passes). Default 2.
   """
 
   name = "intune"
@@ -383,7 +386,8 @@ class IntuneController(PoolController):
                min_interval_s: float = 30.0, grow_wait: float = 0.03,
                shrink_wait: float = 0.01, headroom: float = 0.05,
                confirm_share: float = 0.5, shrink_patience: int = 3,
-               limit_ttl_s: float = 600.0, first_rows_s: float = 20.0):
+               limit_ttl_s: float = 600.0, first_rows_s: float = 20.0,
+               grow_patience: int = 2):
     super().__init__(min_workers, max_workers)
     self.min_interval_s = min_interval_s
     self.grow_wait = grow_wait
@@ -393,6 +397,9 @@ class IntuneController(PoolController):
     self.shrink_patience = shrink_patience
     self.limit_ttl_s = limit_ttl_s
     self.first_rows_s = first_rows_s
+    self.grow_patience = grow_patience
+    # Rounds in a row the trainer waited while the model said enough.
+    self._waited = 0
     self.per_worker: float | None = None
     self.pending: _Pending | None = None
     self.settled_at: float | None = None  # when the last change took effect
@@ -496,6 +503,14 @@ class IntuneController(PoolController):
     want = self.proposal(demand)
     if reading.wait_share > self.grow_wait:
       self.calm = []
+      if want is not None and want <= n and n < self.max_workers:
+        self._waited += 1
+        if self._waited < self.grow_patience:
+          return self._hold(reading, f"trainer waits "
+                            f"{reading.wait_share:.0%} but {n} suffice at "
+                            f"{self.per_worker:.0f} rows/s per worker: "
+                            "measuring again")
+      self._waited = 0
       if want is None or want <= n:
         want = self._limit(n + 1)  # the model says enough; measure one more
       probe = self._small_probe
@@ -507,6 +522,7 @@ class IntuneController(PoolController):
       return self._change(reading, want, f"trainer waits "
                           f"{reading.wait_share:.0%}: {demand:.0f} rows/s "
                           f"asked, {self.per_worker or 0:.0f} per worker")
+    self._waited = 0
     if reading.wait_share < self.shrink_wait and want is not None:
       self.calm.append(want)
       self.calm = self.calm[-self.shrink_patience:]

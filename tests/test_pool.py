@@ -142,6 +142,37 @@ def test_intune_grows_once_to_the_model_size_and_confirms():
   assert any("2 -> 6 confirmed" in r for r in toy.reasons), toy.reasons
 
 
+@pytest.mark.parametrize("waits,grown_at", [
+    # One round of 4% wait (left over from a growth) then none: no growth.
+    ([0.04, 0.0, 0.04, 0.0, 0.0], None),
+    # 4% twice in a row: one more worker is measured at the second.
+    ([0.04, 0.04, 0.0], 1),
+    ([0.0, 0.04, 0.0, 0.04, 0.04], 4),
+])
+def test_intune_measures_one_more_only_once_an_unexplained_wait_persists(
+    waits, grown_at):
+  # 2 workers reporting 100 rows/s each, a consumer of 190 rows/s: the
+  # model says ceil(190 x 1.05 / 100) = 2 suffice.
+  c = pool.IntuneController(1, 4, min_interval_s=0.0)
+  sizes = [c.decide(pool.PoolReading(
+      time_s=10.0 * i, workers=2, wait_share=w, consumer_rate=190.0,
+      worker_rates=(95.0 * (1 - w),) * 2,
+      worker_capacities=(100.0, 100.0))).size for i, w in enumerate(waits)]
+  if grown_at is None:
+    assert sizes == [2] * len(waits)
+  else:
+    assert sizes[:grown_at] == [2] * grown_at and sizes[grown_at] == 3
+
+
+def test_intune_grows_at_once_where_the_model_asks_for_more():
+  # Same workers, a consumer of 250 rows/s waiting 4%: ceil(262.5 / 100) =
+  # 3, asked at the first reading.
+  c = pool.IntuneController(1, 4, min_interval_s=0.0)
+  assert c.decide(pool.PoolReading(
+      time_s=0.0, workers=2, wait_share=0.04, consumer_rate=250.0,
+      worker_capacities=(100.0, 100.0))).size == 3
+
+
 def test_intune_takes_back_a_growth_that_does_not_deliver():
   # The host takes at most 400 rows/s: 4 workers already reach it. The
   # trainer (800 rows/s) waits 50%; the model asks ceil(840 / 100) = 9; the
