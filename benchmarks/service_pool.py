@@ -4,7 +4,8 @@ Each run starts `intune service dispatcher --workers local:MIN-MAX` (pool
 period 2 s, minimum interval 5 s) and waits until MIN workers serve. The
 trainer then reads `3 * --phase` batches of `--batch` rows of a repeated
 dataset, `distributed_epoch`, through `service.ConsumerMeter`: each row
-costs the worker a `busy_udf(--udf-size)` of CPU (a map on 1 thread:
+costs the worker a `busy_udf` of `--udf-ms` of CPU (its size calibrated
+at start on this machine's thread time; a map on 1 thread:
 `cpu_budget=1`, so one worker is one CPU's worth). The trainer prefetches
 `--prefetch` batches and "computes" each by sleeping (an accelerator step,
 which takes none of the host's CPU): `--step-ms` in the first and last
@@ -247,9 +248,13 @@ def main() -> None:
                       help="Batches per phase (default 200).")
   parser.add_argument("--batch", type=int, default=20,
                       help="Rows per batch (default 20).")
-  parser.add_argument("--udf-size", type=int, default=100000,
-                      help="busy_udf size per element (default 100000: "
-                      "about 5 ms on 1 thread of this machine).")
+  parser.add_argument("--udf-ms", type=float, default=5.0,
+                      help="CPU per element, calibrated (default 5 ms: one "
+                      "worker then delivers about 0.6 of the fast "
+                      "consumer's pace).")
+  parser.add_argument("--udf-size", type=int, default=None,
+                      help="busy_udf size per element instead of "
+                      "calibrating --udf-ms (default: calibrate).")
   parser.add_argument("--step-ms", type=float, default=70.0,
                       help="The fast consumer's step per batch (default 70 "
                       "ms).")
@@ -263,6 +268,11 @@ def main() -> None:
                       "(IntuneOptions(host_share=False)) instead of sharing "
                       "the host through the arbiter.")
   args = parser.parse_args()
+  if args.udf_size is None:
+    from _common import calibrate  # noqa: PLC0415  (TensorFlow: after flags)
+    args.udf_size = calibrate(args.udf_ms)
+  print(f"busy_udf size {args.udf_size} (~{args.udf_ms:g} ms per element)",
+        flush=True)
   start = time.monotonic()
 
   def say(*parts):

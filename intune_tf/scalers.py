@@ -9,7 +9,9 @@ One small interface, `Scaler`: `size()` (workers asked for), `serving()`
 - `CommandScaler`: a shell command with the count substituted for `{n}`, for
   example `kubectl scale deployment/tfdata-workers --replicas={n}`, run with a
   timeout (`--workers command:MIN-MAX --scale-command CMD`);
-- `CallbackScaler`: a Python callable taking the count.
+- `CallbackScaler`: a Python callable taking the count;
+- `LocalFirst`: two of these as tiers, the trainer host's own workers
+  filled first and remote ones only for what the host cannot supply.
 
 `parse_pool_spec` reads the dispatcher's `--workers KIND:MIN-MAX`.
 
@@ -576,6 +578,83 @@ class LocalWorkers(Scaler):
       except OSError:
         pass
       self._stop(w)
+
+
+class LocalFirst(Scaler):
+  """The trainer host's own workers first, remote ones for the rest.
+
+  A pool of n workers is `local` filled to its MAX (the workers the host's
+  CPU budget allows beside the trainer) and `remote` holding what is left
+  (0 while the host suffices, whatever `remote`'s own MIN: a remote tier
+  that is not needed is not paid for). A shrink gives the remote workers
+  back first. When one tier's change fails, the other is put back, so the
+  pool stays as it was.
+
+  Args:
+    local: the host's workers, e.g. `LocalWorkers(..., 1, k)`.
+    remote: the workers beyond it, e.g. a `CommandScaler` whose command
+      scales a cluster's deployment; its MAX caps the remote tier. The
+      pool's MIN is `local`'s, its MAX the sum of both MAXes.
+  """
+
+  kind = "local-first"
+
+  def __init__(self, local: Scaler, remote: Scaler):
+    super().__init__(local.min_workers,
+                     local.max_workers + remote.max_workers)
+    self.local = local
+    self.remote = remote
+
+  @property
+  def lost(self) -> int:  # the Scaler attribute, summed over the tiers
+    return self.local.lost + self.remote.lost
+
+  def split(self, n: int) -> tuple[int, int]:
+    """(local, remote) workers of a pool of `n`: local first.
+    split(5) with local 1-3 = (3, 2); split(2) = (2, 0)."""
+    local = min(n, self.local.max_workers)
+    return local, n - local
+
+  def size(self) -> int:
+    return self.local.size() + self.remote.size()
+
+  def serving(self) -> int:
+    return self.local.serving() + self.remote.serving()
+
+  def standby_count(self) -> int:
+    return self.local.standby_count() + self.remote.standby_count()
+
+  def _resize(self, n: int) -> None:
+    local, remote = self.split(n)
+    before = (self.local.size(), self.remote.size())
+    # Growing: the host first; shrinking: the remote tier first.
+    steps = ([(self.local, local), (self.remote, remote)] if n > sum(before)
+             else [(self.remote, remote), (self.local, local)])
+    done = []
+    for scaler, count in steps:
+      was = before[0] if scaler is self.local else before[1]
+      if count == was:
+        continue
+      try:
+        # The remote tier may go to 0 below its own MIN (not needed).
+        scaler._resize(count)  # noqa: SLF001
+      except ScalerError as e:
+        for undo, was in done:
+          try:
+            undo._resize(was)  # noqa: SLF001
+          except ScalerError as again:
+            logging.error("Putting the %s tier back to %d failed too: %s",
+                          undo.kind, was, again)
+        raise ScalerError(f"the {scaler.kind} tier failed ({e}); the pool "
+                          f"stays at {sum(before)}.") from e
+      done.append((scaler, was))
+
+  def replace_lost(self) -> list[int]:
+    return self.local.replace_lost() + self.remote.replace_lost()
+
+  def close(self) -> None:
+    self.remote.close()
+    self.local.close()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -594,7 +594,8 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
   summed, the largest wait share) and the rows/s of each of the
   dispatcher's workers (the sum of its sessions' output rates). None when no
   consumer reported within `CONSUMER_REPORT_MAX_AGE_S`. Consumers that name
-  the dispatcher by one of `consumer_addresses` count too (default none).
+  the dispatcher by one of `consumer_addresses` count too, and so do
+  workers (default none).
   """
   now = time.time() if now is None else now
   accepted = {dispatcher, *consumer_addresses}
@@ -612,10 +613,16 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
       consumers.append((rate, wait))
   if not consumers:
     return None
-  rates = []
-  for w in worker_status(status_dir, dispatcher):
-    rates.append(sum(float(s.get("output_rate") or 0.0)
-                     for s in w.get("sessions", [])))
+  rates, seen = [], set()
+  # A pool's workers name the dispatcher by loopback or by its advertised
+  # address (`LocalFirst`'s tiers: one each).
+  for address in sorted(accepted):
+    for w in worker_status(status_dir, address):
+      key = (w.get("pid"), (w.get("service") or {}).get("worker_address"))
+      if key not in seen:
+        seen.add(key)
+        rates.append(sum(float(s.get("output_rate") or 0.0)
+                         for s in w.get("sessions", [])))
   return pool.PoolReading(
       time_s=now, workers=serving, starting=starting,
       wait_share=max(w for _, w in consumers),

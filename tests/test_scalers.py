@@ -402,3 +402,55 @@ def test_a_pool_at_max_keeps_no_standby_and_a_bad_count_is_refused(
     assert s.standby_count() == 0 and s.refill() == 0
   finally:
     s.close()
+
+
+def _tiers(fail=None):
+  """A LocalFirst of a host tier of 1-3 and a remote tier of up to 4
+  (callbacks that record each count; `fail` = (tier, n) raises there)."""
+  calls = []
+
+  def tier(name):
+    def set_count(n):
+      if (name, n) == fail:
+        raise OSError(f"{name} unreachable")
+      calls.append((name, n))
+    return set_count
+  pool_ = scalers.LocalFirst(
+      scalers.CallbackScaler(tier("local"), 1, 3),
+      scalers.CallbackScaler(tier("remote"), 1, 4, initial=0))
+  return pool_, calls
+
+
+def test_local_first_splits_by_hand():
+  tiers, _ = _tiers()
+  # Bounds: MIN the host's (1), MAX 3 + 4 = 7.
+  assert (tiers.min_workers, tiers.max_workers) == (1, 7)
+  # 5 = the host's 3, then 2 remote; 2 fits on the host: 0 remote.
+  assert tiers.split(5) == (3, 2) and tiers.split(2) == (2, 0)
+  assert tiers.size() == 1 and tiers.kind == "local-first"
+
+
+def test_local_first_fills_the_host_first_and_gives_remote_back_first():
+  tiers, calls = _tiers()
+  tiers.resize(2)
+  tiers.resize(5)
+  assert calls == [("local", 2), ("local", 3), ("remote", 2)]
+  calls.clear()
+  tiers.resize(1)  # the remote tier goes to 0, below its own MIN of 1
+  assert calls == [("remote", 0), ("local", 1)]
+  assert tiers.size() == 1
+  with pytest.raises(ValueError, match="MIN 1 and MAX 7"):
+    tiers.resize(8)
+
+
+def test_local_first_puts_the_host_back_when_the_remote_tier_fails():
+  tiers, calls = _tiers(fail=("remote", 1))
+  tiers.resize(2)
+  with pytest.raises(scalers.ScalerError) as failed:
+    tiers.resize(4)  # host 2 -> 3, then remote 0 -> 1 fails
+  assert str(failed.value) == (
+      "the callback tier failed (the scale callback failed for 1 workers: "
+      "OSError: remote unreachable; the pool stays at 0.); the pool stays "
+      "at 2.")
+  assert calls == [("local", 2), ("local", 3), ("local", 2)]
+  assert tiers.size() == 2 and tiers.split(tiers.size()) == (2, 0)

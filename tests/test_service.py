@@ -543,6 +543,26 @@ def test_pool_reading_from_the_consumers_reports(tmp_path):
                               now=now) is None
 
 
+def test_pool_reading_counts_workers_under_either_address(tmp_path):
+  # A worker that names the dispatcher by its advertised address (a remote
+  # tier's) counts in a pool read under the loopback one.
+  now = time.time()
+  _consumer_file(tmp_path, "1@h.json", dispatcher="127.0.0.1:5050",
+                 time=now, wait_share=0.1, consumer_rate=10.0)
+  writer = intune_status.StatusWriter(tmp_path)
+  writer.set_info(role="worker", service={
+      "dispatcher": "10.0.0.1:5050", "worker_address": "10.0.0.2:6000"})
+  writer.write_now()
+  try:
+    alone = service.pool_reading("127.0.0.1:5050", 1, 0, tmp_path, now=now)
+    both = service.pool_reading("127.0.0.1:5050", 1, 0, tmp_path, now=now,
+                                consumer_addresses=("127.0.0.1:5050",
+                                                    "10.0.0.1:5050"))
+  finally:
+    writer.close()
+  assert alone.worker_rates == () and both.worker_rates == (0.0,)
+
+
 def test_consumer_meter_reports_wait_share_and_pace(tmp_path):
   meter = service.ConsumerMeter("127.0.0.1:5050", str(tmp_path),
                                 elements_per_item=4)
