@@ -5,7 +5,7 @@ period 2 s, minimum interval 5 s) and waits until MIN workers serve. The
 trainer then reads `3 * --phase` batches of `--batch` rows of a repeated
 dataset, `distributed_epoch`, through `service.ConsumerMeter`: each row
 costs the worker a `busy_udf` of `--udf-ms` of CPU (its size calibrated
-at start on this machine's thread time; a map on 1 thread:
+at start: `calibrate`; a map on 1 thread:
 `cpu_budget=1`, so one worker is one CPU's worth). The trainer prefetches
 `--prefetch` batches and "computes" each by sleeping (an accelerator step,
 which takes none of the host's CPU): `--step-ms` in the first and last
@@ -241,6 +241,29 @@ def summary(runs: list[Run]) -> str:
   return "\n".join(lines)
 
 
+def calibrate(per_element_ms: float, batch: int,
+              probe_size: int = 100_000) -> int:
+  """The busy_udf size costing about `per_element_ms` of CPU per element
+  in the workers' own form (a map on one thread, then a batch): the
+  process's CPU time over 10 batches at `probe_size`, scaled (the cost is
+  proportional to the size: 48 and 143 ms a batch of 20 at 100,000 and
+  250,000 here)."""
+  import tensorflow as tf  # noqa: PLC0415
+
+  from intune_tf.bench import demo  # noqa: PLC0415
+  ds = tf.data.Dataset.range(11 * batch).map(
+      demo.busy_udf(probe_size)).batch(batch)
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  it = iter(ds.with_options(options))
+  next(it)  # tracing
+  start = time.process_time()
+  for _ in it:
+    pass
+  per_ms = (time.process_time() - start) * 1e3 / (10 * batch)
+  return max(1000, int(probe_size * per_element_ms / per_ms))
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=5)
@@ -249,9 +272,10 @@ def main() -> None:
   parser.add_argument("--batch", type=int, default=20,
                       help="Rows per batch (default 20).")
   parser.add_argument("--udf-ms", type=float, default=5.0,
-                      help="CPU per element, calibrated (default 5 ms: one "
-                      "worker then delivers about 0.6 of the fast "
-                      "consumer's pace).")
+                      help="CPU per element, calibrated (default 5 ms: "
+                      "with the service's own cost per batch, one worker "
+                      "then delivers about 0.6 of the fast consumer's "
+                      "pace on this machine).")
   parser.add_argument("--udf-size", type=int, default=None,
                       help="busy_udf size per element instead of "
                       "calibrating --udf-ms (default: calibrate).")
@@ -269,8 +293,7 @@ def main() -> None:
                       "the host through the arbiter.")
   args = parser.parse_args()
   if args.udf_size is None:
-    from _common import calibrate  # noqa: PLC0415  (TensorFlow: after flags)
-    args.udf_size = calibrate(args.udf_ms)
+    args.udf_size = calibrate(args.udf_ms, args.batch)
   print(f"busy_udf size {args.udf_size} (~{args.udf_ms:g} ms per element)",
         flush=True)
   start = time.monotonic()

@@ -884,7 +884,7 @@ def add_commands(subparsers) -> None:
                  default=None, metavar="N",
                  help="With --workers local:MIN-MAX: worker processes kept "
                  "warm (TensorFlow loaded, not serving) so that a growth "
-                 "serves in about a second; 0 starts every worker cold "
+                 "serves at once; 0 starts every worker cold "
                  f"(default {scalers.DEFAULT_STANDBY}).")
   d.set_defaults(func=_dispatcher_main)
   w = subparsers.add_parser(
@@ -897,7 +897,7 @@ def add_commands(subparsers) -> None:
   w.add_argument("--standby", action="store_true",
                  help="Load TensorFlow and InTune, then wait for the port as "
                  "one line on stdin and serve on it (a warm worker of a "
-                 "local pool starts in about a second); exit at the end of "
+                 "local pool serves at once); exit at the end of "
                  "stdin.")
   w.add_argument("--host", default="127.0.0.1",
                  help="The address this worker advertises to the dispatcher "
