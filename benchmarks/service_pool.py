@@ -299,6 +299,9 @@ def main() -> None:
   def say(*parts):
     print(f"{time.monotonic() - start:7.1f} s", *parts, flush=True)
 
+  # Killed (SIGTERM), stop the run's dispatcher and its workers too (the
+  # `finally` of `one_run`): they would outlive it and load the machine.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
   runs = []
   names = list(args.pools)
   for i in range(args.repeats):

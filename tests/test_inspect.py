@@ -433,6 +433,7 @@ def test_files_that_are_not_status_files_are_skipped_at_once(tmp_path):
     ({"pool": {"size": -1}},
      "pool.size is -1 (int), expected a finite number >= 0"),
     ({"pool": {"serving": 1.5}}, "pool.serving is 1.5 (float), expected int"),
+    ({"pool": {"standby": "1"}}, "pool.standby is '1' (str), expected int"),
     ({"pool": {"decisions": [{"before": 1, "error": 3}]}},
      "pool.decisions[0].error is 3 (int), expected str or null"),
 ])
