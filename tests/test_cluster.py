@@ -45,6 +45,26 @@ def test_start_up_delay_is_paid_and_waited_for():
   assert r.sizes == [(0.0, 1), (10.0, 2)]
 
 
+def test_a_warm_standby_serves_at_once_by_hand():
+  # As above with one standby: the second worker serves from 11 s
+  # (WARM_START_S = 1). Seconds 0-10: 100 rows each (1100 rows, 0.5 s
+  # waits: 5.5 s); then 200 rows/s: 1900 rows in 10 steps. Time 21 s,
+  # worker-seconds 10 x 1 + 11 x 2 = 32; the standby is kept while the pool
+  # is below its MAX of 2: 10 s.
+  always_two = lambda reading: pool.Decision(2, "two", reading.asked != 2)
+  r = cluster.run(_job([100.0, 100.0], ((3000.0, 200.0),)), always_two,
+                  standby=1)
+  assert r.run_time_s == 21
+  assert r.stall_fraction == pytest.approx(5.5 / 21)
+  assert r.worker_hours == pytest.approx(32 / 3600)
+  assert r.standby_hours == pytest.approx(10 / 3600)
+
+
+@pytest.mark.parametrize("workers,expected", [(8, 1), (64, 4), (512, 32)])
+def test_standby_count_by_hand(workers, expected):
+  assert cluster.standby_count(workers) == expected
+
+
 def test_host_ceiling_caps_the_pool():
   # 3 workers of 100 rows/s behind a host that takes 250 rows/s: 1000 rows
   # at a pace of 300 take 4 s (250 rows/s), whatever the third worker does.
@@ -118,9 +138,10 @@ def test_simulate_service_writes_every_controller(tmp_path):
   assert args.func(args) == 0
   result = json.loads(out.read_text())
   assert set(result["policies"]) == {"intune", "tf-formula", "cachew",
-                                     "fixed-best"}
+                                     "fixed-best", "intune-standby"}
   for p in result["policies"].values():
-    assert {"stall_fraction", "worker_hours", "changes"} <= set(p)
+    assert {"stall_fraction", "worker_hours", "standby_hours",
+            "changes"} <= set(p)
     assert 0 <= p["stall_fraction"] <= 1 and p["worker_hours"] > 0
   assert result["seeds"] == [5] and result["workers"] == 8
 

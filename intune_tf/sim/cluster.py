@@ -2,7 +2,8 @@
 
 `intune simulate --service --workers N --seed S` scores the pool controllers
 of `intune_tf.pool` on it: `intune`, `tf-formula`, `cachew`, and
-`fixed-best` (the best constant pool in hindsight).
+`fixed-best` (the best constant pool in hindsight), and `intune-standby`:
+InTune's controller with `standby_count(N)` warm workers kept ready.
 
 The model, one second per step (`ClusterScenario`):
 
@@ -23,7 +24,15 @@ The model, one second per step (`ClusterScenario`):
 Scores: `stall_fraction` (the trainer's waiting time / the run's time),
 `stall_starting` (the share of that waiting spent while asked-for workers
 were starting), `worker_hours` (workers asked for, serving or starting,
-integrated over the run), `changes` (pool resizes), `run_time_s`.
+integrated over the run), `standby_hours` (warm standbys kept, likewise),
+`changes` (pool resizes), `run_time_s`.
+
+A standby (`scalers.LocalWorkers(standby=...)`, live) is a worker that has
+started and loaded but serves nothing: a growth that takes one has that
+worker up `WARM_START_S` later instead of after a start-up delay, and its
+replacement starts `STANDBY_DELAY_S` after and is warm one start-up delay
+later. Standbys are kept while the pool is below MAX and paid for all that
+time (on a cluster a warm pod costs what a serving one does).
 
 Calibration: the mean per-worker rate is the median one-worker rate measured
 on this machine by `benchmarks/service.py` (3,263 rows/s, docs/service.md),
@@ -52,7 +61,13 @@ WORKER_RATE = 3263.0
 WORKER_CV = 0.05
 STRAGGLER_SHARE = 0.05
 STRAGGLER_SPEED = 0.5
-CONTROLLERS = ("intune", "tf-formula", "cachew", "fixed-best")
+CONTROLLERS = ("intune", "tf-formula", "cachew", "fixed-best",
+               "intune-standby")
+# A warm standby's start once taken (live: it registers 0.05 s after it is
+# handed its port; a cluster's pod is already scheduled and loaded), and the
+# delay before its replacement starts (`scalers.DEFAULT_STANDBY_DELAY_S`).
+WARM_START_S = 1.0
+STANDBY_DELAY_S = 10.0
 # Two-sided 95% Student t quantiles by degrees of freedom (paired CIs over
 # few seeds).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
@@ -141,11 +156,13 @@ class RunResult:
   finished: bool
   sizes: list[tuple[float, int]]  # (time, workers asked) at each change
   reasons: list[str]
+  standby_hours: float = 0.0
 
   def summary(self) -> dict:
     return {"stall_fraction": self.stall_fraction,
             "stall_starting": self.stall_starting,
-            "worker_hours": self.worker_hours, "changes": self.changes,
+            "worker_hours": self.worker_hours,
+            "standby_hours": self.standby_hours, "changes": self.changes,
             "run_time_s": self.run_time_s, "finished": self.finished}
 
 
@@ -157,9 +174,15 @@ def _draws(sc: ClusterScenario, steps: int) -> tuple[np.ndarray, np.ndarray]:
           np.exp(rng.normal(0.0, sc.jitter, steps)))
 
 
+def standby_count(workers: int) -> int:
+  """The warm standbys `intune-standby` keeps for a pool of MAX `workers`:
+  one per 16 (at least 1). standby_count(64) = 4; standby_count(8) = 1."""
+  return max(1, workers // 16)
+
+
 def run(sc: ClusterScenario,
         decide: Callable[[pool.PoolReading], pool.Decision] | None,
-        max_time_factor: float = 6.0) -> RunResult:
+        max_time_factor: float = 6.0, standby: int = 0) -> RunResult:
   """Runs the job under a controller's `decide` (None: the initial pool
   stays).
 
@@ -168,6 +191,8 @@ def run(sc: ClusterScenario,
     decide: the controller's decision function, called every `period_s`.
     max_time_factor: the run stops unfinished after this many times its
       ideal time. Default 6.
+    standby: warm standbys kept while the pool is below MAX, all warm at
+      the start (module docstring). Default 0.
   """
   caps = np.asarray(sc.capacities)
   n_max = len(caps)
@@ -177,6 +202,8 @@ def run(sc: ClusterScenario,
   ready_at = np.full(n_max, np.inf)
   ready_at[:sc.initial] = 0.0
   starts = np.zeros(n_max, int)
+  warm_at = np.zeros(standby)  # when each standby is (or was) warm
+  standby_s = 0.0
   asked = sc.initial
   buffer_rows = sc.buffer_s * sc.phases[0][1]
   buf = 0.0
@@ -206,6 +233,8 @@ def run(sc: ClusterScenario,
     if not serving.all():
       starting_wait += step_wait
     worker_s += asked
+    if asked < n_max:
+      standby_s += standby
     p_wait += step_wait
     p_rows += got
     p_pace += pace
@@ -234,10 +263,21 @@ def run(sc: ClusterScenario,
     if size > asked:
       for i in range(asked, size):
         if not math.isfinite(ready_at[i]) or ready_at[i] > now:
-          ready_at[i] = now + sc.startup_s[i, starts[i] % sc.startup_s.shape[1]]
+          delay = sc.startup_s[i, starts[i] % sc.startup_s.shape[1]]
           starts[i] += 1
+          ready_at[i] = now + delay
+          if standby:
+            j = int(np.argmin(warm_at))
+            warm = max(now, float(warm_at[j])) + WARM_START_S
+            if warm < ready_at[i]:
+              ready_at[i] = warm
+              # Its replacement loads as a cold start would.
+              warm_at[j] = now + STANDBY_DELAY_S + delay
     else:
       ready_at[size:asked] = np.inf
+      if asked == n_max:
+        # None were kept at MAX: they load again.
+        warm_at[:] = now + sc.startup_s[0, 0]
     asked = size
     sizes.append((now, asked))
   run_time = float(t + (1 if done < total else 0))
@@ -245,7 +285,8 @@ def run(sc: ClusterScenario,
                    stall_starting=starting_wait / max(wait, 1e-9),
                    worker_hours=worker_s / 3600.0, changes=changes,
                    run_time_s=run_time, finished=bool(done >= total),
-                   sizes=sizes, reasons=reasons)
+                   sizes=sizes, reasons=reasons,
+                   standby_hours=standby_s / 3600.0)
 
 
 def fixed_run_times(sc: ClusterScenario) -> np.ndarray:
@@ -293,8 +334,10 @@ def run_controllers(workers: int, seed: int,
       size, r = fixed_best(sc)
       out[name] = dict(r.summary(), size=size)
       continue
-    controller = pool.make_controller(name, sc.min_workers, sc.max_workers)
-    r = run(sc, controller.decide)
+    controller = pool.make_controller(name.removesuffix("-standby"),
+                                      sc.min_workers, sc.max_workers)
+    r = run(sc, controller.decide, standby=(
+        standby_count(workers) if name.endswith("-standby") else 0))
     out[name] = dict(r.summary(), last_reasons=r.reasons[-3:])
   return {"workers": workers, "seed": seed,
           "ceiling_share": sc.ceiling / sc.phases[0][1], "policies": out}
@@ -332,8 +375,8 @@ def compare(workers: int, seeds: list[int],
   for name in names:
     rs = [r["policies"][name] for r in runs]
     policies[name] = {k: float(np.mean([r[k] for r in rs])) for k in (
-        "stall_fraction", "stall_starting", "worker_hours", "changes",
-        "run_time_s")}
+        "stall_fraction", "stall_starting", "worker_hours", "standby_hours",
+        "changes", "run_time_s")}
     if name == "fixed-best":
       policies[name]["sizes"] = [r["size"] for r in rs]
   vs = {}
@@ -362,8 +405,8 @@ def format_comparison(result: dict) -> str:
            "stall fraction, and intune / its worker-hours, mean [95% paired "
            "t CI]; starting: share of the stall spent while workers "
            "started.",
-           f"{'controller':12}{'stall':>8}{'starting':>9}{'w-hours':>10}"
-           f"{'changes':>9}"
+           f"{'controller':15}{'stall':>8}{'starting':>9}{'w-hours':>10}"
+           f"{'standby-h':>10}{'changes':>9}"
            f"{'time s':>9}{'stall diff [95% CI]':>30}"
            f"{'w-hours ratio [95% CI]':>28}"]
   for name, p in result["policies"].items():
@@ -374,9 +417,10 @@ def format_comparison(result: dict) -> str:
       ratio = f"{w[0]:.3f} [{w[1]:.3f}, {w[2]:.3f}]"
     else:
       stall = ratio = "-"
-    lines.append(f"{name:12}{p['stall_fraction']:8.4f}"
+    lines.append(f"{name:15}{p['stall_fraction']:8.4f}"
                  f"{p['stall_starting']:9.2f}"
-                 f"{p['worker_hours']:10.1f}{p['changes']:9.1f}"
+                 f"{p['worker_hours']:10.1f}{p['standby_hours']:10.1f}"
+                 f"{p['changes']:9.1f}"
                  f"{p['run_time_s']:9.0f}{stall:>30}{ratio:>28}")
   return "\n".join(lines)
 
