@@ -801,6 +801,7 @@ def _warm_worker() -> None:
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415, F401
 
+  # Deferred with TensorFlow, which it loads.
   from intune_tf.ops import loader as _kernels  # noqa: PLC0415
   _kernels.ops()
 

@@ -234,6 +234,8 @@ MEANINGFUL = {
         "try the dispatcher once, without waiting",
     ("service dispatcher", "--pool-min-interval", "0"):
         "no wait between two changes of the pool",
+    ("service dispatcher", "--pool-standby", "0"):
+        "every local worker starts cold",
 }
 _PARSER = cli.parser()
 _FLAGS = list(_numeric_flags())

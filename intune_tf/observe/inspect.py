@@ -85,16 +85,17 @@ def pool_table(info: Mapping[str, Any]) -> list[str]:
   """The worker pool a dispatcher sizes (its status file's `pool`, from
   `scalers.PoolManager.report`), as lines: a one-row table (the scaler's
   kind, the workers asked for and serving, the warm standbys, MIN-MAX,
-  workers lost, failed resizes), the last decision's reason, then the last change (with its
-  reason when that is not the last one) or the last failed one with its
-  error, when there was one."""
+  workers lost, failed resizes), the last decision's reason, then the last
+  change (with its reason when that is not the last one) or the last failed
+  one with its error, when there was one."""
   def count(field: str) -> str:
     value = info.get(field)
     return "?" if value is None else str(value)
   reason = info.get("reason") or "-"
   lines = _table(POOL_HEADERS, [[
       info.get("kind") or "?", count("size"), count("serving"),
-      count("standby"), f"{count('min')}-{count('max')}", count("lost"), count("failures")]])
+      count("standby"), f"{count('min')}-{count('max')}", count("lost"),
+      count("failures")]])
   lines.append(f"last reason: {reason}")
   decisions = info.get("decisions") or []
   if decisions:
