@@ -240,29 +240,6 @@ def summary(runs: list[Run]) -> str:
   return "\n".join(lines)
 
 
-def calibrate(per_element_ms: float, batch: int,
-              probe_size: int = 100_000) -> int:
-  """The busy_udf size costing about `per_element_ms` of CPU per element
-  in the workers' own form (a map on one thread, then a batch): the
-  process's CPU time over 10 batches at `probe_size`, scaled (the cost is
-  proportional to the size: 48 and 143 ms a batch of 20 at 100,000 and
-  250,000 here)."""
-  import tensorflow as tf  # noqa: PLC0415
-
-  from intune_tf.bench import demo  # noqa: PLC0415
-  ds = tf.data.Dataset.range(11 * batch).map(
-      demo.busy_udf(probe_size)).batch(batch)
-  options = tf.data.Options()
-  options.autotune.enabled = False
-  it = iter(ds.with_options(options))
-  next(it)  # tracing
-  start = time.process_time()
-  for _ in it:
-    pass
-  per_ms = (time.process_time() - start) * 1e3 / (10 * batch)
-  return max(1000, int(probe_size * per_element_ms / per_ms))
-
-
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=5)
@@ -274,10 +251,6 @@ def main() -> None:
                       help="busy_udf size per element (default 190,000: "
                       "one worker delivers about 0.6 of the fast "
                       "consumer's pace on this machine, 2 cores, TF 2.21).")
-  parser.add_argument("--udf-ms", type=float, default=None,
-                      help="Calibrate the size to this CPU per element "
-                      "instead (`calibrate`; its figure moves by 20%% from "
-                      "one process to the next here). Default: none.")
   parser.add_argument("--step-ms", type=float, default=70.0,
                       help="The fast consumer's step per batch (default 70 "
                       "ms).")
@@ -291,8 +264,6 @@ def main() -> None:
                       "(IntuneOptions(host_share=False)) instead of sharing "
                       "the host through the arbiter.")
   args = parser.parse_args()
-  if args.udf_ms is not None:
-    args.udf_size = calibrate(args.udf_ms, args.batch)
   print(f"busy_udf size {args.udf_size}", flush=True)
   start = time.monotonic()
 

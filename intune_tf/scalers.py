@@ -339,10 +339,10 @@ class LocalWorkers(Scaler):
   TensorFlow and InTune loaded, no port, not registered, no CPU used): a
   growth hands one its port on stdin, and it registers within a fraction
   of a second instead of the seconds a cold start takes to load
-  TensorFlow. Its
-  replacement starts `standby_delay_s` after, not while the new workers
-  start. A standby is not in `size()` or `serving()`; `standby_count()`
-  counts it. Standbys exit when the scaler closes (or dies: end of stdin).
+  TensorFlow. Its replacement starts `standby_delay_s` after, not while the
+  new workers start. A standby is not in `size()` or `serving()`;
+  `standby_count()` counts it. Standbys exit when the scaler closes (or
+  dies: end of stdin).
 
   Args:
     dispatcher: the dispatcher's HOST:PORT.
@@ -639,12 +639,12 @@ class LocalFirst(Scaler):
         # The remote tier may go to 0 below its own MIN (not needed).
         scaler._resize(count)  # noqa: SLF001
       except ScalerError as e:
-        for undo, was in done:
+        for undo, back in done:
           try:
-            undo._resize(was)  # noqa: SLF001
+            undo._resize(back)  # noqa: SLF001
           except ScalerError as again:
             logging.error("Putting the %s tier back to %d failed too: %s",
-                          undo.kind, was, again)
+                          undo.kind, back, again)
         raise ScalerError(f"the {scaler.kind} tier failed ({e}); the pool "
                           f"stays at {sum(before)}.") from e
       done.append((scaler, was))

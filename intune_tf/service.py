@@ -613,16 +613,12 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
       consumers.append((rate, wait))
   if not consumers:
     return None
-  rates, seen = [], set()
   # A pool's workers name the dispatcher by loopback or by its advertised
   # address (`LocalFirst`'s tiers: one each).
-  for address in sorted(accepted):
-    for w in worker_status(status_dir, address):
-      key = (w.get("pid"), (w.get("service") or {}).get("worker_address"))
-      if key not in seen:
-        seen.add(key)
-        rates.append(sum(float(s.get("output_rate") or 0.0)
-                         for s in w.get("sessions", [])))
+  rates = [sum(float(s.get("output_rate") or 0.0)
+               for s in w.get("sessions", []))
+           for w in worker_status(status_dir)
+           if (w.get("service") or {}).get("dispatcher") in accepted]
   return pool.PoolReading(
       time_s=now, workers=serving, starting=starting,
       wait_share=max(w for _, w in consumers),

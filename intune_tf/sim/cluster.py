@@ -30,9 +30,10 @@ integrated over the run), `standby_hours` (warm standbys kept, likewise),
 A standby (`scalers.LocalWorkers(standby=...)`, live) is a worker that has
 started and loaded but serves nothing: a growth that takes one has that
 worker up `WARM_START_S` later instead of after a start-up delay, and its
-replacement starts `STANDBY_DELAY_S` after and is warm one start-up delay
-later. Standbys are kept while the pool is below MAX and paid for all that
-time (on a cluster a warm pod costs what a serving one does).
+replacement starts `scalers.DEFAULT_STANDBY_DELAY_S` after and is warm one
+start-up delay later. Standbys are kept while the pool is below MAX and
+paid for all that time (on a cluster a warm pod costs what a serving one
+does).
 
 Calibration: the mean per-worker rate is the median one-worker rate measured
 on this machine by `benchmarks/service.py` (3,263 rows/s, docs/service.md),
@@ -53,6 +54,7 @@ from typing import Callable
 import numpy as np
 
 from intune_tf import pool
+from intune_tf import scalers
 
 # Rows/s of one InTune-tuned worker of the busy-UDF pipeline, median of 5
 # repeats on this machine (docs/service.md, `benchmarks/service.py`).
@@ -64,10 +66,8 @@ STRAGGLER_SPEED = 0.5
 CONTROLLERS = ("intune", "tf-formula", "cachew", "fixed-best",
                "intune-standby")
 # A warm standby's start once taken (live: it registers 0.05 s after it is
-# handed its port; a cluster's pod is already scheduled and loaded), and the
-# delay before its replacement starts (`scalers.DEFAULT_STANDBY_DELAY_S`).
+# handed its port; a cluster's pod is already scheduled and loaded).
 WARM_START_S = 1.0
-STANDBY_DELAY_S = 10.0
 # Two-sided 95% Student t quantiles by degrees of freedom (paired CIs over
 # few seeds).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
@@ -272,7 +272,7 @@ def run(sc: ClusterScenario,
             if warm < ready_at[i]:
               ready_at[i] = warm
               # Its replacement loads as a cold start would.
-              warm_at[j] = now + STANDBY_DELAY_S + delay
+              warm_at[j] = now + scalers.DEFAULT_STANDBY_DELAY_S + delay
     else:
       ready_at[size:asked] = np.inf
       if asked == n_max:
