@@ -60,6 +60,23 @@ def test_a_warm_standby_serves_at_once_by_hand():
   assert r.standby_hours == pytest.approx(10 / 3600)
 
 
+def test_standbys_are_not_kept_at_max_and_load_again_by_hand():
+  # 2 workers of 100 rows/s at most, a consumer of 200, every start 15 s,
+  # one standby. At 10 s the pool grows to 2 (the standby: up at 11); its
+  # replacement would be warm at 10 + 10 + 15 = 35, but at MAX none is
+  # kept, so after the shrink at 40 one loads again, warm at 40 + 15 = 55,
+  # and the growth at 50 is up at 56. Rows: steps 0-10 100 each (1100),
+  # 11-39 200 (5800), 40-55 100 (1600), then 200: 9300 rows are done after
+  # step 59, at 60 s. (Had the standby been kept, up at 51: 58 s.)
+  def decide(reading):
+    size = 1 if 40 <= reading.time_s < 50 else 2
+    return pool.Decision(size, "schedule", size != reading.asked)
+  r = cluster.run(_job([100.0, 100.0], ((9300.0, 200.0),), startup=15.0),
+                  decide, standby=1)
+  assert r.sizes == [(0.0, 1), (10.0, 2), (40.0, 1), (50.0, 2)]
+  assert r.run_time_s == 60
+
+
 @pytest.mark.parametrize("workers,expected", [(8, 1), (64, 4), (512, 32)])
 def test_standby_count_by_hand(workers, expected):
   assert cluster.standby_count(workers) == expected

@@ -454,3 +454,38 @@ def test_local_first_puts_the_host_back_when_the_remote_tier_fails():
       "at 2.")
   assert calls == [("local", 2), ("local", 3), ("local", 2)]
   assert tiers.size() == 2 and tiers.split(tiers.size()) == (2, 0)
+
+
+def test_a_standby_that_died_is_replaced_and_never_handed_a_port(
+    tmp_path, monkeypatch):
+  # The OOM killer takes the standby: it leaves the count, a new one
+  # starts, and a growth never writes its port to a dead one.
+  s = scalers.LocalWorkers("127.0.0.1:1", 1, 4, log_dir=str(tmp_path),
+                           standby=1, standby_delay_s=0.0)
+  spawned = []
+
+  def spawn(port):  # a stand-in process, not a worker
+    path = tmp_path / f"w{len(spawned)}.log"
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time; time.sleep(120)"],
+                            stdin=subprocess.PIPE)
+    spawned.append((port, proc))
+    return scalers._LocalWorker(proc, port or 0, path, open(path, "wb"),  # noqa: SLF001
+                                time.monotonic())
+  monkeypatch.setattr(s, "_spawn", spawn)
+  try:
+    s.resize(1)
+    first = s.standbys[0].proc
+    first.kill()
+    first.wait()
+    assert s.standby_count() == 0
+    assert s.refill() == 1 and s.standbys[0].proc is not first
+    second = s.standbys[0].proc
+    second.kill()
+    second.wait()
+    s.standbys[0].proc = second  # dead, and not yet reaped
+    s.resize(2)  # the dead standby is passed over: a cold start
+    assert s.workers[1].proc not in (first, second)
+    assert s.workers[1].port == spawned[-2][0] and spawned[-2][0]
+  finally:
+    s.close()
