@@ -48,6 +48,9 @@ CACHEW_REPROBE_GROWTH = 1.5
 # Wait share at which a trainer that gets no rows at all is stalled, not
 # short of workers (`IntuneController`'s stall rule).
 STALL_WAIT = 0.95
+# The consumer's pace moved by more than this share since the last reading:
+# the period's rates are not learned from (`IntuneController`).
+PACE_MOVED = 0.25
 # TensorFlow's AutoScaler: rates further than this many standard deviations
 # from the mean are replaced by the median; the estimate may grow the pool by
 # at most this factor and this many workers at once.
@@ -400,6 +403,7 @@ class IntuneController(PoolController):
     self.grow_patience = grow_patience
     # Rounds in a row the trainer waited while the model said enough.
     self._waited = 0
+    self._last_pace: float | None = None  # the last reading's pace
     self.per_worker: float | None = None
     self.pending: _Pending | None = None
     self.settled_at: float | None = None  # when the last change took effect
@@ -494,7 +498,13 @@ class IntuneController(PoolController):
       if confirmed is not None:
         return confirmed
       self.settled_at = None  # the pace moved: decide afresh, now
-    self._learn(reading)
+    last, self._last_pace = self._last_pace, reading.consumer_rate
+    if last is None or abs(reading.consumer_rate - last) <= (
+        PACE_MOVED * last):
+      # A period in which the pace moved straddles two paces: its rates
+      # measure neither (a worker that served the slow pace for half of it
+      # reads as half as fast).
+      self._learn(reading)
     n = reading.workers
     demand = reading.consumer_rate
     if (self.settled_at is not None and

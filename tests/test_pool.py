@@ -1,6 +1,7 @@
 """Tests of intune_tf.pool: the worker-pool controllers, by hand."""
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -162,6 +163,23 @@ def test_intune_measures_one_more_only_once_an_unexplained_wait_persists(
     assert sizes == [2] * len(waits)
   else:
     assert sizes[:grown_at] == [2] * grown_at and sizes[grown_at] == 3
+
+
+def test_intune_learns_nothing_from_a_period_the_pace_moved_in():
+  # One worker delivers a pace of 8 rows/s without a wait (it can do at
+  # least 8), then a slow pace of 3.6. The pace jumps to 14.3 and the
+  # trainer waits 46%: the worker's rate over that period (6 rows/s)
+  # straddles both paces and is not learned, so the model asks
+  # ceil(14.3 x 1.05 / 8) = 2, not ceil(15.0 / 7) = 3 as the mean of 8 and
+  # 6 would.
+  c = pool.IntuneController(1, 4, min_interval_s=0.0)
+  reading = functools.partial(pool.PoolReading, workers=1)
+  c.decide(reading(time_s=0.0, consumer_rate=8.0, worker_rates=(8.0,)))
+  c.decide(reading(time_s=10.0, consumer_rate=3.6, worker_rates=(3.6,)))
+  assert c.per_worker == 8.0
+  grown = c.decide(reading(time_s=20.0, wait_share=0.46,
+                           consumer_rate=14.3, worker_rates=(6.0,)))
+  assert (grown.size, c.per_worker) == (2, 8.0)
 
 
 def test_intune_grows_at_once_where_the_model_asks_for_more():
