@@ -52,7 +52,7 @@ DEFAULT_STOP_TIMEOUT_S = 10.0
 DEFAULT_STANDBY = 1
 # Seconds after a standby was taken before its replacement starts loading
 # TensorFlow (which takes a core for seconds: not while new workers start).
-DEFAULT_STANDBY_DELAY_S = 10.0
+DEFAULT_STANDBY_DELAY_S = 60.0
 # The last decisions `PoolManager.report` includes.
 REPORTED_DECISIONS = 10
 _REGISTERED = "Worker registered with dispatcher"
@@ -359,7 +359,7 @@ class LocalWorkers(Scaler):
     standby: warm processes kept ready while the pool is below MAX (0:
       none, every worker starts cold). Default `DEFAULT_STANDBY` (1).
     standby_delay_s: seconds after a standby was taken before a new one
-      starts. Default `DEFAULT_STANDBY_DELAY_S` (10).
+      starts. Default `DEFAULT_STANDBY_DELAY_S` (60).
   """
 
   kind = "local"
@@ -441,12 +441,15 @@ class LocalWorkers(Scaler):
       self.workers.append(self._start())
     while len(self.workers) > n:
       self._stop(self.workers.pop())
+      # A shrink frees the CPU a replacement standby needs to load: load
+      # it now rather than later, when the pool may be busy again.
+      self._taken_at = None
     self.refill()
 
   def refill(self) -> int:
     """Starts standbys up to `standby` while the pool is below MAX, once
-    `standby_delay_s` passed since one was last taken (the dispatcher
-    calls it each pool period). A standby that cannot start is logged and
+    `standby_delay_s` passed since one was last taken or at the first
+    shrink after (the dispatcher calls it each pool period). A standby that cannot start is logged and
     tried again at the next call.
 
     Returns:

@@ -456,23 +456,29 @@ def test_local_first_puts_the_host_back_when_the_remote_tier_fails():
   assert tiers.size() == 2 and tiers.split(tiers.size()) == (2, 0)
 
 
+def _stand_in_spawns(s, tmp_path, monkeypatch):
+  """Makes `s` start sleeping processes, not workers; returns their ports."""
+  spawned = []
+
+  def spawn(port):
+    path = tmp_path / f"w{len(spawned)}.log"
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time; time.sleep(120)"],
+                            stdin=subprocess.PIPE)
+    spawned.append(port)
+    return scalers._LocalWorker(proc, port or 0, path, open(path, "wb"),  # noqa: SLF001
+                                time.monotonic())
+  monkeypatch.setattr(s, "_spawn", spawn)
+  return spawned
+
+
 def test_a_standby_that_died_is_replaced_and_never_handed_a_port(
     tmp_path, monkeypatch):
   # The OOM killer takes the standby: it leaves the count, a new one
   # starts, and a growth never writes its port to a dead one.
   s = scalers.LocalWorkers("127.0.0.1:1", 1, 4, log_dir=str(tmp_path),
                            standby=1, standby_delay_s=0.0)
-  spawned = []
-
-  def spawn(port):  # a stand-in process, not a worker
-    path = tmp_path / f"w{len(spawned)}.log"
-    proc = subprocess.Popen([sys.executable, "-c",
-                             "import time; time.sleep(120)"],
-                            stdin=subprocess.PIPE)
-    spawned.append((port, proc))
-    return scalers._LocalWorker(proc, port or 0, path, open(path, "wb"),  # noqa: SLF001
-                                time.monotonic())
-  monkeypatch.setattr(s, "_spawn", spawn)
+  spawned = _stand_in_spawns(s, tmp_path, monkeypatch)
   try:
     s.resize(1)
     first = s.standbys[0].proc
@@ -486,6 +492,22 @@ def test_a_standby_that_died_is_replaced_and_never_handed_a_port(
     s.standbys[0].proc = second  # dead, and not yet reaped
     s.resize(2)  # the dead standby is passed over: a cold start
     assert s.workers[1].proc not in (first, second)
-    assert s.workers[1].port == spawned[-2][0] and spawned[-2][0]
+    assert s.workers[1].port == spawned[-2] and spawned[-2]
+  finally:
+    s.close()
+
+
+def test_a_shrink_starts_the_replacement_standby_before_its_delay(
+    tmp_path, monkeypatch):
+  s = scalers.LocalWorkers("127.0.0.1:1", 1, 4, log_dir=str(tmp_path),
+                           standby=1, standby_delay_s=600.0)
+  spawned = _stand_in_spawns(s, tmp_path, monkeypatch)
+  try:
+    s.resize(1)  # a cold worker, then the standby
+    assert spawned == [spawned[0], None] and s.standby_count() == 1
+    s.resize(2)  # the standby is taken; its replacement waits 600 s
+    assert s.standby_count() == 0 and s.refill() == 0
+    s.resize(1)  # the shrink frees CPU: the replacement loads now
+    assert s.standby_count() == 1 and spawned[-1] is None
   finally:
     s.close()
