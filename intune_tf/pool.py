@@ -371,7 +371,9 @@ class IntuneController(PoolController):
       Default 0.01.
     headroom: capacity kept above the consumer's demand. Default 0.05.
     confirm_share: a growth must deliver at least this share of its
-      predicted gain. Default 0.5.
+      predicted gain, judged by the wait it removed; a worker is added only
+      where the model's or the measured shortfall would use at least this
+      share of it, unless the wait exceeds `tolerate_wait`. Default 0.5.
     shrink_patience: calm rounds in a row before a shrink. Default 3.
     limit_ttl_s: seconds a ceiling or floor learned from a taken-back change
       holds (also dropped when the consumer's pace moves 25%). Default 600.
@@ -381,6 +383,10 @@ class IntuneController(PoolController):
     grow_patience: rounds in a row the trainer must wait while the model
       says the pool suffices before one more worker is measured (a wait
       left over from a growth that just took effect passes). Default 2.
+    tolerate_wait: wait share borne rather than adding a worker that the
+      shortfall would use less than `confirm_share` of (2 workers short of
+      0.15 of a third: the third would cost a third of the pool for at most
+      this share of the time). Default 0.05.
   """
 
   name = "intune"
@@ -390,7 +396,7 @@ class IntuneController(PoolController):
                shrink_wait: float = 0.01, headroom: float = 0.05,
                confirm_share: float = 0.5, shrink_patience: int = 3,
                limit_ttl_s: float = 600.0, first_rows_s: float = 20.0,
-               grow_patience: int = 2):
+               grow_patience: int = 2, tolerate_wait: float = 0.05):
     super().__init__(min_workers, max_workers)
     self.min_interval_s = min_interval_s
     self.grow_wait = grow_wait
@@ -401,6 +407,7 @@ class IntuneController(PoolController):
     self.limit_ttl_s = limit_ttl_s
     self.first_rows_s = first_rows_s
     self.grow_patience = grow_patience
+    self.tolerate_wait = tolerate_wait
     # Rounds in a row the trainer waited while the model said enough.
     self._waited = 0
     self._last_pace: float | None = None  # the last reading's pace
@@ -529,6 +536,12 @@ class IntuneController(PoolController):
       if want <= n:
         return self._hold(reading, f"trainer waits {reading.wait_share:.0%}"
                           f" but the pool is at its limit ({n})")
+      short = self._shortfall(reading)
+      if (short < self.confirm_share and
+          reading.wait_share <= self.tolerate_wait):
+        return self._hold(reading, f"trainer waits {reading.wait_share:.0%}"
+                          f": one more worker would be used {short:.0%} "
+                          f"(borne up to a {self.tolerate_wait:.0%} wait)")
       return self._change(reading, want, f"trainer waits "
                           f"{reading.wait_share:.0%}: {demand:.0f} rows/s "
                           f"asked, {self.per_worker or 0:.0f} per worker")
@@ -546,6 +559,17 @@ class IntuneController(PoolController):
       return self._hold(reading, "calm")
     self.calm = []
     return self._hold(reading, "within the band")
+
+  def _shortfall(self, reading: PoolReading) -> float:
+    """How much of one more worker the trainer's shortfall would use: the
+    larger of the model's (demand beyond the pool's capacity) and the
+    measured (demand x wait share) shortfall, over the per-worker rate;
+    inf without a rate."""
+    if not self.per_worker:
+      return math.inf
+    demand = reading.consumer_rate
+    return max(demand - reading.workers * self.per_worker,
+               demand - reading.delivered_rate) / self.per_worker
 
   def rejected(self, decision: Decision) -> None:
     """The change did not happen: nothing to wait for or confirm; the next
@@ -622,23 +646,27 @@ class IntuneController(PoolController):
     if abs(reading.consumer_rate - p.demand) > 0.1 * p.demand:
       return None
     if p.after > p.before and p.wait_share > self.grow_wait:
-      predicted = min((p.after - p.before) * p.per_worker,
-                      p.demand - p.delivered)
-      gain = reading.delivered_rate - p.delivered
-      # The trainer still waits and the new workers delivered too little of
-      # what they should: the pool is not what limits the trainer.
-      if (reading.wait_share > self.grow_wait and predicted > 0 and
-          gain < self.confirm_share * predicted):
-        keep = p.before
-        if p.per_worker > 0 and gain > 0:
-          keep += math.ceil(gain / p.per_worker)
-        keep = clamp(min(keep, p.after), self.min_workers, self.max_workers)
+      added = p.after - p.before
+      predicted = min(added * p.per_worker, p.demand - p.delivered)
+      # The gain is the wait the growth removed, at the pace it was asked
+      # for: a pace that reads a few % higher is no gain.
+      gain = (p.wait_share - reading.wait_share) * p.demand
+      # The new workers delivered too little of what they should: the pool
+      # is not what limits the trainer. Each added worker is kept only if it
+      # delivered `confirm_share` of its part of the prediction.
+      if predicted > 0 and gain < self.confirm_share * predicted:
+        kept = math.floor(max(0.0, gain) * added / predicted +
+                          1 - self.confirm_share + 1e-9)
+        keep = clamp(p.before + min(kept, added), self.min_workers,
+                     self.max_workers)
         self.ceiling = (keep, reading.consumer_rate, reading.time_s)
         self._learn(reading)
         if keep < n:
           return self._ask(reading, keep, f"{p.before} -> {p.after} gave "
-                          f"+{gain:.0f} rows/s of +{predicted:.0f} predicted:"
-                          f" back to {keep} (ceiling)")
+                          f"+{gain:.0f} rows/s of +{predicted:.0f} predicted "
+                          f"(wait {p.wait_share:.1%} -> "
+                          f"{reading.wait_share:.1%}): back to {keep} "
+                          "(ceiling)")
         return self._hold(reading, f"ceiling at {keep}")
       self._learn(reading)
       return self._hold(reading, f"{p.before} -> {p.after} confirmed: "

@@ -449,8 +449,8 @@ class LocalWorkers(Scaler):
   def refill(self) -> int:
     """Starts standbys up to `standby` while the pool is below MAX, once
     `standby_delay_s` passed since one was last taken or at the first
-    shrink after (the dispatcher calls it each pool period). A standby that cannot start is logged and
-    tried again at the next call.
+    shrink after (the dispatcher calls it each pool period). A standby that
+    cannot start is logged and tried again at the next call.
 
     Returns:
       The standbys started.
