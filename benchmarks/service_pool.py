@@ -21,12 +21,12 @@ Per run: the whole run's time (first element asked to the last one's step
 done; the iterator's teardown after it is printed apart),
 worker-seconds (the pool's asked-for size, read from the dispatcher's
 status every 0.25 s, over the run), standby-seconds (the warm processes
-kept beside it, which serve nothing and use no CPU while they wait) and
-the changes the dispatcher logged during the run.
+kept beside it, which serve nothing and use no CPU while they wait), the
+changes the dispatcher logged during the run, and each phase's seconds.
 Prints each run, then per pool the medians and the ratios to the best fixed
 pool (by median time) and to the fixed pool whose time matches.
 
-Run: `python benchmarks/service_pool.py [--repeats 5]` (about 12 minutes a
+Run: `python benchmarks/service_pool.py [--repeats 5]` (about 14 minutes a
 round on 2 cores).
 """
 
@@ -70,6 +70,7 @@ class Run:
   standby_seconds: float
   changes: int
   elements: int
+  phases: tuple[float, ...] = ()  # seconds of the fast, slow, fast phase
 
 
 def _free_port() -> int:
@@ -149,12 +150,15 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
     step_s = args.step_ms / 1000.0
     count = 0
     start = end = time.monotonic()
+    marks = [start]
     wall_start = time.time()
     for _ in meter.iterate(ds.as_numpy_iterator()):
       slow = args.phase <= count < 2 * args.phase
       time.sleep(step_s * (4 if slow else 1))
       count += 1
       end = time.monotonic()
+      if count % args.phase == 0:
+        marks.append(end)
     # The iterator's end and teardown are not the pool's.
     teardown = time.monotonic() - end
     wall_end = time.time() - teardown
@@ -171,12 +175,13 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
   standby_seconds = _integral(standbys, start, end, 0)
   changes = changes_between(log_path.read_text(errors="replace"),
                             wall_start, wall_end)
+  phases = tuple(b - a for a, b in zip(marks, marks[1:]))
   run = Run(name, end - start, worker_seconds, standby_seconds, changes,
-            count)
+            count, phases)
   say(f"{name:11s} {run.seconds:7.1f} s {run.worker_seconds:7.1f} "
       f"worker-s {run.standby_seconds:6.1f} standby-s {run.changes:3d} "
-      f"changes {run.elements} elements "
-      f"(teardown {teardown:.1f} s)")
+      f"changes {run.elements} elements, phases "
+      f"{'/'.join(f'{p:.1f}' for p in phases)} s (teardown {teardown:.1f} s)")
   return run
 
 
@@ -219,15 +224,17 @@ def summary(runs: list[Run]) -> str:
   med = {p: (statistics.median(r.seconds for r in rs),
              statistics.median(r.worker_seconds for r in rs),
              statistics.median(r.changes for r in rs), len(rs),
-             statistics.median(r.standby_seconds for r in rs))
+             statistics.median(r.standby_seconds for r in rs),
+             "/".join(f"{statistics.median(ph):.1f}" for ph in
+                      zip(*(r.phases for r in rs))))
          for p, rs in by.items()}
   fixed = {p: m for p, m in med.items() if p.startswith("fixed-")}
   lines = ["| pool | runs | time (s), median | worker-s, median | "
-           "standby-s, median | changes, median | time / best fixed | "
-           "worker-s / matching fixed |",
-           "|---|---|---|---|---|---|---|---|"]
+           "standby-s, median | changes, median | phases (s), median | "
+           "time / best fixed | worker-s / matching fixed |",
+           "|---|---|---|---|---|---|---|---|---|"]
   best = min(fixed.values(), key=lambda m: m[0]) if fixed else None
-  for p, (t, ws, ch, n, sb) in med.items():
+  for p, (t, ws, ch, n, sb, ph) in med.items():
     ratio_t = f"{t / best[0]:.3f}" if best else "-"
     # The fixed pool whose time matches: the smallest within 5% of this
     # pool's time, else the fastest.
@@ -236,7 +243,7 @@ def summary(runs: list[Run]) -> str:
     match = matching[0] if matching else best
     ratio_w = f"{ws / match[1]:.3f}" if match else "-"
     lines.append(f"| {p} | {n} | {t:.1f} | {ws:.1f} | {sb:.1f} | {ch:g} | "
-                 f"{ratio_t} | {ratio_w} |")
+                 f"{ph} | {ratio_t} | {ratio_w} |")
   return "\n".join(lines)
 
 

@@ -339,10 +339,10 @@ class LocalWorkers(Scaler):
   TensorFlow and InTune loaded, no port, not registered, no CPU used): a
   growth hands one its port on stdin, and it registers within a fraction
   of a second instead of the seconds a cold start takes to load
-  TensorFlow. Its replacement starts `standby_delay_s` after, not while the
-  new workers start. A standby is not in `size()` or `serving()`;
-  `standby_count()` counts it. Standbys exit when the scaler closes (or
-  dies: end of stdin).
+  TensorFlow. Its replacement loads at the first shrink after, else
+  `standby_delay_s` after, not while the new workers start. A standby is
+  not in `size()` or `serving()`; `standby_count()` counts it. Standbys
+  exit when the scaler closes (or dies: end of stdin).
 
   Args:
     dispatcher: the dispatcher's HOST:PORT.
@@ -359,7 +359,8 @@ class LocalWorkers(Scaler):
     standby: warm processes kept ready while the pool is below MAX (0:
       none, every worker starts cold). Default `DEFAULT_STANDBY` (1).
     standby_delay_s: seconds after a standby was taken before a new one
-      starts. Default `DEFAULT_STANDBY_DELAY_S` (60).
+      starts, unless the pool shrinks first. Default
+      `DEFAULT_STANDBY_DELAY_S` (60).
   """
 
   kind = "local"
