@@ -41,6 +41,9 @@ def calibrate(target_ms: float = 1.0) -> int:
 
 
 def with_intune(ds: tf.data.Dataset, **fields) -> tf.data.Dataset:
+  """`ds` under InTune, the cache off unless `fields` turn it on: these
+  benchmarks measure the tuning; benchmarks/cache*.py measure the cache."""
+  fields.setdefault("cache", False)
   return intune_tf.tune(ds, **fields)
 
 

@@ -31,7 +31,7 @@ from intune_tf.tuning import mdp
 def main(seconds: float = 60.0):
   scenario = scenarios.get("criteo-l4-b4096")
   it = iter(intune_tf.tune(scenario.make(None), policy="manual",
-                           warm_start=False))
+                           warm_start=False, cache=False))
   next(it)
   session = intune_tf.session_of(it)
   policy = agent_lib.IntunePolicy(intune_tf.IntuneOptions())
@@ -95,7 +95,8 @@ def main(seconds: float = 60.0):
 def tuner_thread_share(seconds: float, warmup: float = 15.0) -> None:
   """CPU share of the real `intune_tuner` thread under default options."""
   scenario = scenarios.get("criteo-l4-b4096")
-  it = iter(intune_tf.tune(scenario.make(None), warm_start=False))
+  it = iter(intune_tf.tune(scenario.make(None), warm_start=False,
+                           cache=False))
 
   def cpu_seconds() -> float:
     thread = next(t for t in threading.enumerate() if t.name == "intune_tuner")

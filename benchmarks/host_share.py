@@ -110,7 +110,7 @@ def _child_throughput(scenario_name: str, mode: str, start_at: float,
   if fields is not None:
     if mode == "intune-weighted":
       fields = dict(fields, host_weight=weight)
-    ds = intune_tf.tune(ds, warm_start=False, **fields)
+    ds = intune_tf.tune(ds, warm_start=False, cache=False, **fields)
   it = iter(ds)
   next(it)
   late = time.time() > start_at
@@ -130,7 +130,7 @@ def _child_memory(mode: str, seconds: float) -> dict:
       lambda x: tf.fill([2 * _MB], tf.cast(x, tf.float32))).prefetch(
           tf.data.AUTOTUNE)
   if MODES[mode] is not None:
-    ds = intune_tf.tune(ds, warm_start=False, **MODES[mode])
+    ds = intune_tf.tune(ds, warm_start=False, cache=False, **MODES[mode])
   it = iter(ds)
   end = time.monotonic() + seconds
   n = 0

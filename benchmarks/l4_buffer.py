@@ -26,7 +26,8 @@ def run(scenario: scenarios.Scenario, size: int,
         seconds: float) -> tuple[float, float]:
   """(rows/s, CPU us/row) with the last prefetch buffer held at `size`."""
   it = iter(intune_tf.tune(scenario.make(None),
-                           intune_tf.IntuneOptions(policy="manual")))
+                           intune_tf.IntuneOptions(policy="manual",
+                                                   cache=False)))
   session = intune_tf.session_of(it)
   session.set({k.name: size for k in session.knobs()
                if k.name.endswith("buffer_size")})

@@ -69,7 +69,7 @@ def measure(scenario, fields, seconds: float) -> tuple[float, float, float]:
   """(rows/s, process CPU-seconds per row, context switches per row)."""
   ds = scenario.make(None)
   if fields is not None:
-    ds = intune_tf.tune(ds, warm_start=False, **fields)
+    ds = intune_tf.tune(ds, warm_start=False, cache=False, **fields)
   it = iter(ds)
   meter_lib.pull(it, 3.0)
   cpu, switches = time.process_time(), context_switches()

@@ -130,6 +130,35 @@ def test_the_knobs_below_a_cache_that_serves_the_epoch_leave_it(tmp_path):
   assert knobs[1] == knobs[2] == ["Prefetch/buffer_size"]
 
 
+@pytest.mark.slow
+def test_a_knob_below_the_cache_comes_back_at_its_value_when_it_shrinks():
+  # The map below the cache runs in the first pass only. Set to 1 there, it
+  # leaves the knobs while the cache serves the second pass; memory
+  # pressure then drops most of the cache mid-pass, and the map runs again
+  # at 1, not at its start.
+  ds = _tuned(tf.data.Dataset.range(2000).map(
+      lambda x: tf.fill([100], tf.cast(x, tf.float32)) * 1.5,
+      num_parallel_calls=AUTOTUNE).repeat(2), ram_budget=64 << 20)
+  it = iter(ds)
+  next(it)
+  session = intune_tf.session_of(it)
+  below = next(k.name for k in session.knobs() if "ParallelMapV2" in k.name)
+  assert session.set({below: 1.0}) == {below: 1.0}
+  for _ in range(2000 + 499):
+    next(it)
+  assert session.cache()["complete"]
+  assert below not in {k.name for k in session.knobs()}
+  session.set_ram_budget(300 * 400)
+  assert wait_for(lambda: session.cache()["bytes"] <= 300 * 400)
+  rest, values = [], {}
+  for element in it:
+    rest.append(int(element[0] / 1.5))
+    values = values or {k.name: k.value for k in session.knobs()
+                        if k.name == below}
+  assert rest == list(range(500, 2000))
+  assert values == {below: 1.0}
+
+
 def test_the_option_off_adds_no_cache(tmp_path):
   ds = _tuned(_pipelines(tmp_path)["filter"](), cache=False)
   _, stats = _epoch(ds)

@@ -156,14 +156,20 @@ def _epochs():
           tf.data.AUTOTUNE).repeat()
 
 
-def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
+_BELOW_CACHE = "Prefetch.ForeverRepeat.Prefetch.ParallelMapV2/parallelism"
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch,
+                                                cache):
   monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
   probe = tf.data.Options()
-  probe.experimental_intune = intune_tf.IntuneOptions(policy="manual")
+  probe.experimental_intune = intune_tf.IntuneOptions(policy="manual",
+                                                      cache=cache)
   it = iter(_epochs().with_options(probe))
   next(it)
   # The top prefetch is the one TF injects above the repeat.
-  config = {"Prefetch.ForeverRepeat.Prefetch.ParallelMapV2/parallelism": 1.0,
+  config = {_BELOW_CACHE: 1.0,
             "Prefetch.ForeverRepeat.Prefetch/buffer_size": 3.0,
             "Prefetch/buffer_size": 2.0}
   assert set(config) == {k.name for k in intune_tf.session_of(it).knobs()}
@@ -171,17 +177,48 @@ def test_warm_start_config_holds_in_every_epoch(tmp_path, monkeypatch):
   del it
   options = tf.data.Options()
   # The agent's first step applies the warm start; no other step for 60 s.
-  options.experimental_intune = intune_tf.IntuneOptions(period_s=60.0)
+  options.experimental_intune = intune_tf.IntuneOptions(period_s=60.0,
+                                                        cache=cache)
   it = iter(_epochs().with_options(options))
   next(it)
   session = intune_tf.session_of(it)
   values = lambda: {k.name: k.value for k in session.knobs()}
   assert wait_for(lambda: values() == config), values()
+  # The cache serves the epochs after the first: the map below it no
+  # longer runs, and its knob leaves the session.
+  later = {n: v for n, v in config.items() if not cache or n != _BELOW_CACHE}
   for _ in range(3):
     for _ in range(40):
       next(it)
-    assert values() == config
+    assert values() == later
   del it
+
+
+def test_a_save_keeps_the_knobs_below_a_cache_that_serves_the_epoch(
+    tmp_path, monkeypatch):
+  monkeypatch.setenv("INTUNE_WARMSTART_DIR", str(tmp_path))
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(policy="manual",
+                                                        cache=True)
+  ds = _epochs().with_options(options)
+  it = iter(ds)
+  next(it)
+  session = intune_tf.session_of(it)
+  assert session.set({_BELOW_CACHE: 1.0}) == {_BELOW_CACHE: 1.0}
+  for _ in range(80):  # epochs 2 and 3 come from the cache
+    next(it)
+  assert _BELOW_CACHE not in session.config()["knobs"]
+  warmstart.save(session)
+  assert warmstart.load(session).config[_BELOW_CACHE] == 1.0
+  # The cache outlives the iterator: a new one never runs the map, and its
+  # save keeps the value the file had.
+  again = iter(ds)
+  next(again)
+  later = intune_tf.session_of(again)
+  assert _BELOW_CACHE not in later.config()["knobs"]
+  warmstart.save(later, {"Prefetch/buffer_size": 2.0})
+  assert warmstart.load(later).config[_BELOW_CACHE] == 1.0
+  del it, again
 
 
 @pytest.mark.parametrize("value,outside", [

@@ -103,16 +103,23 @@ def save(session, config: Mapping[str, float] | None = None,
          rows_per_s: float = 0.0,
          weights: Sequence[np.ndarray] | None = None) -> str | None:
   """Saves a session's configuration (default: its knobs now) and, when
-  given, agent weights (see `fine_tuned_weights`). Returns the JSON path, or
-  None when the session has no graph fingerprint (a dataset built inside a
-  tf.function) or options turn warm start off."""
+  given, agent weights (see `fine_tuned_weights`). The knobs whose stages
+  do not run now (below a cache that serves the epoch) keep the value they
+  last had in this session, else in the file saved before, unless `config`
+  names them: the next run's first epoch, which runs them, starts there.
+  Returns the JSON path, or None when the session has no graph fingerprint
+  (a dataset built inside a tf.function) or options turn warm start off."""
   fp = _fingerprint_of(session)
   if fp is None or not getattr(session.options, "warm_start", True):
     return None
+  live = session.config()["knobs"]
   if config is None:
-    config = session.config()["knobs"]
-  os.makedirs(directory(), exist_ok=True)
+    config = live
   base = os.path.join(directory(), key(fp))
+  kept = {**_saved_config(fp, base + ".json"),
+          **session._known_values()}  # noqa: SLF001
+  config = {**{n: v for n, v in kept.items() if n not in live}, **config}
+  os.makedirs(directory(), exist_ok=True)
   if weights is not None:
     dqn.save_weights(base + ".npz", weights, {"fingerprint": fp})
   data = {"version": FORMAT_VERSION, "fingerprint": fp, "machine": machine(),
@@ -145,6 +152,17 @@ def _check(data, fp: str, path: str) -> dict[str, float]:
                      ">= 0")
   del path
   return {k: float(v) for k, v in config.items()}
+
+
+def _saved_config(fp: str, path: str) -> dict[str, float]:
+  """The configuration in the file at `path`; {} for none, or for a file
+  that `load` would ignore (it warns about that file itself)."""
+  if not os.path.lexists(path):
+    return {}
+  try:
+    return _check(status.read_json_file(path, max_bytes=1 << 20), fp, path)
+  except (OSError, ValueError, TypeError):
+    return {}
 
 
 def load(session) -> State | None:

@@ -398,11 +398,12 @@ class Harness:
   # --- measurements --------------------------------------------------------
   def _options(self, policy: str, scenario: scenarios_lib.Scenario,
                config=None) -> intune_tf.IntuneOptions:
+    # The tuning alone: the cache has benchmarks of its own.
     return intune_tf.IntuneOptions(
         policy=policy, config=config, period_s=TUNING_PERIOD_S,
         cpu_budget=self.cpu_budget,
         ram_budget=scenario.ram_budget or self.ram_budget,
-        name=scenario.name, warm_start=self.warm_start)
+        name=scenario.name, warm_start=self.warm_start, cache=False)
 
   def _tuned(self, scenario, policy, config=None) -> tf.data.Dataset:
     return intune_tf.tune(scenario.make(None),

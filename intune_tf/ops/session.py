@@ -197,6 +197,8 @@ class TuningSession:
     self._id = int(session_id)
     self._id_tensor: tf.Tensor | None = None
     self._last_knobs: tuple[tuple, tuple[Knob, ...]] | None = None
+    # The last value seen of every knob, live or not (`_known_values`).
+    self._values: dict[str, float] = {}
     self._set_tensors: dict[tuple, tuple[tf.Tensor, tf.Tensor]] = {}
     self._tag = tag
     # A tag this process cannot read (a tf.data service worker of another
@@ -266,8 +268,17 @@ class TuningSession:
     """The pipeline's knobs, from the input stage to the output stage."""
     names, values, mins, maxs, displays = self._call(
         _kernels.ops().intune_list_knobs)
-    return _make_knobs(names.numpy(), values.numpy(), mins.numpy(),
-                       maxs.numpy(), displays.numpy())
+    knobs = _make_knobs(names.numpy(), values.numpy(), mins.numpy(),
+                        maxs.numpy(), displays.numpy())
+    self._values.update((k.name, k.value) for k in knobs)
+    return knobs
+
+  def _known_values(self) -> dict[str, float]:
+    """The last value seen (`knobs`, `set`, each tuning step) of every knob
+    this session has had, whether its stage runs now or not: the stages
+    below a cache that serves the epoch, or between two epochs, keep their
+    names and values while they do not run, and come back at them."""
+    return dict(self._values)
 
   def _snapshot(self) -> "_Snapshot":
     """Knobs, per-node statistics and counters in one op call: the tuner's
@@ -281,6 +292,7 @@ class TuningSession:
     if cached is None or cached[0] != key:
       cached = (key, tuple(_make_knobs(names, *kv.T, displays)))  # KNOB_COLUMNS
       self._last_knobs = cached
+      self._values.update((k.name, k.value) for k in cached[1])
     return _Snapshot(
         knobs=cached[1],
         stage_names=tuple(map(bytes.decode, stage_names.numpy().tolist())),
@@ -325,7 +337,9 @@ class TuningSession:
       raise KeyError(_clean(e.message)) from None
     except (tf.errors.OutOfRangeError, tf.errors.InvalidArgumentError) as e:
       raise ValueError(_clean(e.message)) from None
-    return dict(zip((name for name, _ in items), applied.numpy().tolist()))
+    applied = dict(zip((name for name, _ in items), applied.numpy().tolist()))
+    self._values.update(applied)
+    return applied
 
   def _set_inputs(self, items: tuple[tuple[str, float], ...]
                   ) -> tuple[tf.Tensor, tf.Tensor]:
