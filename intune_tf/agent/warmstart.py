@@ -112,13 +112,14 @@ def save(session, config: Mapping[str, float] | None = None,
   fp = _fingerprint_of(session)
   if fp is None or not getattr(session.options, "warm_start", True):
     return None
-  live = session.config()["knobs"]
   if config is None:
-    config = live
+    config = session.config()["knobs"]
   base = os.path.join(directory(), key(fp))
+  # No op call: a `fit` saves once its iterators are gone.
+  listed = session._listed_names()  # noqa: SLF001
   kept = {**_saved_config(fp, base + ".json"),
           **session._known_values()}  # noqa: SLF001
-  config = {**{n: v for n, v in kept.items() if n not in live}, **config}
+  config = {**{n: v for n, v in kept.items() if n not in listed}, **config}
   os.makedirs(directory(), exist_ok=True)
   if weights is not None:
     dqn.save_weights(base + ".npz", weights, {"fingerprint": fp})

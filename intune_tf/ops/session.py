@@ -197,8 +197,10 @@ class TuningSession:
     self._id = int(session_id)
     self._id_tensor: tf.Tensor | None = None
     self._last_knobs: tuple[tuple, tuple[Knob, ...]] | None = None
-    # The last value seen of every knob, live or not (`_known_values`).
+    # The last value seen of every knob, live or not (`_known_values`),
+    # and the names of the last listing (`_listed_names`).
     self._values: dict[str, float] = {}
+    self._listed: frozenset[str] = frozenset()
     self._set_tensors: dict[tuple, tuple[tf.Tensor, tf.Tensor]] = {}
     self._tag = tag
     # A tag this process cannot read (a tf.data service worker of another
@@ -271,6 +273,7 @@ class TuningSession:
     knobs = _make_knobs(names.numpy(), values.numpy(), mins.numpy(),
                         maxs.numpy(), displays.numpy())
     self._values.update((k.name, k.value) for k in knobs)
+    self._listed = frozenset(k.name for k in knobs)
     return knobs
 
   def _known_values(self) -> dict[str, float]:
@@ -279,6 +282,12 @@ class TuningSession:
     below a cache that serves the epoch, or between two epochs, keep their
     names and values while they do not run, and come back at them."""
     return dict(self._values)
+
+  def _listed_names(self) -> frozenset[str]:
+    """The knobs of the last listing (`knobs`, each tuning step): those
+    live then, known without an op call, so also once the session is
+    gone."""
+    return self._listed
 
   def _snapshot(self) -> "_Snapshot":
     """Knobs, per-node statistics and counters in one op call: the tuner's
@@ -293,6 +302,7 @@ class TuningSession:
       cached = (key, tuple(_make_knobs(names, *kv.T, displays)))  # KNOB_COLUMNS
       self._last_knobs = cached
       self._values.update((k.name, k.value) for k in cached[1])
+      self._listed = frozenset(k.name for k in cached[1])
     return _Snapshot(
         knobs=cached[1],
         stage_names=tuple(map(bytes.decode, stage_names.numpy().tolist())),
