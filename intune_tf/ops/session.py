@@ -15,7 +15,7 @@ import json
 import math
 import re
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -272,9 +272,13 @@ class TuningSession:
         _kernels.ops().intune_list_knobs)
     knobs = _make_knobs(names.numpy(), values.numpy(), mins.numpy(),
                         maxs.numpy(), displays.numpy())
+    self._remember(knobs)
+    return knobs
+
+  def _remember(self, knobs: Sequence[Knob]) -> None:
+    """Records a listing for `_known_values` and `_listed_names`."""
     self._values.update((k.name, k.value) for k in knobs)
     self._listed = frozenset(k.name for k in knobs)
-    return knobs
 
   def _known_values(self) -> dict[str, float]:
     """The last value seen (`knobs`, `set`, each tuning step) of every knob
@@ -301,8 +305,7 @@ class TuningSession:
     if cached is None or cached[0] != key:
       cached = (key, tuple(_make_knobs(names, *kv.T, displays)))  # KNOB_COLUMNS
       self._last_knobs = cached
-      self._values.update((k.name, k.value) for k in cached[1])
-      self._listed = frozenset(k.name for k in cached[1])
+      self._remember(cached[1])
     return _Snapshot(
         knobs=cached[1],
         stage_names=tuple(map(bytes.decode, stage_names.numpy().tolist())),
