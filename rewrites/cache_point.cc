@@ -302,7 +302,13 @@ CachePoint FindCachePoint(const GraphDef& graph) {
   // Down the pipeline from its output, through each dataset's first input,
   // to the first dataset that repeats each epoch.
   std::string stop;
+  std::unordered_set<std::string> passed;
   while (true) {
+    if (!passed.insert(node->name()).second) {
+      point.reason = absl::StrCat("the pipeline's inputs make a cycle at ",
+                                  node->name());
+      return point;
+    }
     const std::string reason = purity.NodeReason(node->name());
     if (reason.empty()) break;
     stop = purity.OpReason(*node);
@@ -323,7 +329,8 @@ CachePoint FindCachePoint(const GraphDef& graph) {
     point.reason = absl::StrCat("nothing to save below ", node->name());
     return point;
   }
-  while (IsWrapper(node->op())) {
+  passed.clear();
+  while (IsWrapper(node->op()) && passed.insert(node->name()).second) {
     const std::vector<int> inputs = DataInputs(*node);
     if (inputs.empty()) break;
     const NodeDef* input = purity.Node(InputName(node->input(inputs[0])));

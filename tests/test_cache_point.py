@@ -211,6 +211,19 @@ def test_no_point(make, reason):
   assert reason in why
 
 
+def test_a_cycle_of_inputs_has_no_point():
+  # Two shuffles that read each other: the walk down from the output would
+  # go round them for ever.
+  graph_def = graph_pb2.GraphDef()
+  for name, op, source in [("a", "ShuffleDataset", "b"),
+                           ("b", "ShuffleDataset", "a"),
+                           ("dataset", "_Retval", "a")]:
+    graph_def.node.add(name=name, op=op, input=[source])
+  point = rewrites.cache_point(graph_def)
+  assert point.node == ""
+  assert "make a cycle at a" in point.reason
+
+
 @pytest.mark.parametrize("graph_def,message", [
     (b"\xff\xff\xff", "not a GraphDef"),
     ([b"", b""], "must be a scalar"),
