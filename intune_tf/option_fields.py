@@ -125,7 +125,7 @@ FIELDS: tuple[Field, ...] = (
     Field("host_weight", float, False, 1.0, 0.0, MAX_HOST_WEIGHT,
           "finite number in (0, 1e6]",
           "This pipeline's weight in the host's split."),
-    Field("cache", bool, False, False, None, None, "bool",
+    Field("cache", bool, False, True, None, None, "bool",
           "Cache where the pipeline stops changing between epochs.",
           attr="cache"),
 )

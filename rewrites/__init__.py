@@ -64,7 +64,7 @@ def _run(graph_def: graph_pb2.GraphDef, include_fixed: bool,
 def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
                insert_prefetch: bool = False, inner_stats: bool = False,
                interleave_buffer: int | None = 16,
-               cache: bool = False) -> Result:
+               cache: bool = True) -> Result:
   """Runs every pass on `graph_def`, as the root does (`RunPasses`).
 
   In order: strip_roots, make_tunable, insert_cache, insert_prefetch,
@@ -82,7 +82,7 @@ def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
     interleave_buffer: results each input of a parallel interleave of
       records buffers; None or 0 keeps TF's. Default 16.
     cache: put InTune's cache where the pipeline stops changing between
-      epochs (insert_cache). Default False.
+      epochs (insert_cache). Default True.
 
   Returns:
     The rewritten graph and what the passes did.
@@ -107,7 +107,7 @@ def run_passes(graph_def: graph_pb2.GraphDef, *, include_fixed: bool = False,
 def rewrite_graph(graph_def: graph_pb2.GraphDef, *,
                   include_fixed: bool = False, insert_prefetch: bool = False,
                   inner_stats: bool = False,
-                  interleave_buffer: int | None = 16, cache: bool = False
+                  interleave_buffer: int | None = 16, cache: bool = True
                   ) -> tuple[graph_pb2.GraphDef, dict[str, int]]:
   """Runs every pass on `graph_def` (`run_passes`, same arguments).
 
@@ -160,7 +160,7 @@ def cache_point(graph_def: graph_pb2.GraphDef) -> CachePoint:
 
 def rewriter_config(*, include_fixed: bool = False,
                     insert_prefetch: bool = False, inner_stats: bool = False,
-                    interleave_buffer: int | None = 16, cache: bool = False
+                    interleave_buffer: int | None = 16, cache: bool = True
                     ) -> rewriter_config_pb2.RewriterConfig:
   """The `RewriterConfig` the root gives `data::RewriteDataset` for these
   options (`MakeRewriterConfig`; arguments as for `run_passes`)."""

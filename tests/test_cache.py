@@ -361,6 +361,36 @@ def test_a_budget_too_small_for_any_element_caches_nothing(caplog):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("known,budget,cached", [
+    # 2,000 elements of 400 bytes: 4,000 bytes hold 10 of them, 0.5%.
+    (True, 4_000, False),
+    # 40,000 bytes hold 100, 5%: the first part is cached.
+    (True, 40_000, True),
+    # Of an epoch of unknown size no share is known: 0.5% is cached.
+    (False, 4_000, True),
+], ids=["under_1_percent", "5_percent", "unknown_size"])
+def test_a_cache_with_room_for_under_one_percent_of_a_known_epoch_is_left_out(
+    caplog, known, budget, cached):
+  ds = _vectors() if known else _vectors().filter(lambda v: v[0] >= 0)
+  assert (ds.cardinality() == 2000) == known
+  ds = _tuned(ds, ram_budget=budget, period_s=0.01)
+  with caplog.at_level(logging.INFO):
+    first, _ = _epoch(ds)
+    second, stats = _epoch(ds)
+  assert second == first and len(first) == 2000
+  assert stats["point"]
+  assert (stats["hits"] > 0) == cached, stats
+  told = _told(caplog, "no cache: the RAM budget leaves it room")
+  if cached:
+    assert not told and not stats["reason"].startswith("no cache")
+  else:
+    assert stats["reason"] == (
+        "no cache: the RAM budget leaves it room for 10 of the epoch's 2000 "
+        "elements (400 bytes each), under 1%")
+    assert len(told) == 1
+
+
+@pytest.mark.slow
 def test_the_log_says_where_it_cached(caplog):
   ds = _tuned(_vectors(), period_s=0.01)
   with caplog.at_level(logging.INFO):

@@ -27,8 +27,8 @@ KNOB_INPUT = {"ParallelMapDatasetV2": -1, INTERLEAVE: -1,
               PREFETCH: -1}
 PER_ELEMENT_OPS = ("InterleaveDataset", "FlatMapDataset", INTERLEAVE)
 # Only the pass under test: the others off (make_tunable, strip_roots and
-# disable_tf_autotune always run).
-ONLY_ALWAYS = dict(insert_prefetch=False, inner_stats=True)
+# disable_tf_autotune always run; the cache's pass is test_cache_point's).
+ONLY_ALWAYS = dict(insert_prefetch=False, inner_stats=True, cache=False)
 
 
 # Reading graphs.
@@ -278,7 +278,7 @@ def test_insert_prefetch_after_parallel_stages_without_one():
 def test_insert_prefetch_rewires_the_retval():
   ds = tf.data.Dataset.range(10).map(lambda x: x, num_parallel_calls=2)
   graph = rewrites.run_passes(_graph(ds), insert_prefetch=True,
-                              inner_stats=True).graph_def
+                              inner_stats=True, cache=False).graph_def
   retval = _one(graph, "_Retval")
   assert _nodes(graph)[_name(retval.input[0])].op == PREFETCH
 
@@ -287,7 +287,7 @@ def test_no_second_prefetch():
   graph = _graph(tf.data.Dataset.range(3).map(
       lambda x: x, num_parallel_calls=2).prefetch(1))
   result = rewrites.run_passes(graph, insert_prefetch=True,
-                               inner_stats=True)
+                               inner_stats=True, cache=False)
   assert result.graph_def == graph and not result.structure_changed
 
 
@@ -334,7 +334,7 @@ def test_untrack_inner_wraps_the_per_element_dataset(transform, sinks):
 ])
 def test_untrack_inner_keeps_functions_that_buffer(inner):
   graph = _graph(tf.data.Dataset.range(3).interleave(inner, cycle_length=2))
-  result = rewrites.run_passes(graph, insert_prefetch=False)
+  result = rewrites.run_passes(graph, insert_prefetch=False, cache=False)
   assert result.graph_def == graph and not result.structure_changed
 
 
@@ -352,7 +352,7 @@ def _interleave_buffer(graph_def):
 
 
 # Only untrack_inner and the raise: the raise needs the wrapper.
-ONLY_RAISE = dict(insert_prefetch=False, inner_stats=False)
+ONLY_RAISE = dict(insert_prefetch=False, inner_stats=False, cache=False)
 
 
 def _raised(graph_def):
@@ -530,7 +530,8 @@ def test_bad_graphs_for_other_passes_are_skipped():
   result = rewrites.run_passes(graph, insert_prefetch=True,
                                interleave_buffer=16)
   assert [s.split(":")[0] for s in result.skipped] == [
-      "insert_prefetch", "raise_interleave_buffers", "disable_tf_autotune"]
+      "insert_cache", "insert_prefetch", "raise_interleave_buffers",
+      "disable_tf_autotune"]
   assert result.graph_def == before
 
 

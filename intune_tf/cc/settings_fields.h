@@ -36,7 +36,7 @@
   /* Records per interleave input; 0: TF's buffers. */               \
   X(InterleaveBuffer, interleave_buffer, int64_t, int, 16)           \
   /* Cache where the pipeline stops changing between epochs. */      \
-  X(Cache, cache, bool, bool, false)
+  X(Cache, cache, bool, bool, true)
 // clang-format on
 
 namespace tensorflow {

@@ -565,7 +565,8 @@ class Tuner:
   def _tell_cache(self, t: _Tuned) -> None:
     """Says, once per pipeline in the process (its cache point and
     options: `model.fit` makes a session per epoch), where InTune cached
-    (INFO, once the cache served elements), or that the RAM budget left it
+    (INFO, once the cache served elements), that it left out an epoch of
+    which it had room for too little (INFO), or that the RAM budget left it
     no room for one element (one WARNING line). A session stops reading
     once it is decided."""
     if "cache" in t.told:
@@ -575,7 +576,13 @@ class Tuner:
     if not cache["point"] or key in self._cache_told:
       t.told.add("cache")
       return
-    if cache["hits"] > 0:
+    if cache["reason"].startswith("no cache:"):
+      # The cache's own decision, at its first element (its point is kept).
+      t.told.add("cache")
+      self._cache_told.add(key)
+      logging.info("InTune %r: %s (its point: after %s); every epoch "
+                   "recomputes it.", t.session, cache["reason"], cache["point"])
+    elif cache["hits"] > 0:
       t.told.add("cache")
       self._cache_told.add(key)
       logging.info(

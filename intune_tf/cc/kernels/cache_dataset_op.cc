@@ -13,6 +13,7 @@
 // Skip), appending what it reads while the entry is a prefix ending at i.
 // A checkpoint holds the position and, when the input was made, the input's
 // state: never the cached elements.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -51,6 +52,28 @@ inline constexpr size_t kMaxPathLength = 4096;
 inline constexpr char kSplitsReason[] =
     "no cache: the pipeline reads splits that tf.data service's dispatcher "
     "hands out (processing_mode distributed_epoch), different each epoch";
+
+// The least share of an epoch of known size that a cache must have room
+// for: a smaller prefix saves too little to be worth its memory.
+inline constexpr int64_t kMinEpochPercent = 1;
+
+// Why a cache of `limit` bytes would not pay on an epoch of
+// `epoch_elements` (a cardinality) elements of `element_bytes`: it has room
+// for under kMinEpochPercent of it, or the input never ends. Empty when it
+// may pay (an unknown cardinality included).
+std::string WhyNotWorthIt(int64_t limit, int64_t element_bytes,
+                          int64_t epoch_elements) {
+  if (epoch_elements == data::kInfiniteCardinality) {
+    return "no cache: the input never ends, so no share of an epoch fits";
+  }
+  if (epoch_elements <= 0) return "";
+  const int64_t room = limit / std::max<int64_t>(element_bytes, 1);
+  if (room * 100 >= epoch_elements * kMinEpochPercent) return "";
+  return absl::StrCat("no cache: the RAM budget leaves it room for ", room,
+                      " of the epoch's ", epoch_elements, " elements (",
+                      element_bytes, " bytes each), under ", kMinEpochPercent,
+                      "%");
+}
 
 uint64_t HashTensor(const Tensor& t, uint64_t seed, bool* hashable) {
   uint64_t h = Hash64Combine(seed, static_cast<uint64_t>(t.dtype()));
@@ -187,7 +210,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       : PassThroughDataset(ctx, input),
         point_(std::move(point)),
         entry_(std::move(entry)),
-        files_(std::move(files)) {}
+        files_(std::move(files)),
+        epoch_elements_(input->Cardinality()) {}
 
   std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
       const std::string& prefix) const override {
@@ -280,6 +304,20 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       const int64_t upstream =
           last_read_us_ > 0 ? now - last_read_us_ : now - start;
       last_read_us_ = now;
+      if (position_ == 0 && entry->size() == 0) {
+        const std::string why =
+            WhyNotWorthIt(entry->limit(), ElementBytes(*out_tensors),
+                          dataset()->epoch_elements_);
+        if (!why.empty()) {
+          bypass_ = true;
+          if (session_ != nullptr) {
+            session_->SetCacheInfo(dataset()->point_, why);
+            session_ = nullptr;
+          }
+          ++position_;
+          return OkStatus();
+        }
+      }
       entry->Append(position_, *out_tensors, upstream);
       ++position_;
       if (session_ != nullptr) session_->RecordCacheRead(false, 0);
@@ -390,6 +428,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
   const std::string point_;
   const std::shared_ptr<CacheEntry> entry_;
   const std::vector<std::string> files_;
+  // The input's cardinality (data::kUnknownCardinality when not known).
+  const int64_t epoch_elements_;
 };
 
 void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,

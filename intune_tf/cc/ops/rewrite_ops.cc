@@ -22,7 +22,7 @@ REGISTER_OP("IntuneRewriteGraph")
     .Attr("insert_prefetch: bool = false")
     .Attr("inner_stats: bool = false")
     .Attr("interleave_buffer: int = 16")
-    .Attr("cache: bool = false")
+    .Attr("cache: bool = true")
     .SetShapeFn([](InferenceContext* c) {
       shape_inference::ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
