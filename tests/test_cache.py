@@ -29,15 +29,22 @@ def _value(element):
       lambda t: t.numpy().tolist() if t.shape.rank else t.numpy(), element)
 
 
-def _epoch(ds):
+# Seconds a consumer that the tuner must see spends on each element: 2,000
+# of them outlast the tuner's search for new sessions (every 0.25 s).
+TOLD_PAUSE_S = 0.0003
+
+
+def _epoch(ds, pause_s=0.0):
   """The elements of one epoch (a new iterator, as `model.fit` makes one per
-  epoch), and the session's cache figures before the end."""
+  epoch), and the session's cache figures before the end. `pause_s`: the
+  consumer's time per element."""
   it = iter(ds)
   session = intune_tf.session_of(it)
   elements, stats = [], session.cache()
   for element in it:
     elements.append(_value(element))
     stats = session.cache()
+    time.sleep(pause_s)
   return elements, stats
 
 
@@ -351,9 +358,9 @@ def _told(caplog, text):
 def test_a_budget_too_small_for_any_element_caches_nothing(caplog):
   ds = _tuned(_vectors(), ram_budget=100, period_s=0.01)
   with caplog.at_level(logging.INFO):
-    first, _ = _epoch(ds)
-    second, stats = _epoch(ds)
-    third, _ = _epoch(ds)
+    first, _ = _epoch(ds, TOLD_PAUSE_S)
+    second, stats = _epoch(ds, TOLD_PAUSE_S)
+    third, _ = _epoch(ds, TOLD_PAUSE_S)
   assert second == first == third
   assert stats["point"] and stats["bytes"] == 0 and stats["hits"] == 0
   assert len(_told(caplog, "no cache: the RAM budget")) == 1
@@ -375,8 +382,8 @@ def test_a_cache_with_room_for_under_one_percent_of_a_known_epoch_is_left_out(
   assert (ds.cardinality() == 2000) == known
   ds = _tuned(ds, ram_budget=budget, period_s=0.01)
   with caplog.at_level(logging.INFO):
-    first, _ = _epoch(ds)
-    second, stats = _epoch(ds)
+    first, _ = _epoch(ds, TOLD_PAUSE_S)
+    second, stats = _epoch(ds, TOLD_PAUSE_S)
   assert second == first and len(first) == 2000
   assert stats["point"]
   assert (stats["hits"] > 0) == cached, stats
@@ -395,7 +402,7 @@ def test_the_log_says_where_it_cached(caplog):
   ds = _tuned(_vectors(), period_s=0.01)
   with caplog.at_level(logging.INFO):
     for _ in range(3):
-      _epoch(ds)
+      _epoch(ds, TOLD_PAUSE_S)
   (line,) = _told(caplog, "cached after")
   assert "MapDataset" in line.getMessage()
   assert not _told(caplog, "no cache")
