@@ -28,6 +28,7 @@ dispatcher's status file carries it (`pool`), which `intune inspect` shows.
 
 from __future__ import annotations
 
+from concurrent import futures
 import dataclasses
 import os
 import pathlib
@@ -37,6 +38,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable
 
@@ -56,6 +58,12 @@ DEFAULT_STANDBY_DELAY_S = 60.0
 # The last decisions `PoolManager.report` includes.
 REPORTED_DECISIONS = 10
 _REGISTERED = "Worker registered with dispatcher"
+# After a port told to a standby (or as `--port-kept`): the pool's
+# AddressKeeper holds it, and the worker binds beside it.
+KEPT = "kept"
+# Longest a keeper waits for the worker that takes its address to register
+# before it closes anyway.
+_HANDOVER_TIMEOUT_S = 60.0
 # The kinds of pool `intune service dispatcher --workers KIND:MIN-MAX` sizes.
 POOL_KINDS = ("local", "command")
 _SPEC = re.compile(r"^([a-z]+):(-?\d+)-(-?\d+)$")
@@ -307,6 +315,65 @@ def port_is_free(port: int) -> bool:
   return True
 
 
+class AddressKeeper:
+  """Answers at a stopped local worker's address until a worker serves there
+  again: every call gets UNAVAILABLE, which TensorFlow's data service client
+  takes as "read another task first".
+
+  Without it the client's gRPC channel to that address has its connections
+  refused and backs off exponentially, so a worker restarted there after a
+  long shrink is reached only when the back-off ends (docs/service.md
+  measures both). The keeper binds beside the stopping worker, and the new
+  worker beside the keeper (SO_REUSEPORT, which gRPC servers set); the
+  keeper closes once that worker has registered.
+
+  Args:
+    host: the address it listens on (the workers' advertised host).
+    port: the stopped worker's port.
+
+  Raises:
+    OSError: the port cannot be bound (taken by another program).
+  """
+
+  def __init__(self, host: str, port: int):
+    import grpc  # noqa: PLC0415  TensorFlow's own dependency, only needed here
+
+    def unavailable(request, context):
+      del request
+      context.abort(grpc.StatusCode.UNAVAILABLE,
+                    f"the local worker on port {port} was stopped by "
+                    "InTune's pool; another worker will serve here")
+
+    class _Handler(grpc.GenericRpcHandler):
+
+      def service(self, handler_call_details):
+        del handler_call_details
+        return grpc.unary_unary_rpc_method_handler(unavailable)
+
+    self.port = port
+    self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=1),
+                               handlers=[_Handler()],
+                               options=[("grpc.so_reuseport", 1)])
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if self._server.add_insecure_port(where) != port:
+      self._server.stop(0)
+      raise OSError(f"cannot listen on {where}")
+    self._server.start()
+
+  def close(self) -> None:
+    self._server.stop(0).wait()
+
+
+def _hand_over(keeper: AddressKeeper, worker: _LocalWorker) -> None:
+  """Closes `keeper` once `worker`, started on its port, has registered
+  (or exited, or `_HANDOVER_TIMEOUT_S` passed)."""
+  deadline = time.monotonic() + _HANDOVER_TIMEOUT_S
+  while (time.monotonic() < deadline and worker.proc.poll() is None and
+         not worker.registered()):
+    time.sleep(0.05)
+  keeper.close()
+
+
 @dataclasses.dataclass
 class _LocalWorker:
   proc: subprocess.Popen
@@ -334,6 +401,9 @@ class LocalWorkers(Scaler):
   dispatcher knows a worker by its address and hands the newcomer the
   unfinished tasks of the one that left there, which is what lets a
   `distributed_epoch` epoch that lost a worker end (docs/service.md).
+  The port of a worker it stopped keeps answering (`AddressKeeper`) until a
+  new worker takes it, so that the trainer's connection to it does not back
+  off.
 
   `standby` processes are kept warm (`intune service worker --standby`:
   TensorFlow and InTune loaded, no port, not registered, no CPU used): a
@@ -361,6 +431,8 @@ class LocalWorkers(Scaler):
     standby_delay_s: seconds after a standby was taken before a new one
       starts, unless the pool shrinks first. Default
       `DEFAULT_STANDBY_DELAY_S` (60).
+    keep_addresses: leave an `AddressKeeper` answering at each stopped
+      worker's port until a worker takes it again. Default True.
   """
 
   kind = "local"
@@ -371,7 +443,8 @@ class LocalWorkers(Scaler):
                worker_args: tuple[str, ...] = (),
                stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
                standby: int = DEFAULT_STANDBY,
-               standby_delay_s: float = DEFAULT_STANDBY_DELAY_S):
+               standby_delay_s: float = DEFAULT_STANDBY_DELAY_S,
+               keep_addresses: bool = True):
     super().__init__(min_workers, max_workers)
     if isinstance(standby, bool) or not isinstance(standby, int) or (
         standby < 0):
@@ -393,6 +466,10 @@ class LocalWorkers(Scaler):
     self._started = 0
     # Ports of the workers that left, oldest first: the next ones to use.
     self.vacated: list[int] = []
+    # The keepers of the stopped workers' ports not taken again yet.
+    self.keepers: dict[int, AddressKeeper] = {}
+    self.keep_addresses = keep_addresses
+    self._closing = False
     # The size of the last resize.
     self.asked = 0
     self.standby = standby
@@ -496,26 +573,40 @@ class LocalWorkers(Scaler):
     return started
 
   def _port(self) -> int:
-    """The oldest vacated port that is free now (taken from `vacated`, as
-    are the busy ones before it), else a new free port."""
+    """The oldest vacated port that is free now or kept by an
+    `AddressKeeper` (taken from `vacated`, as are the busy ones before it),
+    else a new free port."""
     while self.vacated:
       port = self.vacated.pop(0)
-      if port_is_free(port):
+      if port in self.keepers or port_is_free(port):
         return port
       logging.info("Port %d of a worker that left is taken; the new worker "
                    "gets another.", port)
     return free_port(self.host)
 
   def _start(self) -> _LocalWorker:
-    """A worker on the next port: a standby told its port, else a new
-    process."""
+    """A worker on the next port (handed over by its keeper, if any)."""
     port = self._port()
+    try:
+      w = self._start_on(port, kept=port in self.keepers)
+    except ScalerError:
+      self.vacated.insert(0, port)
+      raise
+    keeper = self.keepers.pop(port, None)
+    if keeper is not None:
+      threading.Thread(target=_hand_over, args=(keeper, w), daemon=True,
+                       name=f"intune-handover-{port}").start()
+    return w
+
+  def _start_on(self, port: int, kept: bool) -> _LocalWorker:
+    """A worker on `port` (held by a keeper if `kept`): a standby told it,
+    else a new process."""
     while self.standbys:
       w = self.standbys.pop(0)
       try:
         if w.proc.poll() is not None:
           raise OSError(f"exit status {w.proc.returncode}")
-        w.proc.stdin.write(f"{port}\n".encode())
+        w.proc.stdin.write(f"{port}{' ' + KEPT if kept else ''}\n".encode())
         w.proc.stdin.close()
       except OSError as e:  # it died since the reap
         logging.warning("Standby local worker pid %d is gone (%s).",
@@ -530,16 +621,17 @@ class LocalWorkers(Scaler):
                    w.proc.pid, port)
       return dataclasses.replace(w, port=port, log_path=log_path,
                                  started_at=time.monotonic())
-    return self._spawn(port)
+    return self._spawn(port, kept)
 
-  def _spawn(self, port: int | None) -> _LocalWorker:
+  def _spawn(self, port: int | None, kept: bool = False) -> _LocalWorker:
     """A new `intune service worker` process on `port` (None: a
     standby)."""
     self._started += 1
     name = "standby" if port is None else str(port)
     log_path = self.log_dir / f"worker{self._started}-{name}.log"
     log = open(log_path, "wb")
-    where = ["--standby"] if port is None else ["--port", str(port)]
+    where = (["--standby"] if port is None else
+             ["--port", str(port), *(["--port-kept"] if kept else [])])
     args = [sys.executable, "-m", "intune_tf", "service", "worker",
             "--dispatcher", self.dispatcher, *where, "--host", self.host,
             *self.worker_args]
@@ -559,6 +651,16 @@ class LocalWorkers(Scaler):
     return _LocalWorker(proc, port or 0, log_path, log, time.monotonic())
 
   def _stop(self, w: _LocalWorker) -> None:
+    # The keeper binds beside the worker before it stops, so that no
+    # connection to the port is ever refused (each refusal lengthens the
+    # client's back-off), however long the worker takes to exit.
+    if w.port and self.keep_addresses and not self._closing:
+      try:
+        self.keepers[w.port] = AddressKeeper(self.host, w.port)
+      except (OSError, RuntimeError) as e:  # nothing lost but the speed-up
+        logging.warning("Cannot keep port %d answering after its worker "
+                        "stops (%s): a worker restarted there is reached "
+                        "after the client's reconnect back-off.", w.port, e)
     if w.proc.poll() is None:
       w.proc.send_signal(signal.SIGTERM)
       try:
@@ -573,6 +675,9 @@ class LocalWorkers(Scaler):
                  w.port)
 
   def close(self) -> None:
+    self._closing = True
+    while self.keepers:
+      self.keepers.popitem()[1].close()
     while self.workers:
       self._stop(self.workers.pop())
     while self.standbys:

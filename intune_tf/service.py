@@ -334,7 +334,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
 
 def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
                dispatcher_wait_s: float = DEFAULT_DISPATCHER_WAIT_S,
-               heartbeat_interval_ms: int | None = None) -> int:
+               heartbeat_interval_ms: int | None = None,
+               port_kept: bool = False) -> int:
   """Runs a tf.data service worker tuned by InTune until SIGTERM/SIGINT.
 
   Args:
@@ -347,6 +348,9 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
     heartbeat_interval_ms: how often the worker reports to the dispatcher
       (keep it below the dispatcher's worker timeout). Default None:
       TensorFlow's default.
+    port_kept: the port is held by a local pool's `AddressKeeper`, which
+      closes once this worker registers: bind beside it rather than refuse
+      a busy port. Default False.
 
   Returns:
     The exit code (0).
@@ -359,7 +363,8 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
 
   d_host, d_port = parse_address(dispatcher, "--dispatcher")
   dispatcher = f"{d_host}:{d_port}"
-  check_port_free(port)
+  if not port_kept:
+    check_port_free(port)
   wait_for_dispatcher(d_host, d_port, dispatcher_wait_s)
   worker_address = f"{host}:{port}"
   _start_tuner("worker", dispatcher=dispatcher, worker_address=worker_address,
@@ -773,19 +778,28 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
     return _fail("dispatcher", e)
 
 
-def standby_port(stream: IO[str]) -> int | None:
-  """The port a standby worker is asked to serve on: one line of `stream`
-  holding it. None at the end of the stream (whoever kept the standby no
-  longer needs it).
+def standby_port(stream: IO[str]) -> tuple[int, bool] | None:
+  """The port a standby worker is asked to serve on, from one line of
+  `stream`: "PORT", or "PORT kept" when the pool's `AddressKeeper` holds it
+  (the worker binds beside it). None at the end of the stream (whoever
+  kept the standby no longer needs it).
+
+  Returns:
+    (port, kept), or None.
 
   Raises:
-    ServiceError: the line is not a port (1-65535).
+    ServiceError: the line is not a port (1-65535), optionally "kept".
   """
   line = stream.readline()
   if not line:
     return None
+  words = line.split()
+  kept = words[1:] == [scalers.KEPT]
   try:
-    return arguments.port(line.strip())
+    if len(words) != 1 + kept:
+      raise argparse.ArgumentTypeError(
+          f"expected PORT or PORT {scalers.KEPT}")
+    return arguments.port(words[0]), kept
   except argparse.ArgumentTypeError as e:
     raise ServiceError(f"a standby worker got {line.strip()!r} on stdin, "
                        f"not a port: {e}") from e
@@ -817,12 +831,16 @@ def _worker_main(args: argparse.Namespace) -> int:
       _warm_worker()
       logging.info("Standby worker ready (pid %d): waiting for a port on "
                    "stdin.", os.getpid())
-      port = standby_port(sys.stdin)
-      if port is None:
+      told = standby_port(sys.stdin)
+      if told is None:
         logging.info("Standby worker: stdin closed; exiting unused.")
         return 0
+      port, kept = told
+    else:
+      kept = args.port_kept
     return run_worker(args.dispatcher, port, args.host,
-                      args.dispatcher_wait, args.heartbeat_interval_ms)
+                      args.dispatcher_wait, args.heartbeat_interval_ms,
+                      port_kept=kept)
   except ServiceError as e:
     return _fail("worker", e)
 
@@ -896,6 +914,8 @@ def add_commands(subparsers) -> None:
                  "one line on stdin and serve on it (a warm worker of a "
                  "local pool serves at once); exit at the end of "
                  "stdin.")
+  # A local pool's own workers: the port is held by its AddressKeeper.
+  w.add_argument("--port-kept", action="store_true", help=argparse.SUPPRESS)
   w.add_argument("--host", default="127.0.0.1",
                  help="The address this worker advertises to the dispatcher "
                  "and clients (default 127.0.0.1).")

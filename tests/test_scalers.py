@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from _waiting import wait_until
@@ -460,7 +461,8 @@ def _stand_in_spawns(s, tmp_path, monkeypatch):
   """Makes `s` start sleeping processes, not workers; returns their ports."""
   spawned = []
 
-  def spawn(port):
+  def spawn(port, kept=False):
+    del kept
     path = tmp_path / f"w{len(spawned)}.log"
     proc = subprocess.Popen([sys.executable, "-c",
                              "import time; time.sleep(120)"],
@@ -510,4 +512,105 @@ def test_a_shrink_starts_the_replacement_standby_before_its_delay(
     s.resize(1)  # the shrink frees CPU: the replacement loads now
     assert s.standby_count() == 1 and spawned[-1] is None
   finally:
+    s.close()
+
+
+def _keeper_answer_or_other(port: int) -> str:
+  """The details of a failed GetElement call (for no task) to the data
+  service worker at `port`."""
+  import grpc  # noqa: PLC0415
+  with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    call = channel.unary_unary("/tensorflow.data.WorkerService/GetElement")
+    with pytest.raises(grpc.RpcError) as info:
+      call(b"", timeout=10, wait_for_ready=False)
+  return f"{info.value.code()}: {info.value.details()}"
+
+
+def _keeper_answer(port: int) -> str:
+  """As `_keeper_answer_or_other`, for a call that must fail UNAVAILABLE."""
+  answer = _keeper_answer_or_other(port)
+  assert answer.startswith("StatusCode.UNAVAILABLE: "), answer
+  return answer
+
+
+def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
+    tmp_path, monkeypatch):
+  s = scalers.LocalWorkers("127.0.0.1:1", 1, 3, log_dir=str(tmp_path),
+                           standby=0)
+  _stand_in_spawns(s, tmp_path, monkeypatch)
+  try:
+    s.resize(2)
+    stopped = s.workers[1]
+    s.resize(1)
+    # The address stays up: a client's channel is not refused (nor backs
+    # off), each call gets UNAVAILABLE, which TF's client skips.
+    assert list(s.keepers) == [stopped.port] == s.vacated
+    assert not scalers.port_is_free(stopped.port)
+    assert "was stopped by InTune's pool" in _keeper_answer(stopped.port)
+    s.resize(2)  # the kept port is the new worker's, handed over
+    joined = s.workers[1]
+    assert joined.port == stopped.port and s.keepers == {}
+    time.sleep(0.3)  # not registered yet: the keeper still answers
+    assert "was stopped by InTune's pool" in _keeper_answer(joined.port)
+    joined.log.write(b"I tensorflow ... Worker registered with dispatcher\n")
+    joined.log.flush()
+    wait_until(lambda: scalers.port_is_free(joined.port), timeout=5,
+               what="the keeper to close once the new worker registered")
+  finally:
+    s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("standby", [1, 0], ids=["standby", "cold"])
+def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
+                                                       standby):
+  # The worker binds beside the keeper (told `PORT kept` or --port-kept;
+  # without, it refused the busy port and exited), serves the trainer, and
+  # the keeper is gone. How soon it serves: benchmarks/service_rejoin.py.
+  tf = pytest.importorskip("tensorflow")
+  s = scalers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
+                           env={"INTUNE_STATUS_DIR": str(tmp_path)},
+                           worker_args=("--heartbeat-interval-ms", "500",
+                                        "--dispatcher-wait", "120"),
+                           standby=standby, standby_delay_s=0.0)
+  seen = []
+  stop = threading.Event()
+
+  def pid_of_worker(x):  # the pid of the worker process that made x
+    return x, tf.strings.to_number(tf.strings.split(
+        tf.io.read_file("/proc/self/stat"), " ")[0], tf.int64)
+
+  def read():
+    ds = tf.data.Dataset.range(10**9).map(pid_of_worker).batch(8).apply(
+        tf.data.experimental.service.distribute(
+            "distributed_epoch", f"grpc://{dispatcher}"))
+    for _, pid in ds:
+      seen.append((time.monotonic(), int(pid[0])))
+      if stop.wait(0.01):
+        return
+  reader = threading.Thread(target=read, daemon=True)
+  try:
+    s.resize(2)
+    wait_until(lambda: s.serving() == 2, timeout=_TIMEOUT_S,
+               what="two local workers to register")
+    reader.start()
+    pids = {w.proc.pid for w in s.workers}
+    wait_until(lambda: pids <= {p for _, p in seen}, timeout=_TIMEOUT_S,
+               what="rows from both workers")
+    stopped = s.workers[1].port
+    s.resize(1)
+    assert "was stopped by InTune's pool" in _keeper_answer(stopped)
+    time.sleep(5)
+    s.resize(2)
+    joined = s.workers[1]
+    assert joined.port == stopped and s.keepers == {}
+    wait_until(lambda: any(p == joined.proc.pid for _, p in seen),
+               timeout=_TIMEOUT_S, what="rows from the regrown worker")
+    assert joined.proc.poll() is None
+    # The port now answers as TensorFlow's worker, not as the keeper.
+    assert "was stopped by InTune's pool" not in _keeper_answer_or_other(
+        stopped)
+  finally:
+    stop.set()  # the reader ends at its next row, before the workers stop
+    reader.join(60)
     s.close()
