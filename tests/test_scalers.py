@@ -560,6 +560,25 @@ def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
     s.close()
 
 
+# A trainer reading a repeated distributed_epoch dataset from the
+# dispatcher argv[1]: one line per batch, the pid of the worker that made it.
+_TRAINER = """
+import sys, time
+import tensorflow as tf
+
+def pid_of_worker(x):
+  return x, tf.strings.to_number(tf.strings.split(
+      tf.io.read_file("/proc/self/stat"), " ")[0], tf.int64)
+
+ds = tf.data.Dataset.range(10**9).map(pid_of_worker).batch(8).apply(
+    tf.data.experimental.service.distribute(
+        "distributed_epoch", "grpc://" + sys.argv[1]))
+for _, pid in ds:
+  print(int(pid[0]), flush=True)
+  time.sleep(0.01)
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("standby", [1, 0], ids=["standby", "cold"])
 def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
@@ -567,32 +586,24 @@ def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
   # The worker binds beside the keeper (told `PORT kept` or --port-kept;
   # without, it refused the busy port and exited), serves the trainer, and
   # the keeper is gone. How soon it serves: benchmarks/service_rejoin.py.
-  tf = pytest.importorskip("tensorflow")
   s = scalers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
                            env={"INTUNE_STATUS_DIR": str(tmp_path)},
                            worker_args=("--heartbeat-interval-ms", "500",
                                         "--dispatcher-wait", "120"),
                            standby=standby, standby_delay_s=0.0)
   seen = []
-  stop = threading.Event()
+  trainer = None
 
-  def pid_of_worker(x):  # the pid of the worker process that made x
-    return x, tf.strings.to_number(tf.strings.split(
-        tf.io.read_file("/proc/self/stat"), " ")[0], tf.int64)
-
-  def read():
-    ds = tf.data.Dataset.range(10**9).map(pid_of_worker).batch(8).apply(
-        tf.data.experimental.service.distribute(
-            "distributed_epoch", f"grpc://{dispatcher}"))
-    for _, pid in ds:
-      seen.append((time.monotonic(), int(pid[0])))
-      if stop.wait(0.01):
-        return
+  def read():  # the pid of the worker that made each batch
+    for line in trainer.stdout:
+      seen.append((time.monotonic(), int(line)))
   reader = threading.Thread(target=read, daemon=True)
   try:
     s.resize(2)
     wait_until(lambda: s.serving() == 2, timeout=_TIMEOUT_S,
                what="two local workers to register")
+    trainer = subprocess.Popen([sys.executable, "-c", _TRAINER, dispatcher],
+                               stdout=subprocess.PIPE, text=True)
     reader.start()
     pids = {w.proc.pid for w in s.workers}
     wait_until(lambda: pids <= {p for _, p in seen}, timeout=_TIMEOUT_S,
@@ -611,6 +622,7 @@ def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
     assert "was stopped by InTune's pool" not in _keeper_answer_or_other(
         stopped)
   finally:
-    stop.set()  # the reader ends at its next row, before the workers stop
-    reader.join(60)
+    if trainer is not None:
+      trainer.kill()
+      trainer.wait()
     s.close()
