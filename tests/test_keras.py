@@ -271,7 +271,12 @@ def test_drive_every_tensorboard_reuse_and_warm_start(tmp_path):
       tmp_path / "warmstart")
   with open(callback.warm_start_path) as f:
     saved = json.load(f)
-  assert set(saved["config"]) == set(callback.trace[-1].knobs)
+  # The knobs below the cache leave the trace (and the saved configuration)
+  # while an epoch is served from it: every knob the trace always had is
+  # saved, and none it never had.
+  knobs = [set(record.knobs) for record in callback.trace]
+  assert saved["config"]
+  assert set.intersection(*knobs) <= set(saved["config"]) <= set.union(*knobs)
   assert saved["rows_per_s"] > 0
   # Reusable: a second fit with the same instance starts from a clean state.
   history = _model().fit(ds, epochs=1, verbose=0, callbacks=[callback])
