@@ -4,6 +4,7 @@ pipelines; files, checkpoints and the RAM budget."""
 
 import logging
 import os
+import re
 import time
 
 from _waiting import wait_for
@@ -391,9 +392,12 @@ def test_a_cache_with_room_for_under_one_percent_of_a_known_epoch_is_left_out(
   if cached:
     assert not told and not stats["reason"].startswith("no cache")
   else:
-    assert stats["reason"] == (
-        "no cache: the RAM budget leaves it room for 10 of the epoch's 2000 "
-        "elements (400 bytes each), under 1%")
+    # The room is what the buffers leave of the budget at the first
+    # element: 10 elements with them empty, fewer with some held.
+    room = re.fullmatch(
+        r"no cache: the RAM budget leaves it room for (\d+) of the epoch's "
+        r"2000 elements \(400 bytes each\), under 1%", stats["reason"])
+    assert room and int(room.group(1)) <= 10, stats["reason"]
     assert len(told) == 1
 
 
