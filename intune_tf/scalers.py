@@ -61,6 +61,10 @@ _REGISTERED = "Worker registered with dispatcher"
 # After a port told to a standby (or as `--port-kept`): the pool's
 # AddressKeeper holds it, and the worker binds beside it.
 KEPT = "kept"
+# Longest an AddressKeeper holds a call before it answers UNAVAILABLE.
+KEEPER_HOLD_S = 30.0
+# Seconds a closing keeper gives its held calls' answers to leave.
+_KEEPER_GRACE_S = 0.5
 # Longest a keeper waits for the worker that takes its address to register
 # before it closes anyway.
 _HANDOVER_TIMEOUT_S = 60.0
@@ -317,29 +321,44 @@ def port_is_free(port: int) -> bool:
 
 class AddressKeeper:
   """Answers at a stopped local worker's address until a worker serves there
-  again: every call gets UNAVAILABLE, which TensorFlow's data service client
-  takes as "read another task first".
+  again: each call is held until the keeper closes (or `hold_s` passed),
+  then answered UNAVAILABLE, which TensorFlow's data service client takes
+  as "retry this task later".
 
   Without it the client's gRPC channel to that address has its connections
   refused and backs off exponentially, so a worker restarted there after a
   long shrink is reached only when the back-off ends (docs/service.md
-  measures both). The keeper binds beside the stopping worker, and the new
+  measures both). An answer at once would not do either: the client retries
+  a task's GetElement with its own back-off (1.3^n ms, up to 10 s: TF 2.21),
+  which grows with every answer. Held, a call costs the client one retry
+  per `hold_s`, and the retry after the hand-over comes within
+  milliseconds. The keeper binds beside the stopping worker, and the new
   worker beside the keeper (SO_REUSEPORT, which gRPC servers set); the
   keeper closes once that worker has registered.
 
   Args:
     host: the address it listens on (the workers' advertised host).
     port: the stopped worker's port.
+    hold_s: the longest a call is held before its answer (default
+      `KEEPER_HOLD_S`, 30 s).
 
   Raises:
     OSError: the port cannot be bound (taken by another program).
   """
 
-  def __init__(self, host: str, port: int):
+  def __init__(self, host: str, port: int, hold_s: float = KEEPER_HOLD_S):
     import grpc  # noqa: PLC0415  TensorFlow's own dependency, only needed here
+
+    closing = threading.Event()
 
     def unavailable(request, context):
       del request
+      end = time.monotonic() + hold_s
+      while not closing.is_set() and context.is_active():
+        left = end - time.monotonic()
+        if left <= 0:
+          break
+        closing.wait(min(left, 0.5))
       context.abort(grpc.StatusCode.UNAVAILABLE,
                     f"the local worker on port {port} was stopped by "
                     "InTune's pool; another worker will serve here")
@@ -351,7 +370,9 @@ class AddressKeeper:
         return grpc.unary_unary_rpc_method_handler(unavailable)
 
     self.port = port
-    self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=1),
+    self._closing = closing
+    # A thread per held call: each reading client holds one or two.
+    self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32),
                                handlers=[_Handler()],
                                options=[("grpc.so_reuseport", 1)])
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -361,7 +382,9 @@ class AddressKeeper:
     self._server.start()
 
   def close(self) -> None:
-    self._server.stop(0).wait()
+    """Answers the held calls, then stops listening."""
+    self._closing.set()
+    self._server.stop(_KEEPER_GRACE_S).wait()
 
 
 def _hand_over(keeper: AddressKeeper, worker: _LocalWorker) -> None:

@@ -515,22 +515,51 @@ def test_a_shrink_starts_the_replacement_standby_before_its_delay(
     s.close()
 
 
-def _keeper_answer_or_other(port: int) -> str:
-  """The details of a failed GetElement call (for no task) to the data
-  service worker at `port`."""
+def _worker_answer(port: int, timeout: float = 10.0) -> tuple[str, float]:
+  """The status of a failed GetElement call (for no task) to the data
+  service worker at `port`, as "CODE: details", and the seconds it took."""
   import grpc  # noqa: PLC0415
   with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
     call = channel.unary_unary("/tensorflow.data.WorkerService/GetElement")
+    start = time.monotonic()
     with pytest.raises(grpc.RpcError) as info:
-      call(b"", timeout=10, wait_for_ready=False)
-  return f"{info.value.code()}: {info.value.details()}"
+      call(b"", timeout=timeout, wait_for_ready=False)
+  return (f"{info.value.code()}: {info.value.details()}",
+          time.monotonic() - start)
 
 
-def _keeper_answer(port: int) -> str:
-  """As `_keeper_answer_or_other`, for a call that must fail UNAVAILABLE."""
-  answer = _keeper_answer_or_other(port)
-  assert answer.startswith("StatusCode.UNAVAILABLE: "), answer
-  return answer
+_KEPT = "StatusCode.UNAVAILABLE: the local worker on port {} was stopped"
+_HELD = "StatusCode.DEADLINE_EXCEEDED: "
+
+
+@pytest.mark.parametrize("hold_s", [0.0, 0.3])
+def test_a_keeper_holds_each_call_then_answers_unavailable(hold_s):
+  # Held, a call costs TF's client one retry (its back-off grows with each)
+  # per hold instead of one per round trip.
+  keeper = scalers.AddressKeeper("127.0.0.1", scalers.free_port(), hold_s)
+  try:
+    answer, seconds = _worker_answer(keeper.port)
+    assert answer.startswith(_KEPT.format(keeper.port)), answer
+    assert hold_s <= seconds < hold_s + 2.0
+  finally:
+    keeper.close()
+
+
+def test_a_closing_keeper_answers_the_calls_it_holds_at_once():
+  keeper = scalers.AddressKeeper("127.0.0.1", scalers.free_port())
+  answers = []
+  call = threading.Thread(
+      target=lambda: answers.append(_worker_answer(keeper.port, 20.0)))
+  call.start()
+  time.sleep(1.0)
+  assert not answers  # held: the default hold is 30 s
+  closed = time.monotonic()
+  keeper.close()
+  call.join(10)
+  (answer, seconds), = answers
+  assert answer.startswith(_KEPT.format(keeper.port)), answer
+  assert time.monotonic() - closed < 1.5 and seconds < 3.0
+  assert scalers.port_is_free(keeper.port)
 
 
 def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
@@ -543,17 +572,23 @@ def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
     stopped = s.workers[1]
     s.resize(1)
     # The address stays up: a client's channel is not refused (nor backs
-    # off), each call gets UNAVAILABLE, which TF's client skips.
+    # off); each call is held until the address is handed over.
     assert list(s.keepers) == [stopped.port] == s.vacated
     assert not scalers.port_is_free(stopped.port)
-    assert "was stopped by InTune's pool" in _keeper_answer(stopped.port)
+    assert _worker_answer(stopped.port, 0.5)[0].startswith(_HELD)
     s.resize(2)  # the kept port is the new worker's, handed over
     joined = s.workers[1]
     assert joined.port == stopped.port and s.keepers == {}
-    time.sleep(0.3)  # not registered yet: the keeper still answers
-    assert "was stopped by InTune's pool" in _keeper_answer(joined.port)
+    answers = []
+    call = threading.Thread(
+        target=lambda: answers.append(_worker_answer(joined.port, 20.0)))
+    call.start()
+    time.sleep(0.5)
+    assert not answers  # not registered yet: the keeper still holds it
     joined.log.write(b"I tensorflow ... Worker registered with dispatcher\n")
     joined.log.flush()
+    call.join(10)
+    assert answers[0][0].startswith(_KEPT.format(joined.port)), answers
     wait_until(lambda: scalers.port_is_free(joined.port), timeout=5,
                what="the keeper to close once the new worker registered")
   finally:
@@ -610,7 +645,7 @@ def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
                what="rows from both workers")
     stopped = s.workers[1].port
     s.resize(1)
-    assert "was stopped by InTune's pool" in _keeper_answer(stopped)
+    assert _worker_answer(stopped, 1.0)[0].startswith(_HELD)  # the keeper
     time.sleep(5)
     s.resize(2)
     joined = s.workers[1]
@@ -619,8 +654,7 @@ def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
                timeout=_TIMEOUT_S, what="rows from the regrown worker")
     assert joined.proc.poll() is None
     # The port now answers as TensorFlow's worker, not as the keeper.
-    assert "was stopped by InTune's pool" not in _keeper_answer_or_other(
-        stopped)
+    assert "was stopped by InTune's pool" not in _worker_answer(stopped)[0]
   finally:
     if trainer is not None:
       trainer.kill()
