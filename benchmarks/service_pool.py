@@ -8,7 +8,10 @@ costs the worker a `busy_udf(--udf-size)` of CPU (a map on 1 thread:
 `cpu_budget=1`, so one worker is one CPU's worth). The trainer prefetches
 `--prefetch` batches and "computes" each by sleeping (an accelerator step,
 which takes none of the host's CPU): `--step-ms` in the first and last
-third, 4x as long in the middle one.
+third, 4x as long in the middle one. Unless given, `--step-ms` is
+calibrated first (`calibrate`: fixed pools of 1 and 2 workers read by a
+consumer that does not wait), so that 2 workers deliver 1/`--fast-share`
+of the fast pace on any machine.
 
 Pools, interleaved, `--repeats` times (the order rotates each round):
 InTune's controller on local:1-4, with one warm standby process
@@ -185,6 +188,27 @@ def one_run(name: str, args: argparse.Namespace, say) -> Run:
   return run
 
 
+def calibrate(args: argparse.Namespace, say, phase: int = 60) -> float:
+  """The fast step (ms) at which the consumer asks `--fast-share` of what a
+  fixed pool of 2 workers delivers to a consumer that does not wait (its
+  rows/s over the last two of three phases of `phase` batches: the first
+  holds the pipelines' start-up). A machine of another speed keeps the
+  set-up: 1 worker short of the fast pace, 2 enough, 1 enough for the slow
+  one. Prints what 1 and 2 workers delivered."""
+  free = argparse.Namespace(**dict(vars(args), step_ms=0.0, phase=phase))
+  rates = {}
+  for name in ("fixed-1", "fixed-2"):
+    run = one_run(name, free, say)
+    rates[name] = 2 * phase * args.batch / sum(run.phases[1:])
+  step_ms = 1000.0 * args.batch / (args.fast_share * rates["fixed-2"])
+  fast = args.batch / step_ms * 1000
+  say(f"calibration: 1 worker {rates['fixed-1']:.0f} rows/s "
+      f"({rates['fixed-1'] / fast:.2f} of the fast pace), 2 workers "
+      f"{rates['fixed-2']:.0f} ({rates['fixed-2'] / fast:.2f}); fast step "
+      f"{step_ms:.1f} ms, slow {4 * step_ms:.1f} ms")
+  return step_ms
+
+
 def changes_between(log: str, start: float, end: float) -> int:
   """The pool changes in a dispatcher's `log` stamped within [start, end]
   (Unix times; a log's stamps are local time, of the year of `start`):
@@ -255,12 +279,13 @@ def main() -> None:
   parser.add_argument("--batch", type=int, default=20,
                       help="Rows per batch (default 20).")
   parser.add_argument("--udf-size", type=int, default=190_000,
-                      help="busy_udf size per element (default 190,000: "
-                      "one worker delivers about 0.6 of the fast "
-                      "consumer's pace on this machine, 2 cores, TF 2.21).")
-  parser.add_argument("--step-ms", type=float, default=70.0,
-                      help="The fast consumer's step per batch (default 70 "
-                      "ms).")
+                      help="busy_udf size per element (default 190,000).")
+  parser.add_argument("--step-ms", type=float, default=None,
+                      help="The fast consumer's step per batch (default: "
+                      "calibrated, `calibrate`).")
+  parser.add_argument("--fast-share", type=float, default=0.85,
+                      help="The calibrated fast pace as a share of what 2 "
+                      "workers deliver (default 0.85).")
   parser.add_argument("--prefetch", type=int, default=4,
                       help="Batches the trainer prefetches from the "
                       "service (default 4).")
@@ -271,11 +296,18 @@ def main() -> None:
                       "(IntuneOptions(host_share=False)) instead of sharing "
                       "the host through the arbiter.")
   args = parser.parse_args()
-  print(f"busy_udf size {args.udf_size}", flush=True)
   start = time.monotonic()
 
   def say(*parts):
     print(f"{time.monotonic() - start:7.1f} s", *parts, flush=True)
+
+  if not 0 < args.fast_share < 2:
+    parser.error(f"--fast-share must be in (0, 2), got {args.fast_share}")
+  if args.step_ms is None:
+    args.step_ms = calibrate(args, say)
+  print(f"busy_udf size {args.udf_size}, batch {args.batch}, fast step "
+        f"{args.step_ms:.1f} ms ({args.batch / args.step_ms * 1000:.0f} "
+        "rows/s)", flush=True)
 
   # Killed (SIGTERM), stop the run's dispatcher and its workers too (the
   # `finally` of `one_run`): they would outlive it and load the machine.

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from typing import Sequence
+from typing import Callable, Sequence
 
 # Cachew's thresholds (Graur et al., USENIX ATC'22): one more worker while the
 # batch time improves by more than 7%, one fewer while it worsens by less than
@@ -387,6 +387,10 @@ class IntuneController(PoolController):
       shortfall would use less than `confirm_share` of (2 workers short of
       0.15 of a third: the third would cost a third of the pool for at most
       this share of the time). Default 0.05.
+    cpu_cap: called at each decision, the most workers the pool's CPUs can
+      run (`LocalWorkers`: the host's usable CPUs, `host.usable_cpus`); the
+      controller grows no further, whatever MAX, and never below MIN.
+      Default None: MAX.
   """
 
   name = "intune"
@@ -396,8 +400,10 @@ class IntuneController(PoolController):
                shrink_wait: float = 0.01, headroom: float = 0.05,
                confirm_share: float = 0.5, shrink_patience: int = 3,
                limit_ttl_s: float = 600.0, first_rows_s: float = 20.0,
-               grow_patience: int = 2, tolerate_wait: float = 0.05):
+               grow_patience: int = 2, tolerate_wait: float = 0.05,
+               cpu_cap: Callable[[], int] | None = None):
     super().__init__(min_workers, max_workers)
+    self.cpu_cap = cpu_cap
     self.min_interval_s = min_interval_s
     self.grow_wait = grow_wait
     self.shrink_wait = shrink_wait
@@ -459,6 +465,8 @@ class IntuneController(PoolController):
     return self._limit(size)
 
   def _limit(self, size: int) -> int:
+    if self.cpu_cap is not None:
+      size = min(size, self.cpu_cap())
     if self.ceiling is not None:
       size = min(size, self.ceiling[0])
     if self.floor is not None:
@@ -534,8 +542,11 @@ class IntuneController(PoolController):
       if probe is not None and abs(demand - probe) <= 0.25 * probe:
         want = min(want, n + max(1, n // 10))
       if want <= n:
+        cpus = self.cpu_cap() if self.cpu_cap is not None else None
+        limit = (f"the {cpus} CPUs its workers can use"
+                 if cpus is not None and n >= cpus else "its limit")
         return self._hold(reading, f"trainer waits {reading.wait_share:.0%}"
-                          f" but the pool is at its limit ({n})")
+                          f" but the pool is at {limit} ({n})")
       short = self._shortfall(reading)
       if (short < self.confirm_share and
           reading.wait_share <= self.tolerate_wait):

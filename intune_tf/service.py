@@ -52,6 +52,7 @@ from typing import IO, Any
 from absl import logging
 
 from intune_tf import arguments
+from intune_tf import host as host_lib
 from intune_tf import pool
 from intune_tf import scalers
 
@@ -271,6 +272,13 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
           serving=server._num_workers)  # noqa: SLF001
     kwargs = ({"min_interval_s": pool_min_interval_s}
               if controller == "intune" else {})
+    if controller == "intune" and isinstance(scaler, scalers.LocalWorkers):
+      # A local worker past the host's CPUs adds no CPU, only contention.
+      kwargs["cpu_cap"] = host_lib.usable_cpus
+      if host_lib.usable_cpus() < high:
+        logging.info("Worker pool local:%d-%d: InTune grows it to at most "
+                     "%d worker(s), the CPUs this host gives.", low, high,
+                     host_lib.usable_cpus())
     manager = scalers.PoolManager(
         pool.make_controller(controller, low, high, **kwargs), scaler)
     scaler.resize(low)

@@ -377,6 +377,30 @@ def test_pool_never_leaves_min_max(name, bounds):
     assert lo <= decision.size <= hi, (i, reading, decision)
 
 
+def test_intune_grows_no_further_than_the_cpus_its_workers_can_use():
+  # 2 workers of 100 rows/s, a consumer of 500 rows/s: the model asks
+  # ceil(500 x 1.05 / 100) = 6, but the host gives 3 CPUs; after 10
+  # readings it gives 8 (CPUs that arrived), and the pool grows to the 6.
+  cpus = [3]
+  controller = pool.IntuneController(1, 64, cpu_cap=lambda: cpus[0])
+  toy = _ToyPool(2).drive(controller, [500.0] * 10)
+  assert max(toy.sizes) == 3, toy.sizes
+  assert "at the 3 CPUs its workers can use (3)" in toy.reasons[-1]
+  cpus[0] = 8
+  toy.drive(controller, [500.0] * 10)
+  assert toy.sizes[-1] == 6, toy.sizes
+
+
+@pytest.mark.parametrize("cpus,bounds,size", [
+    (1, (2, 4), 2),  # MIN holds above the cap
+    (16, (1, 4), 4),  # MAX holds below it
+])
+def test_intune_cpu_cap_keeps_min_and_max(cpus, bounds, size):
+  controller = pool.IntuneController(*bounds, cpu_cap=lambda: cpus)
+  toy = _ToyPool(bounds[0]).drive(controller, [5000.0] * 10)
+  assert max(toy.sizes) == size and min(toy.sizes) >= bounds[0], toy.sizes
+
+
 def test_a_flapping_consumer_does_not_make_intune_flap():
   # The consumer's pace flips between 500 and 100 rows/s every reading,
   # faster than workers start (2 readings). intune grows once to cover the

@@ -52,13 +52,16 @@ _wait = functools.partial(wait_until, timeout=_TIMEOUT_S)
 class _Server:
   """One `intune service ...` process with its log file."""
 
-  def __init__(self, args, status_dir, log_path):
+  def __init__(self, args, status_dir, log_path, cpus=None):
     self.args = args
     self.log_path = log_path
     env = dict(os.environ, INTUNE_STATUS_DIR=str(status_dir))
     self.log = open(log_path, "wb")
-    self.proc = subprocess.Popen([_INTUNE, "service", *args], env=env,
-                                 stdout=self.log, stderr=subprocess.STDOUT)
+    self.proc = subprocess.Popen(
+        [_INTUNE, "service", *args], env=env, stdout=self.log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=None if cpus is None else (
+            lambda: os.sched_setaffinity(0, cpus)))
     self.pid = self.proc.pid
 
   def output(self) -> str:
@@ -752,9 +755,11 @@ def test_dispatcher_starts_its_local_pool_at_min_and_stops_it(tmp_path):
   status_dir = tmp_path / "status"
   status_dir.mkdir()
   port = _free_port()
+  # On one CPU: InTune's controller would grow the pool to 1 at most.
   dispatcher = _Server(["dispatcher", "--port", str(port), "--workers",
                         "local:1-2", "--pool-period", "1"], status_dir,
-                       tmp_path / "dispatcher.log")
+                       tmp_path / "dispatcher.log",
+                       cpus=[min(os.sched_getaffinity(0))])
   try:
     def pool_up():
       assert dispatcher.proc.poll() is None, dispatcher.output()
@@ -765,6 +770,8 @@ def test_dispatcher_starts_its_local_pool_at_min_and_stops_it(tmp_path):
     info = _wait(pool_up, what="the dispatcher's pool of 1 to serve")
     assert (info["min"], info["max"], info["size"]) == (1, 2, 1)
     assert info["reason"] == "no consumer report (ConsumerMeter)"
+    assert ("InTune grows it to at most 1 worker(s), the CPUs this host "
+            "gives." in dispatcher.output())
     # The worker counts as serving once the dispatcher logged it registered;
     # its own status file may come a period later on a busy machine.
     workers = _wait(lambda: service.worker_status(
