@@ -29,8 +29,8 @@ changes the dispatcher logged during the run, and each phase's seconds.
 Prints each run, then per pool the medians and the ratios to the best fixed
 pool (by median time) and to the fixed pool whose time matches.
 
-Run: `python benchmarks/service_pool.py [--repeats 5]` (about 14 minutes a
-round on 2 cores).
+Run: `python benchmarks/service_pool.py [--repeats 5]` (about 20 minutes a
+round on 2 cores, after a minute of calibration).
 """
 
 from __future__ import annotations
