@@ -275,10 +275,11 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     if controller == "intune" and isinstance(scaler, scalers.LocalWorkers):
       # A local worker past the host's CPUs adds no CPU, only contention.
       kwargs["cpu_cap"] = host_lib.usable_cpus
-      if host_lib.usable_cpus() < high:
+      cpus = host_lib.usable_cpus()
+      if cpus < high:
         logging.info("Worker pool local:%d-%d: InTune grows it to at most "
                      "%d worker(s), the CPUs this host gives.", low, high,
-                     host_lib.usable_cpus())
+                     cpus)
     manager = scalers.PoolManager(
         pool.make_controller(controller, low, high, **kwargs), scaler)
     scaler.resize(low)
