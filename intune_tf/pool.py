@@ -13,9 +13,11 @@ Controllers (`CONTROLLERS`):
   `workers_needed`; measurement confirms each change once the new workers are
   up and deliver (a growth is judged once every worker reports rows, or
   `first_rows_s` after its workers registered; one that did not deliver at
-  least `confirm_share` of its predicted gain is taken back, and the size
-  that delivered becomes a ceiling; a shrink after which the trainer waits
-  is taken back, and the old size becomes a floor). It grows while the
+  least `confirm_share` of its predicted gain in one period is measured for
+  one period more and judged on the better of the two; if still short, it
+  is taken back, and the size that delivered becomes a ceiling; a shrink
+  after which the trainer waits is taken back, and the old size becomes a
+  floor). It grows while the
   trainer waits, shrinks only after `shrink_patience` calm rounds (to the
   largest size any of them needed), and makes no change while workers are
   starting or within `min_interval_s` of the last change taking effect.
@@ -355,6 +357,9 @@ class _Pending:
   wait_share: float
   per_worker: float
   demand: float
+  # The wait of a first judged period that looked like no gain: the growth
+  # is measured once more and judged on the better of the two periods.
+  doubted_wait: float | None = None
 
 
 class IntuneController(PoolController):
@@ -371,7 +376,10 @@ class IntuneController(PoolController):
       Default 0.01.
     headroom: capacity kept above the consumer's demand. Default 0.05.
     confirm_share: a growth must deliver at least this share of its
-      predicted gain, judged by the wait it removed; a worker is added only
+      predicted gain, judged by the wait it removed in the better of two
+      periods (a second is measured only when the first falls short: with
+      little to spare, the new workers win back the backlog over a few
+      periods); a worker is added only
       where the model's or the measured shortfall would use at least this
       share of it, unless the wait exceeds `tolerate_wait`. Default 0.5.
     shrink_patience: calm rounds in a row before a shrink. Default 3.
@@ -648,8 +656,9 @@ class IntuneController(PoolController):
                      "that lost a worker ends once its address serves again)")
 
   def _confirm(self, reading: PoolReading) -> Decision | None:
-    """The first period wholly after a change took effect: keep the change
-    or take it back. None: the consumer's pace moved 10% or more under the
+    """The first period wholly after a change took effect (for a growth that
+    fell short there, the second too): keep the change or take it back.
+    None: the consumer's pace moved 10% or more under the
     change, so the measurement says nothing about it."""
     p, self.pending = self.pending, None
     self._small_probe = None
@@ -659,9 +668,20 @@ class IntuneController(PoolController):
     if p.after > p.before and p.wait_share > self.grow_wait:
       added = p.after - p.before
       predicted = min(added * p.per_worker, p.demand - p.delivered)
+      wait = reading.wait_share
+      if p.doubted_wait is not None:
+        wait = min(wait, p.doubted_wait)
       # The gain is the wait the growth removed, at the pace it was asked
       # for: a pace that reads a few % higher is no gain.
-      gain = (p.wait_share - reading.wait_share) * p.demand
+      gain = (p.wait_share - wait) * p.demand
+      if (predicted > 0 and gain < self.confirm_share * predicted and
+          p.doubted_wait is None):
+        p.doubted_wait = reading.wait_share
+        self.pending = p
+        return self._hold(reading, f"{p.before} -> {p.after} gave "
+                          f"+{gain:.0f} rows/s of +{predicted:.0f} predicted "
+                          f"(wait {p.wait_share:.1%} -> {wait:.1%}): "
+                          "measuring once more")
       # The new workers delivered too little of what they should: the pool
       # is not what limits the trainer. Each added worker is kept only if it
       # delivered `confirm_share` of its part of the prediction.
@@ -675,9 +695,8 @@ class IntuneController(PoolController):
         if keep < n:
           return self._ask(reading, keep, f"{p.before} -> {p.after} gave "
                           f"+{gain:.0f} rows/s of +{predicted:.0f} predicted "
-                          f"(wait {p.wait_share:.1%} -> "
-                          f"{reading.wait_share:.1%}): back to {keep} "
-                          "(ceiling)")
+                          f"(wait {p.wait_share:.1%} -> {wait:.1%}): back "
+                          f"to {keep} (ceiling)")
         return self._hold(reading, f"ceiling at {keep}")
       self._learn(reading)
       return self._hold(reading, f"{p.before} -> {p.after} confirmed: "
