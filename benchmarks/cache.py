@@ -56,6 +56,7 @@ import numpy as np
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import arguments
 from intune_tf import host
 from intune_tf.bench import demo
 from intune_tf.criteo import pipelines
@@ -316,22 +317,23 @@ def half_budget(args, files) -> int:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--rows", type=int, default=100_000,
+  parser.add_argument("--rows", type=arguments.positive_int, default=100_000,
                       help="Rows generated (default 100,000).")
   parser.add_argument("--issue-size", action="store_true",
                       help="Rows for a preprocessed epoch of about 300 MB.")
-  parser.add_argument("--repeats", type=int, default=5,
+  parser.add_argument("--repeats", type=arguments.positive_int, default=5,
                       help="Interleaved repeats (default 5).")
-  parser.add_argument("--epochs", type=int, default=3,
+  parser.add_argument("--epochs", type=arguments.positive_int, default=3,
                       help="Epochs per fit (default 3).")
-  parser.add_argument("--batch-size", type=int, default=4096)
+  parser.add_argument("--batch-size", type=arguments.positive_int, default=4096)
   parser.add_argument("--data-dir", default=os.path.expanduser(
       "~/.cache/intune_tf/cache-bench"), help="Where the rows are made.")
   parser.add_argument("--half-budget", action="store_true",
                       help="The half-epoch RAM budget run (see above).")
   parser.add_argument("--child", help=argparse.SUPPRESS)
   parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
-  parser.add_argument("--probe-budget", type=int, help=argparse.SUPPRESS)
+  parser.add_argument("--probe-budget",
+                      type=arguments.positive_int, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   os.environ["INTUNE_WARMSTART_DIR"] = tempfile.mkdtemp(prefix="intune-ws-")
   if args.child is not None:

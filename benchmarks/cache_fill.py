@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import arguments
 
 AUTOTUNE = tf.data.AUTOTUNE
 ROWS = 60_000
@@ -85,8 +86,8 @@ def _epoch(ds) -> tuple[float, float]:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--kinds", default="map_batch,batch_map,row_shuffle")
-  parser.add_argument("--reps", type=int, default=9)
-  parser.add_argument("--epochs", type=int, default=1)
+  parser.add_argument("--reps", type=arguments.positive_int, default=9)
+  parser.add_argument("--epochs", type=arguments.positive_int, default=1)
   parser.add_argument("--policy", default=None,
                       help="InTune policy (default: IntuneOptions' default).")
   args = parser.parse_args(argv)

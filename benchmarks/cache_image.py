@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import arguments
 from intune_tf import host
 from intune_tf.bench import workloads
 
@@ -109,16 +110,16 @@ def _check_placement(paths, labels, crop: int, batch_size: int) -> str:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--images", type=int, default=2000,
+  parser.add_argument("--images", type=arguments.positive_int, default=2000,
                       help="JPEG files (default 2,000).")
-  parser.add_argument("--size", type=int, default=320,
+  parser.add_argument("--size", type=arguments.positive_int, default=320,
                       help="Their height and width (default 320).")
-  parser.add_argument("--crop", type=int, default=224,
+  parser.add_argument("--crop", type=arguments.positive_int, default=224,
                       help="The random crop's height and width (default 224).")
-  parser.add_argument("--batch-size", type=int, default=64)
-  parser.add_argument("--repeats", type=int, default=5,
+  parser.add_argument("--batch-size", type=arguments.positive_int, default=64)
+  parser.add_argument("--repeats", type=arguments.positive_int, default=5,
                       help="Interleaved repeats (default 5).")
-  parser.add_argument("--epochs", type=int, default=3,
+  parser.add_argument("--epochs", type=arguments.positive_int, default=3,
                       help="Epochs per fit (default 3).")
   args = parser.parse_args(argv)
   os.environ["INTUNE_WARMSTART_DIR"] = tempfile.mkdtemp(prefix="intune-ws-")

@@ -26,6 +26,7 @@ import time
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import arguments
 from intune_tf import host
 from intune_tf.bench import demo
 import intune_tf.keras as intune_keras
@@ -42,13 +43,15 @@ def _fit(model, ds, steps: int, callbacks) -> tuple[float, float]:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--repeats", type=int, default=5,
+  parser.add_argument("--repeats", type=arguments.positive_int, default=5,
                       help="Interleaved fits per variant (default 5).")
-  parser.add_argument("--steps", type=int, default=100,
+  parser.add_argument("--steps", type=arguments.positive_int, default=100,
                       help="Training steps per fit (default 100).")
-  parser.add_argument("--level", type=int, default=4,
+  parser.add_argument("--level",
+                      type=arguments.int_in(3, 5, "Criteo pipeline level"),
+                      default=4,
                       help="Criteo pipeline level, 3-5 (default 4).")
-  parser.add_argument("--batch-size", type=int, default=4096,
+  parser.add_argument("--batch-size", type=arguments.positive_int, default=4096,
                       help="Rows per batch (default 4096).")
   parser.add_argument("--policy", default=None,
                       help="InTune policy (default: IntuneOptions' default).")

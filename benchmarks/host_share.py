@@ -54,6 +54,8 @@ import time
 
 import _memcg
 
+from intune_tf import arguments
+
 MODES = {
     "autotune": None,
     "autotune-pinned": None,
@@ -272,14 +274,16 @@ def main() -> None:
     print(json.dumps(result), flush=True)
     return
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--seconds", type=float, default=20.0)
+  parser.add_argument("--repeats", type=arguments.positive_int, default=5)
+  parser.add_argument("--seconds", type=arguments.duration, default=20.0)
   parser.add_argument("--groups", default=",".join(GROUPS))
   parser.add_argument("--modes", default=",".join(DEFAULT_MODES))
-  parser.add_argument("--setup", type=float, default=SETUP_S,
+  parser.add_argument("--setup", type=arguments.duration, default=SETUP_S,
                       help="Seconds each run's processes get to start and "
                       "warm up before the common start.")
-  parser.add_argument("--memory", type=int, default=None, metavar="LIMIT_MB",
+  parser.add_argument("--memory",
+                      type=arguments.positive_int,
+                      default=None, metavar="LIMIT_MB",
                       help="Run the cgroup memory measurement instead.")
   parser.add_argument("--weights", default="",
                       help="Comma-separated host weights of each group's "

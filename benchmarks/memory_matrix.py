@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -52,6 +53,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from intune_tf import arguments
 
 MB = 1 << 20
 BUDGET = 64 * MB
@@ -189,6 +192,15 @@ def _start_hogs(n: int) -> list[subprocess.Popen]:
           for _ in range(n)]
 
 
+def _step_ms(text: str) -> float:
+  """The --step-ms flag: finite milliseconds, 0 or more."""
+  value = float(text)
+  if not (math.isfinite(value) and value >= 0):
+    raise ValueError(f"{text!r} is not a step; pass finite milliseconds, 0 "
+                     "or more.")
+  return value
+
+
 def main(repeats: int, seconds: float, step_ms: float, hogs: int) -> None:
   runs = {(c, v): [] for c in CASES for v in VARIANTS}
   busy = _start_hogs(hogs)
@@ -239,12 +251,13 @@ if __name__ == "__main__":
                            float(sys.argv[5]))))
   else:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--hog", type=int, default=0,
+    parser.add_argument("--repeats", type=arguments.positive_int, default=3)
+    parser.add_argument("--seconds", type=arguments.duration, default=6.0)
+    parser.add_argument("--hog", type=arguments.non_negative_int, default=0,
                         help="busy-loop processes to run beside the "
                         "benchmark (default 0)")
-    parser.add_argument("--step-ms", type=float, default=DEFAULT_STEP_MS,
+    parser.add_argument("--step-ms", type=arguments.parsed_by(_step_ms, "step"),
+                        default=DEFAULT_STEP_MS,
                         help="the consumer's step per element, ms (0: it "
                         "reads each burst at once)")
     args = parser.parse_args()

@@ -35,6 +35,8 @@ from _common import single_threaded_ops
 from _common import with_intune
 import tensorflow as tf
 
+from intune_tf import arguments
+
 _INTUNE = str(pathlib.Path(sys.executable).with_name("intune"))
 _BATCH = 32
 _BLOCK = 512
@@ -121,11 +123,11 @@ def measure(cluster: Cluster, size: int, warmup: float, seconds: float,
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--seconds", type=float, default=8.0)
-  parser.add_argument("--warmup", type=float, default=3.0)
+  parser.add_argument("--repeats", type=arguments.positive_int, default=5)
+  parser.add_argument("--seconds", type=arguments.duration, default=8.0)
+  parser.add_argument("--warmup", type=arguments.optional_duration, default=3.0)
   parser.add_argument("--layouts", default="shared,pinned")
-  parser.add_argument("--udf-ms", type=float, default=0.5,
+  parser.add_argument("--udf-ms", type=arguments.positive_float, default=0.5,
                       help="single-threaded cost of the UDF per element")
   parser.add_argument("--compression", default="NONE",
                       choices=("NONE", "AUTO"),

@@ -49,6 +49,8 @@ import tempfile
 import threading
 import time
 
+from intune_tf import arguments
+
 POOLS = {  # name: (--workers, --pool-controller, --pool-standby)
     "intune": ("local:1-4", "intune", "1"),
     "intune-cold": ("local:1-4", "intune", "0"),
@@ -273,20 +275,22 @@ def summary(runs: list[Run]) -> str:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--phase", type=int, default=200,
+  parser.add_argument("--repeats", type=arguments.positive_int, default=5)
+  parser.add_argument("--phase", type=arguments.positive_int, default=200,
                       help="Batches per phase (default 200).")
-  parser.add_argument("--batch", type=int, default=20,
+  parser.add_argument("--batch", type=arguments.positive_int, default=20,
                       help="Rows per batch (default 20).")
-  parser.add_argument("--udf-size", type=int, default=190_000,
+  parser.add_argument("--udf-size",
+                      type=arguments.positive_int, default=190_000,
                       help="busy_udf size per element (default 190,000).")
-  parser.add_argument("--step-ms", type=float, default=None,
+  parser.add_argument("--step-ms", type=arguments.positive_float, default=None,
                       help="The fast consumer's step per batch (default: "
                       "calibrated, `calibrate`).")
-  parser.add_argument("--fast-share", type=float, default=0.85,
+  parser.add_argument("--fast-share",
+                      type=arguments.positive_float, default=0.85,
                       help="The calibrated fast pace as a share of what 2 "
                       "workers deliver (default 0.85).")
-  parser.add_argument("--prefetch", type=int, default=4,
+  parser.add_argument("--prefetch", type=arguments.positive_int, default=4,
                       help="Batches the trainer prefetches from the "
                       "service (default 4).")
   parser.add_argument("--pools", nargs="+", default=list(POOLS),

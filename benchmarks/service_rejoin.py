@@ -23,6 +23,7 @@ import time
 
 import tensorflow as tf
 
+from intune_tf import arguments
 from intune_tf import scalers
 
 
@@ -84,9 +85,9 @@ def rejoin(gap_s: float, keep: bool) -> float:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--gap", type=float, default=40.0,
+  parser.add_argument("--gap", type=arguments.duration, default=40.0,
                       help="Seconds the pool stays shrunk (default 40).")
-  parser.add_argument("--repeats", type=int, default=3,
+  parser.add_argument("--repeats", type=arguments.positive_int, default=3,
                       help="Interleaved repeats (default 3).")
   args = parser.parse_args(argv)
   results = {"address kept": [], "address not kept": []}

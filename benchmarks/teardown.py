@@ -23,6 +23,8 @@ import gc
 import statistics
 import time
 
+from intune_tf import arguments
+
 
 def one_trial(intune: bool, seconds: float) -> float:
   """Seconds that deleting the iterator took after `seconds` of reading."""
@@ -50,9 +52,9 @@ def one_trial(intune: bool, seconds: float) -> float:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--trials", type=int, default=8,
+  parser.add_argument("--trials", type=arguments.positive_int, default=8,
                       help="Trials per side (default 8).")
-  parser.add_argument("--seconds", type=float, default=6.0,
+  parser.add_argument("--seconds", type=arguments.duration, default=6.0,
                       help="Seconds of reading before the deletion (default "
                       "6: autotune's next pass is then at 10.2 s).")
   args = parser.parse_args()

@@ -1,9 +1,12 @@
-"""The argument types of the `intune` commands, and every numeric flag of
-every command swept with nan, inf, -1 and 0."""
+"""The argument types of the `intune` commands, every numeric flag of every
+command swept with nan, inf, -1 and 0, and the flags of the benchmark and
+example scripts."""
 
 import argparse
+import ast
 import numbers
 import os
+import pathlib
 import re
 
 import pytest
@@ -282,3 +285,33 @@ def test_parsed_by_turns_the_parsers_value_error_into_the_flags():
   with pytest.raises(SystemExit) as stopped:
     parser.parse_args(["--x", "no"])
   assert stopped.value.code == 2
+
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_SCRIPTS = sorted([*(_ROOT / "benchmarks").glob("*.py"),
+                   *(_ROOT / "examples").rglob("*.py")])
+
+
+def _flag_types(path: pathlib.Path):
+  """(line, flag, type node) of every `add_argument` in `path` with a type."""
+  for node in ast.walk(ast.parse(path.read_text())):
+    if (isinstance(node, ast.Call) and
+        isinstance(node.func, ast.Attribute) and
+        node.func.attr == "add_argument"):
+      for keyword in node.keywords:
+        if keyword.arg == "type":
+          flag = node.args[0].value if node.args else "?"
+          yield node.lineno, flag, keyword.value
+
+
+def test_benchmark_and_example_flags_refuse_nan_inf_and_nonsense():
+  # A bare int or float takes "nan", "inf", "0" and "-1" for a count or a
+  # duration; every numeric flag of a script goes through `arguments`.
+  checked, bare = 0, []
+  for path in _SCRIPTS:
+    for line, flag, kind in _flag_types(path):
+      if isinstance(kind, ast.Name) and kind.id in ("int", "float"):
+        bare.append(f"{path.relative_to(_ROOT)}:{line} {flag}")
+      checked += 1
+  assert not bare, f"flags parsed by a bare int or float: {bare}"
+  assert checked >= 40  # the sweep sees the scripts' flags

@@ -34,6 +34,7 @@ from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 from tfx.proto import trainer_pb2
 
+from intune_tf import arguments
 from intune_tf import criteo
 from intune_tf import tfx as intune_tfx
 
@@ -177,18 +178,20 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", required=True,
                       help="folder for data, artifacts and the metadata store")
-  parser.add_argument("--rows", type=int, default=6000,
+  parser.add_argument("--rows", type=arguments.positive_int, default=6000,
                       help="Criteo rows to use (default 6000)")
   parser.add_argument("--data", choices=("auto", "real", "synthetic"),
                       default="auto", help="where rows come from (default "
                       "auto: the real sample when present)")
-  parser.add_argument("--tune-seconds", type=float, default=5.0)
+  parser.add_argument("--tune-seconds", type=arguments.duration, default=5.0)
   parser.add_argument("--policy", default=None,
                       help="InTune policy (default: IntuneOptions' default)")
-  parser.add_argument("--batch-size", type=int, default=256)
-  parser.add_argument("--benchmark-repeats", type=int, default=2)
-  parser.add_argument("--benchmark-seconds", type=float, default=1.5)
-  parser.add_argument("--train-steps", type=int, default=200)
+  parser.add_argument("--batch-size", type=arguments.positive_int, default=256)
+  parser.add_argument("--benchmark-repeats",
+                      type=arguments.positive_int, default=2)
+  parser.add_argument("--benchmark-seconds",
+                      type=arguments.duration, default=1.5)
+  parser.add_argument("--train-steps", type=arguments.positive_int, default=200)
   args = parser.parse_args(argv)
 
   out = os.path.abspath(args.out)
