@@ -17,10 +17,10 @@ Controllers (`CONTROLLERS`):
   one period more and judged on the better of the two; if still short, it
   is taken back, and the size that delivered becomes a ceiling; a shrink
   after which the trainer waits is taken back, and the old size becomes a
-  floor). It grows while the
-  trainer waits, shrinks only after `shrink_patience` calm rounds (to the
-  largest size any of them needed), and makes no change while workers are
-  starting or within `min_interval_s` of the last change taking effect.
+  floor). It grows while the trainer waits, shrinks only after
+  `shrink_patience` calm rounds (to the largest size any of them needed),
+  and makes no change while workers are starting or within
+  `min_interval_s` of the last change taking effect.
 - `tf-formula` (`TfFormulaController`): TensorFlow's `AutoScaler` estimate
   (`tf_formula_estimate`, growth capped by `cap_growth`) applied every
   period, as if the dispatcher scaled to it (TensorFlow only exports it).
@@ -674,8 +674,8 @@ class IntuneController(PoolController):
       # The gain is the wait the growth removed, at the pace it was asked
       # for: a pace that reads a few % higher is no gain.
       gain = (p.wait_share - wait) * p.demand
-      if (predicted > 0 and gain < self.confirm_share * predicted and
-          p.doubted_wait is None):
+      short = predicted > 0 and gain < self.confirm_share * predicted
+      if short and p.doubted_wait is None:
         p.doubted_wait = reading.wait_share
         self.pending = p
         return self._hold(reading, f"{p.before} -> {p.after} gave "
@@ -685,7 +685,7 @@ class IntuneController(PoolController):
       # The new workers delivered too little of what they should: the pool
       # is not what limits the trainer. Each added worker is kept only if it
       # delivered `confirm_share` of its part of the prediction.
-      if predicted > 0 and gain < self.confirm_share * predicted:
+      if short:
         kept = math.floor(max(0.0, gain) * added / predicted +
                           1 - self.confirm_share + 1e-9)
         keep = clamp(p.before + min(kept, added), self.min_workers,
