@@ -24,6 +24,8 @@ that raises, gives one `ScalerError` naming the cause.
 `step(reading)` decides, resizes on a change, and records the decision and
 its reason (and a failure) in `history`; `report()` is the pool as a
 dispatcher's status file carries it (`pool`), which `intune inspect` shows.
+It logs each change with its reason and what it was decided on, and a hold
+when its wording differs from the last hold's.
 """
 
 from __future__ import annotations
@@ -800,6 +802,34 @@ class PoolEvent:
   error: str | None = None
 
 
+def describe_reading(reading: pool.PoolReading) -> str:
+  """What a decision was made on, for the logs.
+
+  Args:
+    reading: the period's reading.
+
+  Returns:
+    For example "wait 40%, pace 177 rows/s, 2 serving at 104 rows/s, 1
+    starting": the trainer's wait share, its pace, the serving workers'
+    mean rows/s (when reported) and those still starting (when any).
+  """
+  parts = [f"wait {reading.wait_share:.0%}",
+           f"pace {reading.consumer_rate:.0f} rows/s",
+           f"{reading.workers} serving"]
+  if reading.worker_rates:
+    mean = sum(reading.worker_rates) / len(reading.worker_rates)
+    parts[-1] += f" at {mean:.0f} rows/s"
+  if reading.starting:
+    parts.append(f"{reading.starting} starting")
+  return ", ".join(parts)
+
+
+def hold_wording(reason: str) -> str:
+  """`reason` with its numbers masked: holds that differ only in figures
+  ("trainer waits 2%" and "trainer waits 1%") are logged once at INFO."""
+  return re.sub(r"[-+]?\d+(?:\.\d+)?", "#", reason)
+
+
 class PoolManager:
   """A controller driving a scaler (module docstring).
 
@@ -815,6 +845,8 @@ class PoolManager:
     self.failures = 0
     # The reason of the last decision, or why none was made.
     self.reason: str | None = None
+    # The wording (`hold_wording`) of the last hold logged at INFO.
+    self._logged_hold: str | None = None
 
   def report(self) -> dict[str, Any]:
     """The pool now, as the dispatcher's status file carries it (`pool`).
@@ -838,19 +870,34 @@ class PoolManager:
         "decisions": [dataclasses.asdict(e)
                       for e in self.history[-REPORTED_DECISIONS:]]}
 
+  def hold(self, reason: str) -> None:
+    """Records that nothing could be decided this period, and why (no
+    reading: for example no consumer report)."""
+    self.reason = reason
+    self._log_hold(reason)
+
+  def _log_hold(self, reason: str) -> None:
+    wording = hold_wording(reason)
+    if wording != self._logged_hold:
+      self._logged_hold = wording
+      logging.info("Worker pool holds at %d: %s", self.scaler.size(), reason)
+
   def step(self, reading: pool.PoolReading) -> pool.Decision:
     """Decides on `reading` and resizes on a change. A failed resize is
     logged once as an error and recorded; the pool stays as it was."""
     decision = self.controller.decide(reading)
     self.reason = decision.reason
     before = self.scaler.size()
+    measured = describe_reading(reading)
     if decision.size == before:
+      self._log_hold(f"{decision.reason} ({measured})")
       return decision
+    self._logged_hold = None
     error = None
     try:
       self.scaler.resize(decision.size)
-      logging.info("Worker pool %d -> %d: %s", before, decision.size,
-                   decision.reason)
+      logging.info("Worker pool %d -> %d: %s (%s)", before, decision.size,
+                   decision.reason, measured)
     except (ScalerError, ValueError) as e:
       error = str(e)
       self.failures += 1

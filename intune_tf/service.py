@@ -314,7 +314,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       if reading is not None:
         manager.step(reading)
       else:
-        manager.reason = "no consumer report (ConsumerMeter)"
+        manager.hold("no consumer report (ConsumerMeter)")
     info.update(pool=manager.report())
 
   pool_info: dict[str, Any] = {}

@@ -1,5 +1,6 @@
 """Tests of intune_tf.scalers: commands, callbacks, local worker processes."""
 
+import logging
 import os
 import pathlib
 import signal
@@ -228,6 +229,54 @@ def test_manager_under_a_flapping_consumer_does_not_flap():
     manager.step(_reading(i, scaler.size(), 500.0 if i % 2 else 100.0))
   assert len(calls) <= 2, manager.history
   assert 1 <= min(calls) and max(calls) <= 64
+
+
+def test_manager_logs_each_change_and_a_hold_once_per_wording(caplog):
+  scaler = scalers.CallbackScaler(lambda n: None, 1, 8, initial=2)
+  manager = scalers.PoolManager(pool.IntuneController(1, 8), scaler)
+  reasons = []
+  with caplog.at_level(logging.INFO, logger="absl"):
+    manager.hold("no consumer report (ConsumerMeter)")
+    manager.hold("no consumer report (ConsumerMeter)")
+    for i in range(10):  # 500 rows/s asked of 100 per worker, all along
+      reasons.append(manager.step(_reading(i, scaler.size(), 500.0)).reason)
+  lines = [r.getMessage() for r in caplog.records
+           if r.getMessage().startswith("Worker pool")]
+  assert lines.pop(0) == ("Worker pool holds at 2: no consumer report "
+                          "(ConsumerMeter)")
+  # 2 workers give 200 of 500 asked: the wait is 1 - 200/500 = 60%, and
+  # ceil(500 x 1.05 / 100) = 6 workers.
+  assert lines[0] == ("Worker pool 2 -> 6: trainer waits 60%: 500 rows/s "
+                      "asked, 100 per worker (wait 60%, pace 500 rows/s, 2 "
+                      "serving)")
+  holds = [line for line in lines[1:] if line.startswith("Worker pool holds")]
+  assert holds == lines[1:]
+  # Every hold wording is logged, each once: the last 6 periods are "calm".
+  assert [h.split(": ", 1)[1].split(" (")[0] for h in holds] == list(
+      dict.fromkeys(reasons[1:]))
+  assert reasons[-6:] == ["calm"] * 6 and len(holds) < len(reasons) - 1
+  assert all(h.startswith("Worker pool holds at 6: ") for h in holds)
+
+
+@pytest.mark.parametrize("reason, wording", [
+    ("trainer waits 2%", "trainer waits #%"),
+    ("1 -> 2 gave +-0 rows/s of +3 predicted (wait 23.1% -> 25.9%)",
+     "# -> # gave +# rows/s of # predicted (wait #% -> #%)"),
+    ("calm", "calm"),
+])
+def test_hold_wording_masks_the_figures(reason, wording):
+  assert scalers.hold_wording(reason) == wording
+
+
+@pytest.mark.parametrize("reading, text", [
+    (pool.PoolReading(0.0, 2, wait_share=0.4, consumer_rate=177.0,
+                      worker_rates=(100.0, 108.0)),
+     "wait 40%, pace 177 rows/s, 2 serving at 104 rows/s"),  # (100+108)/2
+    (pool.PoolReading(0.0, 1, starting=1, consumer_rate=50.4),
+     "wait 0%, pace 50 rows/s, 1 serving, 1 starting"),
+])
+def test_describe_reading(reading, text):
+  assert scalers.describe_reading(reading) == text
 
 
 def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):

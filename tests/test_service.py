@@ -803,8 +803,92 @@ def test_dispatcher_starts_its_local_pool_at_min_and_stops_it(tmp_path):
   finally:
     dispatcher.stop()
   assert dispatcher.proc.returncode == 0
+  # Without a consumer the pool holds, and says why once.
+  assert dispatcher.output().count(
+      "Worker pool holds at 1: no consumer report (ConsumerMeter)") == 1
   # Its worker went with it.
   _wait(lambda: not _alive(worker_pid), what="the local worker to stop")
+
+
+# A stand-in for `kubectl scale`: keeps argv[1] `intune service worker`
+# processes for the dispatcher argv[2], their pid and log files in argv[3],
+# and appends each count asked for to argv[3]/calls.
+_SCALE_SCRIPT = """
+import os, pathlib, signal, socket, subprocess, sys
+n, dispatcher, state = int(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+with open(state / "calls", "a") as calls:
+  calls.write(f"{n}\\n")
+pids = sorted(state.glob("*.pid"))
+for path in pids[n:]:
+  os.kill(int(path.read_text()), signal.SIGTERM)
+  path.unlink()
+for _ in range(len(pids), n):
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  with open(state / f"{port}.log", "wb") as log:
+    proc = subprocess.Popen(
+        [INTUNE, "service", "worker", "--dispatcher", dispatcher, "--port",
+         str(port)], stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
+  (state / f"{port}.pid").write_text(str(proc.pid))
+"""
+
+
+@pytest.mark.slow
+def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path):
+  status_dir = tmp_path / "status"
+  status_dir.mkdir()
+  state = tmp_path / "workers"
+  state.mkdir()
+  script = tmp_path / "scale.py"
+  script.write_text(_SCALE_SCRIPT.replace("INTUNE", repr(_INTUNE)))
+  port = _free_port()
+  address = f"127.0.0.1:{port}"
+  dispatcher = _Server(
+      ["dispatcher", "--port", str(port), "--workers", "command:1-2",
+       "--scale-command", f"{sys.executable} {script} {{n}} {address} {state}",
+       "--pool-period", "1"], status_dir, tmp_path / "dispatcher.log")
+  try:
+    def serving(n):
+      assert dispatcher.proc.poll() is None, dispatcher.output()
+      info = service.dispatcher_pool(address, status_dir)
+      return info if info and info["serving"] >= n else None
+    info = _wait(lambda: serving(1), what="the command's first worker")
+    assert (info["kind"], info["size"]) == ("command", 1)
+    # A trainer that computes nothing waits for every element: the pool
+    # grows to MAX through the command.
+    meter = service.ConsumerMeter(address, str(status_dir))
+    it = meter.iterate(tf.data.experimental.service.distribute(
+        "distributed_epoch", f"grpc://{address}", job_name=None)(
+            _pipeline(10**7)))
+
+    def grown():
+      for _ in range(100):
+        next(it)
+      info = service.dispatcher_pool(address, status_dir)
+      return [e for e in info["decisions"]
+              if (e["before"], e["size"]) == (1, 2)] if info else None
+    event, = _wait(grown, what="the pool to grow to 2")
+    assert event["error"] is None
+    assert event["reason"].startswith("trainer waits"), event
+    assert (state / "calls").read_text().split()[:2] == ["1", "2"]
+    # The second worker the command started registered and served.
+    logs = sorted(state.glob("*.log"))
+    assert len(logs) == 2
+    _wait(lambda: all(scalers._REGISTERED in log.read_text(errors="replace")  # noqa: SLF001
+                      for log in logs), what="both workers to register")
+    assert "Worker pool 1 -> 2: trainer waits" in dispatcher.output()
+    it.close()
+  finally:
+    dispatcher.stop()
+    for path in state.glob("*.pid"):
+      try:
+        os.kill(int(path.read_text()), signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+  assert dispatcher.proc.returncode == 0
 
 
 def _alive(pid: int) -> bool:
