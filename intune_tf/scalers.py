@@ -173,13 +173,16 @@ class Scaler:
       ValueError: `n` outside [MIN, MAX] (nothing changes).
       ScalerError: the change failed (the pool is as it was).
     """
+    self._check_count(n)
+    if n != self.size():
+      self._resize(n)
+
+  def _check_count(self, n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or not (
         self.min_workers <= n <= self.max_workers):
       raise ValueError(f"cannot resize the pool to {n!r} workers: it must "
                        f"stay within MIN {self.min_workers} and MAX "
                        f"{self.max_workers}.")
-    if n != self.size():
-      self._resize(n)
 
   def _resize(self, n: int) -> None:
     raise NotImplementedError
@@ -782,6 +785,25 @@ class LocalFirst(Scaler):
         raise ScalerError(f"the {scaler.kind} tier failed ({e}); the pool "
                           f"stays at {sum(before)}.") from e
       done.append((scaler, was))
+
+  def start(self, n: int) -> None:
+    """Makes the pool `n` workers at start, local first, and sets the remote
+    tier to its share (0 when the host suffices) whatever it held before:
+    a deployment an earlier run left scaled up is scaled back too.
+
+    Raises:
+      ValueError: `n` outside [MIN, MAX] (nothing changes).
+      ScalerError: the remote tier's change failed (the local tier is not
+        started).
+    """
+    self._check_count(n)
+    local, remote = self.split(n)
+    try:
+      self.remote._resize(remote)  # noqa: SLF001 (below its MIN: 0)
+    except ScalerError as e:
+      raise ScalerError(f"the {self.remote.kind} tier failed at start "
+                        f"({e}); no local worker was started.") from e
+    self.local.resize(local)
 
   def replace_lost(self) -> list[int]:
     return self.local.replace_lost() + self.remote.replace_lost()

@@ -185,7 +185,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
                    scale_timeout_s: float = scalers.DEFAULT_COMMAND_TIMEOUT_S,
                    controller: str = "intune",
                    scaler: scalers.Scaler | None = None,
-                   standby: int = scalers.DEFAULT_STANDBY) -> int:
+                   standby: int = scalers.DEFAULT_STANDBY,
+                   scale_out: int | None = None) -> int:
   """Runs a tf.data service dispatcher until SIGTERM/SIGINT.
 
   Args:
@@ -227,14 +228,20 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       None: local workers or `scale_command`.
     standby: with local workers, the warm processes kept ready to join
       (`scalers.LocalWorkers`). Default `scalers.DEFAULT_STANDBY` (1).
+    scale_out: with `workers` and `scale_command`: `workers` are this
+      host's local workers, filled first, and the command runs for up to
+      `scale_out` more beyond them (`scalers.LocalFirst`: the pool is MIN
+      to MAX + `scale_out`; the command runs for 0 at start). Default
+      None: the command sets the whole pool.
 
   Returns:
     The exit code (0).
 
   Raises:
     ServiceError: the port is in use.
-    ValueError: `controller` is unknown, or `scaler` is given without
-      `workers`, with `scale_command`, or with other bounds.
+    ValueError: `controller` is unknown, `scaler` is given without
+      `workers`, with `scale_command`, or with other bounds, or
+      `scale_out` without `workers` and `scale_command` or below 1.
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
@@ -249,6 +256,14 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
         "scaler= needs workers=(MIN, MAX) equal to the scaler's "
         f"({scaler.min_workers}, {scaler.max_workers}) and no "
         "scale_command.")
+  if scale_out is not None and (
+      workers is None or scale_command is None or scaler is not None or
+      isinstance(scale_out, bool) or not isinstance(scale_out, int) or
+      scale_out < 1):
+    raise ValueError(
+        f"scale_out= is the workers the scale command adds beyond the local "
+        f"ones: it needs workers=(MIN, MAX) and scale_command, and a count "
+        f"of at least 1, got {scale_out!r}.")
   check_port_free(port)
   _start_tuner("dispatcher", port=port, address=f"{host}:{port}",
                work_dir=work_dir)
@@ -265,6 +280,18 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     low, high = workers
     if scaler is None and scale_command is None:
       scaler = scalers.LocalWorkers(local, low, high, standby=standby)
+    elif scaler is None and scale_out is not None:
+      on_host = scalers.LocalWorkers(local, low, high, standby=standby)
+      # The dispatcher's registered workers beyond the host's own.
+      scaler = scalers.LocalFirst(on_host, scalers.CommandScaler(
+          scale_command, 1, scale_out, initial=0, timeout_s=scale_timeout_s,
+          serving=lambda: server._num_workers() - on_host.serving()))  # noqa: SLF001
+      cpus = host_lib.usable_cpus()
+      if cpus < high:
+        logging.warning("Worker pool local:%d-%d: the host's tier is filled "
+                        "to its MAX before the command adds a worker, and "
+                        "this host gives %d CPU(s); set MAX to the workers "
+                        "it can run beside the trainer.", low, high, cpus)
     elif scaler is None:
       # Initially 0: the command runs for MIN at start, whatever the count.
       scaler = scalers.CommandScaler(
@@ -280,18 +307,25 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
         logging.info("Worker pool local:%d-%d: InTune grows it to at most "
                      "%d worker(s), the CPUs this host gives.", low, high,
                      cpus)
-    manager = scalers.PoolManager(
-        pool.make_controller(controller, low, high, **kwargs), scaler)
-    scaler.resize(low)
-    if isinstance(scaler, scalers.LocalWorkers):
-      logging.info("Worker pool local:%d-%d: started %d local worker(s); "
-                   "logs in %s.", low, high, low, scaler.log_dir)
-    elif scale_command is None:
-      logging.info("Worker pool %s:%d-%d: %d worker(s) asked for.",
-                   scaler.kind, low, high, scaler.size())
+    manager = scalers.PoolManager(pool.make_controller(
+        controller, scaler.min_workers, scaler.max_workers, **kwargs), scaler)
+    if scale_out is not None:
+      scaler.start(low)
+      logging.info("Worker pool local:%d-%d, then up to %d more through the "
+                   "command: ran `%s`; started %d local worker(s) (logs in "
+                   "%s).", low, high, scale_out, scaler.remote.command(0),
+                   low, scaler.local.log_dir)
     else:
-      logging.info("Worker pool command:%d-%d: ran `%s`.", low, high,
-                   scaler.command(low))
+      scaler.resize(low)
+      if isinstance(scaler, scalers.LocalWorkers):
+        logging.info("Worker pool local:%d-%d: started %d local worker(s); "
+                     "logs in %s.", low, high, low, scaler.log_dir)
+      elif scale_command is None:
+        logging.info("Worker pool %s:%d-%d: %d worker(s) asked for.",
+                     scaler.kind, low, high, scaler.size())
+      else:
+        logging.info("Worker pool command:%d-%d: ran `%s`.", low, high,
+                     scaler.command(low))
   # The dispatcher's address in its workers' status files: the local ones
   # use loopback, those of a scale command the advertised address.
   workers_use = local if scale_command is None else f"{host}:{port}"
@@ -738,8 +772,8 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
 
   Args:
     args: the parsed flags: `workers` ((KIND, MIN, MAX) or None),
-      `scale_command`, `scale_timeout` and `pool_standby` (None when not
-      given) and `pool_controller`.
+      `scale_command`, `scale_timeout`, `scale_out` and `pool_standby`
+      (None when not given) and `pool_controller`.
   """
   kind = args.workers[0] if args.workers else None
   example = ("--scale-command 'kubectl scale deployment/tfdata-workers "
@@ -748,17 +782,29 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
     return (f"--workers command:MIN-MAX needs --scale-command, the shell "
             f"command that sets the pool to {{n}} workers; pass for "
             f"example {example}.")
+  if args.scale_out is not None:
+    if kind != "local":
+      given = f"--workers {kind}:MIN-MAX" if kind else "no --workers"
+      return (f"--scale-out adds workers beyond those of --workers "
+              f"local:MIN-MAX, not {given}; pass --workers local:MIN-MAX "
+              f"or drop --scale-out.")
+    if args.scale_command is None:
+      return (f"--scale-out needs --scale-command, the shell command that "
+              f"sets the workers beyond the host's to {{n}}; pass for "
+              f"example {example}.")
   if args.pool_controller != "intune" and kind is None:
     return (f"--pool-controller {args.pool_controller} sizes a pool: pass "
             "--workers local:MIN-MAX or command:MIN-MAX, or drop "
             "--pool-controller.")
+  commanded = kind == "command" or args.scale_out is not None
   for flag, value in (("--scale-command", args.scale_command),
                       ("--scale-timeout", args.scale_timeout)):
-    if value is not None and kind != "command":
+    if value is not None and not commanded:
       given = (f"--workers {kind}:MIN-MAX" if kind
                else "no --workers")
-      return (f"{flag} is for --workers command:MIN-MAX, not {given}; pass "
-              f"--workers command:MIN-MAX or drop {flag}.")
+      return (f"{flag} is for --workers command:MIN-MAX or local:MIN-MAX "
+              f"with --scale-out, not {given} alone; pass one of them or "
+              f"drop {flag}.")
   if args.pool_standby is not None and kind != "local":
     return ("--pool-standby keeps local workers warm: pass --workers "
             "local:MIN-MAX or drop --pool-standby.")
@@ -782,7 +828,8 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
                           args.scale_command, timeout, args.pool_controller,
                           standby=(scalers.DEFAULT_STANDBY
                                    if args.pool_standby is None
-                                   else args.pool_standby))
+                                   else args.pool_standby),
+                          scale_out=args.scale_out)
   except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
 
@@ -884,7 +931,13 @@ def add_commands(subparsers) -> None:
                  help="With --workers command:MIN-MAX: the shell command "
                  "that sets the pool to {n} workers, e.g. 'kubectl scale "
                  "deployment/tfdata-workers --replicas={n}' (required "
-                 "there).")
+                 "there); with --scale-out, the workers beyond the host's.")
+  d.add_argument("--scale-out", type=arguments.positive_int, default=None,
+                 metavar="N",
+                 help="With --workers local:MIN-MAX and --scale-command: the "
+                 "host's workers first, then up to N more through the "
+                 "command, which sets them to {n} (0 at start and while the "
+                 "host suffices) (default: the host's workers only).")
   d.add_argument("--scale-timeout", type=arguments.duration, default=None,
                  metavar="SECONDS",
                  help="With --scale-command: seconds it may run before it is "

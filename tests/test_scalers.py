@@ -506,6 +506,24 @@ def test_local_first_puts_the_host_back_when_the_remote_tier_fails():
   assert tiers.size() == 2 and tiers.split(tiers.size()) == (2, 0)
 
 
+def test_local_first_starts_with_the_remote_tier_set_whatever_it_held():
+  tiers, calls = _tiers()
+  tiers.start(1)  # the remote tier read 0: it is set to 0 all the same
+  tiers.start(5)  # 5 = the host's 3, then 2 remote: remote first
+  assert calls == [("remote", 0), ("remote", 2), ("local", 3)]
+  assert tiers.size() == 5
+  with pytest.raises(ValueError, match="MIN 1 and MAX 7"):
+    tiers.start(0)
+  failing, calls = _tiers(fail=("remote", 0))
+  with pytest.raises(scalers.ScalerError) as failed:
+    failing.start(2)
+  assert str(failed.value) == (
+      "the callback tier failed at start (the scale callback failed for 0 "
+      "workers: OSError: remote unreachable; the pool stays at 0.); no "
+      "local worker was started.")
+  assert calls == [] and failing.size() == 1
+
+
 def _stand_in_spawns(s, tmp_path, monkeypatch):
   """Makes `s` start sleeping processes, not workers; returns their ports."""
   spawned = []

@@ -660,6 +660,9 @@ _K8S = "kubectl scale deployment/w --replicas={n}"
      "seconds above 0."),
     (["--workers", "local:1-4", "--pool-controller", "fixed"],
      "argument --pool-controller: invalid choice: 'fixed'"),
+    (["--workers", "local:1-2", "--scale-out", "-1", "--scale-command",
+      _K8S],
+     "argument --scale-out: '-1' is not a positive integer; pass 1 or more."),
 ])
 def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
                                                        capsys):
@@ -676,15 +679,28 @@ def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
      "that sets the pool to {n} workers; pass for example --scale-command "
      "'kubectl scale deployment/tfdata-workers --replicas={n}'."),
     (["--workers", "local:1-4", "--scale-command", _K8S],
-     "--scale-command is for --workers command:MIN-MAX, not --workers "
-     "local:MIN-MAX; pass --workers command:MIN-MAX or drop "
-     "--scale-command."),
+     "--scale-command is for --workers command:MIN-MAX or local:MIN-MAX "
+     "with --scale-out, not --workers local:MIN-MAX alone; pass one of them "
+     "or drop --scale-command."),
     (["--scale-command", _K8S],
-     "--scale-command is for --workers command:MIN-MAX, not no --workers;"),
+     "--scale-command is for --workers command:MIN-MAX or local:MIN-MAX "
+     "with --scale-out, not no --workers alone;"),
     (["--workers", "local:1-4", "--scale-timeout", "5"],
-     "--scale-timeout is for --workers command:MIN-MAX, not --workers "
-     "local:MIN-MAX; pass --workers command:MIN-MAX or drop "
-     "--scale-timeout."),
+     "--scale-timeout is for --workers command:MIN-MAX or local:MIN-MAX "
+     "with --scale-out, not --workers local:MIN-MAX alone; pass one of them "
+     "or drop --scale-timeout."),
+    (["--workers", "local:1-2", "--scale-out", "8"],
+     "--scale-out needs --scale-command, the shell command that sets the "
+     "workers beyond the host's to {n}; pass for example --scale-command "
+     "'kubectl scale deployment/tfdata-workers --replicas={n}'."),
+    (["--workers", "command:1-2", "--scale-out", "8", "--scale-command",
+      _K8S],
+     "--scale-out adds workers beyond those of --workers local:MIN-MAX, not "
+     "--workers command:MIN-MAX; pass --workers local:MIN-MAX or drop "
+     "--scale-out."),
+    (["--scale-out", "8"],
+     "--scale-out adds workers beyond those of --workers local:MIN-MAX, not "
+     "no --workers;"),
     (["--pool-controller", "cachew"],
      "--pool-controller cachew sizes a pool: pass --workers local:MIN-MAX or "
      "command:MIN-MAX, or drop --pool-controller."),
@@ -714,6 +730,12 @@ def test_pool_flags_that_do_not_go_together_exit_2_before_anything_starts(
     ({"scaler": "callback", "workers": (1, 4)}, "scaler= needs workers="),
     ({"scaler": "callback", "workers": (1, 3), "scale_command": _K8S},
      "scaler= needs workers="),
+    ({"workers": (1, 2), "scale_out": 4},
+     "scale_out= is the workers the scale command adds beyond the local "
+     "ones: it needs workers=(MIN, MAX) and scale_command, and a count of "
+     "at least 1, got 4."),
+    ({"workers": (1, 2), "scale_command": _K8S, "scale_out": 0},
+     "a count of at least 1, got 0."),
 ])
 def test_run_dispatcher_refuses_what_does_not_go_together(kwargs, message):
   port = _free_port()
@@ -727,13 +749,14 @@ def test_run_dispatcher_refuses_what_does_not_go_together(kwargs, message):
 def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
   started = []
   monkeypatch.setattr(service, "run_dispatcher",
-                      lambda *a, standby: started.append((*a, standby)) or 0)
+                      lambda *a, standby, scale_out: started.append(
+                          (*a, standby, scale_out)) or 0)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "command:2-8", "--scale-command",
                          _K8S])
   assert args.func(args) == 0
   assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0, "intune",
-                            scalers.DEFAULT_STANDBY)
+                            scalers.DEFAULT_STANDBY, None)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "command:2-8", "--scale-command",
                          _K8S, "--scale-timeout", "2.5"])
@@ -743,11 +766,19 @@ def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
                          "--workers", "local:1-3", "--pool-controller",
                          "tf-formula"])
   args.func(args)
-  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0, "tf-formula", 1)
+  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0, "tf-formula", 1,
+                            None)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "local:1-3", "--pool-standby", "0"])
   args.func(args)
-  assert started[3][-1] == 0
+  assert started[3][-2:] == (0, None)
+  # The host's 1-2 workers first, then up to 16 through the command.
+  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
+                         "--workers", "local:1-2", "--scale-out", "16",
+                         "--scale-command", _K8S, "--scale-timeout", "9"])
+  args.func(args)
+  assert started[4][4:] == ((1, 2), 10.0, 30.0, _K8S, 9.0, "intune",
+                            scalers.DEFAULT_STANDBY, 16)
 
 
 @pytest.mark.slow
@@ -837,7 +868,15 @@ for _ in range(len(pids), n):
 
 
 @pytest.mark.slow
-def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path):
+@pytest.mark.parametrize("pool_flags, kind, calls", [
+    # The command sets the whole pool: 1 at start, then 2.
+    (["--workers", "command:1-2"], "command", ["1", "2"]),
+    # A local worker first; the command sets the rest: 0 at start, then 1.
+    (["--workers", "local:1-1", "--scale-out", "1", "--pool-standby", "0"],
+     "local-first", ["0", "1"]),
+])
+def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path, pool_flags,
+                                                      kind, calls):
   status_dir = tmp_path / "status"
   status_dir.mkdir()
   state = tmp_path / "workers"
@@ -847,7 +886,7 @@ def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path):
   port = _free_port()
   address = f"127.0.0.1:{port}"
   dispatcher = _Server(
-      ["dispatcher", "--port", str(port), "--workers", "command:1-2",
+      ["dispatcher", "--port", str(port), *pool_flags,
        "--scale-command", f"{sys.executable} {script} {{n}} {address} {state}",
        "--pool-period", "1"], status_dir, tmp_path / "dispatcher.log")
   try:
@@ -855,8 +894,9 @@ def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path):
       assert dispatcher.proc.poll() is None, dispatcher.output()
       info = service.dispatcher_pool(address, status_dir)
       return info if info and info["serving"] >= n else None
-    info = _wait(lambda: serving(1), what="the command's first worker")
-    assert (info["kind"], info["size"]) == ("command", 1)
+    info = _wait(lambda: serving(1), what="the pool's first worker")
+    assert (info["kind"], info["size"]) == (kind, 1)
+    assert (state / "calls").read_text().split() == calls[:1]
     # A trainer that computes nothing waits for every element: the pool
     # grows to MAX through the command.
     meter = service.ConsumerMeter(address, str(status_dir))
@@ -873,12 +913,14 @@ def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path):
     event, = _wait(grown, what="the pool to grow to 2")
     assert event["error"] is None
     assert event["reason"].startswith("trainer waits"), event
-    assert (state / "calls").read_text().split()[:2] == ["1", "2"]
-    # The second worker the command started registered and served.
+    assert (state / "calls").read_text().split()[:2] == calls
+    # The workers the command started registered and served.
     logs = sorted(state.glob("*.log"))
-    assert len(logs) == 2
-    _wait(lambda: all(scalers._REGISTERED in log.read_text(errors="replace")  # noqa: SLF001
-                      for log in logs), what="both workers to register")
+    assert len(logs) == int(calls[1])
+    registered = scalers._REGISTERED  # noqa: SLF001
+    _wait(lambda: all(registered in log.read_text(errors="replace")
+                      for log in logs), what="its workers to register")
+    _wait(lambda: serving(2), what="the pool of 2 to serve")
     assert "Worker pool 1 -> 2: trainer waits" in dispatcher.output()
     it.close()
   finally:
