@@ -800,11 +800,11 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
   for flag, value in (("--scale-command", args.scale_command),
                       ("--scale-timeout", args.scale_timeout)):
     if value is not None and not commanded:
-      given = (f"--workers {kind}:MIN-MAX" if kind
+      given = (f"--workers {kind}:MIN-MAX alone" if kind
                else "no --workers")
       return (f"{flag} is for --workers command:MIN-MAX or local:MIN-MAX "
-              f"with --scale-out, not {given} alone; pass one of them or "
-              f"drop {flag}.")
+              f"with --scale-out, not {given}; pass one of them or drop "
+              f"{flag}.")
   if args.pool_standby is not None and kind != "local":
     return ("--pool-standby keeps local workers warm: pass --workers "
             "local:MIN-MAX or drop --pool-standby.")

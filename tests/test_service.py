@@ -684,7 +684,7 @@ def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
      "or drop --scale-command."),
     (["--scale-command", _K8S],
      "--scale-command is for --workers command:MIN-MAX or local:MIN-MAX "
-     "with --scale-out, not no --workers alone;"),
+     "with --scale-out, not no --workers;"),
     (["--workers", "local:1-4", "--scale-timeout", "5"],
      "--scale-timeout is for --workers command:MIN-MAX or local:MIN-MAX "
      "with --scale-out, not --workers local:MIN-MAX alone; pass one of them "
