@@ -152,7 +152,7 @@ $(WHEEL_TOOLS)/.deps: | uv
 
 # One py3-none wheel with a kernel library per TensorFlow minor, repaired by
 # auditwheel (TensorFlow's own libraries excluded) to the lowest manylinux
-# tag the libraries allow (docs/install.md).
+# tag the libraries allow (docs/compatibility.md).
 wheel: $(LIBS) $(WHEEL_TOOLS)/.deps
 	rm -rf build/lib build/lib.* build/bdist.* build/raw-wheel dist/intune_tf-*.whl
 	INTUNE_PREBUILT=1 $(WHEEL_TOOLS)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w build/raw-wheel .

@@ -8,6 +8,7 @@ libraries it built for every supported TensorFlow minor (INTUNE_PREBUILT=1).
 """
 
 import os
+import re
 import sys
 
 import setuptools
@@ -50,6 +51,17 @@ def _exit_unless_tensorflow() -> None:
     if e.name != "tensorflow":
       raise
     sys.exit(_NEEDS_TENSORFLOW)
+
+
+
+
+def _version() -> str:
+  """The package's version, whose one home is intune_tf/__init__.py."""
+  with open(os.path.join(ROOT, "intune_tf", "__init__.py")) as f:
+    found = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M)
+  if found is None:
+    sys.exit("error: intune_tf/__init__.py has no __version__ line")
+  return found.group(1)
 
 
 if not PREBUILT and _COMPILING & set(sys.argv[1:]):
@@ -122,8 +134,13 @@ _EXTENSIONS = [] if PREBUILT else [
 
 setuptools.setup(
     name="intune_tf",
-    version="0.1.0",
-    description="InTune: reinforcement-learning tuning of tf.data pipelines",
+    version=_version(),
+    description=("InTune: live tuning of tf.data input pipelines under CPU "
+                 "and RAM budgets"),
+    long_description=open(os.path.join(ROOT, "README.md")).read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    license_files=["LICENSE"],
     python_requires=">=3.10",
     packages=["intune_tf", "intune_tf.ops", "intune_tf.tuning",
               "intune_tf.live", "intune_tf.tfdata",

@@ -15,6 +15,7 @@ from absl import app
 from absl import logging
 from absl.flags import argparse_flags
 
+import intune_tf
 from intune_tf import arguments
 
 # Top-level commands: (name, module providing `add_parser(subparsers, helps)`,
@@ -71,7 +72,9 @@ def parser(argv: Sequence[str] | None = None
   """
   parser = argparse_flags.ArgumentParser(
       prog="intune",
-      description="InTune: reinforcement-learning tuning of tf.data pipelines.")
+      description="InTune: live tuning of tf.data input pipelines.")
+  parser.add_argument("--version", action="version",
+                      version=f"intune_tf {intune_tf.__version__}")
   groups = parser.add_subparsers(dest="group", metavar="COMMAND")
   groups.required = True
   named = set(argv) if argv is not None else {n for n, _, _ in _COMMANDS}

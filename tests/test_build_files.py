@@ -51,3 +51,29 @@ def test_a_source_build_without_tensorflow_stops_at_once_saying_why():
   assert "      pip install --no-build-isolation .            (in an " \
          "intune_tf checkout)" in lines
   assert result.stdout == ""  # nothing built or copied first
+
+
+def _init_version() -> str:
+  init = (ROOT / "intune_tf" / "__init__.py").read_text()
+  return re.search(r'^__version__ = "([^"]+)"$', init, re.M).group(1)
+
+
+def test_the_version_has_one_home():
+  # setup.py reads it from intune_tf/__init__.py; no other file states it.
+  setup = (ROOT / "setup.py").read_text()
+  assert "version=_version()" in setup
+  assert not re.search(r'version\s*=\s*"', setup)
+  changelog = (ROOT / "CHANGELOG.md").read_text()
+  assert f"## {_init_version()}" in changelog
+
+
+def test_the_installed_metadata_names_the_license_and_version():
+  # What `pip show intune_tf` prints, from the install the tests run on.
+  from importlib import metadata  # noqa: PLC0415  only this test reads it
+  meta = metadata.metadata("intune_tf")
+  assert meta["Version"] == _init_version()
+  license_ = meta.get("License-Expression") or meta.get("License")
+  assert license_ == "Apache-2.0", dict(meta)
+  files = [str(f) for f in metadata.files("intune_tf") or []]
+  assert any(f.endswith("LICENSE") for f in files), files
+  assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]

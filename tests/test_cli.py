@@ -112,6 +112,7 @@ _LIGHT = ("import sys; from intune_tf import cli\n"
 
 @pytest.mark.parametrize("args,code", [
     (("--help",), 0),
+    (("--version",), 0),
     (("inspect", "--help"), 0),
     (("inspect", "--status-dir", "{tmp}"), 1),  # nothing running
 ])
@@ -123,6 +124,10 @@ def test_help_and_inspect_load_no_tensorflow(tmp_path, args, code):
       result.stderr[-2000:])
   if args == ("--help",):
     assert "calibrate" in result.stdout and "bench" in result.stdout
+    assert "reinforcement" not in result.stdout
+  if args == ("--version",):
+    import intune_tf  # noqa: PLC0415  the version the command must print
+    assert result.stdout.startswith(f"intune_tf {intune_tf.__version__}\n")
 
 
 def test_commands_not_loaded_show_their_own_help():
