@@ -128,10 +128,10 @@ def test_low_buffers_are_raised_to_one_element():
       "P/buffer_size"] == 1.0
 
 
-def test_stages_are_raised_to_the_thread_floor_when_cpus_grow():
+def test_stages_are_raised_to_their_start_when_cpus_grow():
   knobs = [_knob("A/parallelism", "parallelism", 1),
            _knob("B/parallelism", "parallelism", 3)]
-  # thread_floor(4) = 2: A is below it, B is not.
+  # start_threads(4) = 2: A is below it, B is not.
   assert agent_lib.raise_low_threads(_obs(knobs, cpu_budget=4)) == {
       "A/parallelism": 2.0}
   policy = agent_lib.IntunePolicy(IntuneOptions())

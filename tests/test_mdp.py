@@ -54,11 +54,12 @@ def test_action_mask_at_budget_edges():
   }
   assert mask.tolist() == (expected["A"] + expected["B"] + expected["C"] +
                            expected["D"] + expected["P"] + [True])
-  # One thread fewer in use (C at 2): C may grow to 3 (14 threads), not
-  # shrink to 1, below thread_floor(4) = min(4, 2) = 2.
+  # One thread fewer in use (C at 2): C may grow to 3 (14 threads), and
+  # shrink to 1: 4 stages at 2 threads would hold 8 > 4 CPUs, so
+  # thread_floor(4, 4) = 1.
   knobs[2] = _knob("C/parallelism", "parallelism", 2)
   mask = mdp.action_mask(_obs(knobs, cpu_budget=4))
-  assert mask[8:12].tolist() == [False, False, True, False]
+  assert mask[8:12].tolist() == [False, True, True, False]
 
 
 @pytest.mark.parametrize("cpus,value,expected", [
@@ -76,6 +77,30 @@ def test_action_mask_keeps_parallel_stages_at_the_thread_floor(
   knobs = [_knob("A/parallelism", "parallelism", value, hi=64)]
   assert mdp.action_mask(_obs(knobs, cpu_budget=cpus)).tolist() == (
       expected + [True])
+
+
+@pytest.mark.parametrize("cpus,stages,start,floor", [
+    (1, 1, 1, 1),    # min(1, 2) = 1 either way
+    (2, 1, 2, 2),    # 1 x 2 <= 2 CPUs
+    (2, 3, 2, 1),    # 3 x 2 = 6 > 2 CPUs: below the start only by a move
+    (8, 4, 2, 2),    # 4 x 2 = 8 <= 8
+    (8, 5, 2, 1),    # 5 x 2 = 10 > 8
+])
+def test_a_stage_goes_below_its_start_only_where_the_stages_do_not_fit(
+    cpus, stages, start, floor):
+  assert mdp.start_threads(cpus) == start
+  assert mdp.thread_floor(cpus, stages) == floor
+  k = _knob("A/parallelism", "parallelism", 2, hi=64)
+  assert mdp.knob_bounds(k, cpus, stages) == (floor, min(64, cpus))
+  assert mdp.proposal_bounds(k, cpus) == (start, min(64, cpus))
+
+
+def test_action_mask_lets_a_stage_drop_to_one_thread_on_short_cores():
+  # 3 stages at 2 threads on 2 CPUs: 6 threads > 2 CPUs, thread_floor 1.
+  # Each may go to 1 (-1), not below (-5); +1 and +5 pass 2 CPUs.
+  knobs = [_knob(f"{n}/parallelism", "parallelism", 2) for n in "ABC"]
+  assert mdp.action_mask(_obs(knobs, cpu_budget=2)).tolist() == (
+      [False, True, False, False] * 3 + [True])
 
 
 def test_action_mask_keeps_buffers_at_one_element():

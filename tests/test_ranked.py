@@ -457,3 +457,38 @@ class _Shares(allocator.Allocator):
 
   def shares(self, obs):
     return self.given
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_default_policy_gives_a_cheap_stage_one_thread_on_short_cores(
+    seed):
+  # 3 stages on 2 CPUs, each starting at 2 threads: 6 threads on 2 cores.
+  # With contention (each thread beyond the CPUs costs every stage 20%) and
+  # stages that wait on each other (k = 4), the cheap last stage's second
+  # thread costs the others more than it gives: the optimum is [2, 2, 1].
+  stages = (simulator.SimStage("Stage2.Stage1.Stage0", 0.01),
+            simulator.SimStage("Stage2.Stage1", 0.01),
+            simulator.SimStage("Stage2", 0.002, buffer=True))
+  pipeline = simulator.SimPipeline(stages, cpus=2, memory_limit=1e12,
+                                   ram_budget=64 * simulator.MB)
+  params = simulator.SimParams(oversubscription=0.2, pipelining=4.0)
+  best, threads, _ = simulator.optimum(pipeline, params=params)
+  assert threads == [2, 2, 1]
+  # Contention 1 + 0.2 x (6 / 2 - 1) = 1.4 against 1.3 at 5 threads.
+  assert best > 1.05 * simulator.throughput(stages, [2, 2, 2], [0, 0, 0], 2,
+                                            params=params)
+  sim = simulator.Simulator(pipeline, seed=seed, params=params)
+  sim.set({k.name: 2.0 for k in sim.knobs() if k.kind == "parallelism"})
+  policy = registry.create(IntuneOptions())
+  assert isinstance(policy, ranked.JumpSearchPolicy)
+  trajectory = []
+  for _ in range(60):
+    values = policy.step(sim.observe())
+    if values:
+      sim.set(values)
+    trajectory.append(tuple(sim.parallelism))
+    sim.advance()
+  # Reached within 30 steps, and kept from there on.
+  assert (2, 2, 1) in trajectory[:30], trajectory
+  assert all(t == (2, 2, 1) for t in trajectory[30:])
+  assert policy.converged

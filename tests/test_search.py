@@ -174,11 +174,11 @@ def test_plumber_stays_within_the_agents_limits():
         tried += 1
         parallel = [k for k in o.knobs if k.kind == "parallelism"]
         for k in o.knobs:
-          lo, hi = mdp.knob_bounds(k, o.cpu_budget)
+          lo, hi = mdp.proposal_bounds(k, o.cpu_budget)
           assert lo <= values[k.name] <= hi
         assert sum(values[k.name] for k in parallel) <= mdp.cpu_limit(
             len(parallel), o.cpu_budget)
-        floor = {k.name: mdp.knob_bounds(k, o.cpu_budget)[0]
+        floor = {k.name: mdp.proposal_bounds(k, o.cpu_budget)[0]
                  for k in o.knobs}
         assert (mdp.committed_bytes(o, values) <= o.ram_budget or
                 mdp.committed_bytes(o, floor) > o.ram_budget)

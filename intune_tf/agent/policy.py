@@ -22,8 +22,9 @@ the knob values. Around the agent:
   steps before exploring again.
 - Floors: a buffer below one element (a prefetch that registers at 0 after
   the first step) is raised to one; when the CPU budget grows, parallel
-  stages below `mdp.thread_floor` (one thread each on 1 CPU, say) are raised
-  to it at once. The agent never lowers either below its floor.
+  stages below `mdp.start_threads` (one thread each on 1 CPU, say) are
+  raised to it at once. The agent never lowers a buffer below one element
+  nor a stage below `mdp.thread_floor`.
 - Warm start: `bind(session)` loads the configuration (and fine-tuned
   weights) saved for the same pipeline on the same machine
   (`intune_tf.agent.warmstart`) and starts there.
@@ -104,7 +105,7 @@ def start_allocation(obs: "Observation") -> dict[str, float]:
   """
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
   buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
-  floor = mdp.thread_floor(obs.cpu_budget)
+  floor = mdp.start_threads(obs.cpu_budget)
   shares = policies.even_split(obs.cpu_budget, len(parallel))
   values = {k.name: float(min(max(share, floor, k.min), k.max))
             for k, share in zip(parallel, shares)}
@@ -120,9 +121,9 @@ def raise_low_buffers(obs: "Observation") -> dict[str, float]:
 
 
 def raise_low_threads(obs: "Observation") -> dict[str, float]:
-  """Parallel stages below `mdp.thread_floor` (one thread each after the
+  """Parallel stages below `mdp.start_threads` (one thread each after the
   usable CPUs grew from 1 to 2, say) raised to it ({} when none is)."""
-  floor = mdp.thread_floor(obs.cpu_budget)
+  floor = mdp.start_threads(obs.cpu_budget)
   return {k.name: float(floor) for k in obs.knobs
           if k.kind == "parallelism" and k.value < floor <= k.max}
 

@@ -44,11 +44,15 @@ MOVES_PER_KNOB = len(MOVES)
 # jitter model does not price (measured live: Criteo L4 spent half a
 # benchmark at 0). A buffer already below it may still grow.
 MIN_BUFFER = 1
-# The agent never takes a parallel stage below min(CPUs, MIN_THREADS)
-# threads: a tf.data thread blocked on its input or output costs no CPU, and
-# a stage with one thread has nothing in flight while it hands an element
-# over (Criteo L4 on 2 CPUs: 35,840 rows/s with one thread per stage, 54,272
-# with two; the simulator prices every thread, idle or not).
+# A parallel stage starts with min(CPUs, MIN_THREADS) threads, and a
+# whole-configuration proposal (a proportional jump, the learned allocation,
+# plumber's split) never gives it fewer: a tf.data thread blocked on its
+# input or output costs no CPU, and a stage with one thread has nothing in
+# flight while it hands an element over (Criteo L4 on 2 CPUs: 35,840 rows/s
+# with one thread per stage, 54,272 with two; the proportional split prices
+# every thread, idle or not). Below that only a local move goes, one
+# measured thread at a time, and only where the stages cannot all hold
+# MIN_THREADS on the CPUs (`thread_floor`).
 MIN_THREADS = 2
 # Largest buffer the agent sets, elements.
 MAX_BUFFER = 64
@@ -123,20 +127,49 @@ def cpu_limit(parallel_knobs: int, cpu_budget: int) -> int:
   return 2 * (int(cpu_budget) + max(int(parallel_knobs), 1) - 1)
 
 
-def thread_floor(cpu_budget: int) -> int:
-  """Fewest threads the agent leaves a parallel stage: min(C, MIN_THREADS)."""
+def start_threads(cpu_budget: int) -> int:
+  """Threads a parallel stage starts with, the fewest a whole-configuration
+  proposal gives it, and what it is raised to when the CPU budget grows:
+  min(C, MIN_THREADS), at least 1. start_threads(1) = 1, start_threads(8) =
+  2."""
   return max(1, min(int(cpu_budget), MIN_THREADS))
 
 
-def knob_bounds(knob: "Knob", cpu_budget: int) -> tuple[float, float]:
-  """`(lowest, highest)` value the agent may give `knob`.
+def thread_floor(cpu_budget: int, parallel_knobs: int) -> int:
+  """Fewest threads the agent's moves leave a parallel stage.
+
+  `start_threads` when all `parallel_knobs` stages fit on the C CPUs at it
+  (n x start <= C); else 1: there the start already holds more threads
+  than CPUs, every thread a cheap stage keeps is one the costly stages
+  contend with, and only a measured move shows which way it goes.
+  thread_floor(8, 4) = 2 (4 x 2 <= 8); thread_floor(2, 3) = 1 (3 x 2 > 2);
+  thread_floor(1, 1) = 1.
+  """
+  start = start_threads(cpu_budget)
+  return start if max(int(parallel_knobs), 1) * start <= cpu_budget else 1
+
+
+def knob_bounds(knob: "Knob", cpu_budget: int,
+                parallel_knobs: int) -> tuple[float, float]:
+  """`(lowest, highest)` value the agent's moves may give `knob`, one of
+  `parallel_knobs` parallelism knobs.
 
   A parallelism: from `thread_floor` to `cpu_budget` threads; a buffer:
   from `MIN_BUFFER` to `MAX_BUFFER` elements; both within the knob's own
   range. Totals (`cpu_limit`, the RAM budget) are limits on top.
   """
   if knob.kind == "parallelism":
-    return max(knob.min, thread_floor(cpu_budget)), min(knob.max, cpu_budget)
+    return (max(knob.min, thread_floor(cpu_budget, parallel_knobs)),
+            min(knob.max, cpu_budget))
+  return max(knob.min, MIN_BUFFER), min(knob.max, MAX_BUFFER)
+
+
+def proposal_bounds(knob: "Knob", cpu_budget: int) -> tuple[float, float]:
+  """`(lowest, highest)` value a whole-configuration proposal may give
+  `knob`: `knob_bounds` with `start_threads` as a parallelism's floor."""
+  if knob.kind == "parallelism":
+    return (max(knob.min, start_threads(cpu_budget)),
+            min(knob.max, cpu_budget))
   return max(knob.min, MIN_BUFFER), min(knob.max, MAX_BUFFER)
 
 
@@ -168,7 +201,7 @@ def action_mask(obs: "Observation") -> np.ndarray:
   committed = committed_bytes(obs)
   mask = np.zeros(MOVES_PER_KNOB * len(knobs) + 1, dtype=bool)
   for i, k in enumerate(knobs):
-    lo, hi = knob_bounds(k, obs.cpu_budget)
+    lo, hi = knob_bounds(k, obs.cpu_budget, len(parallel))
     for j, move in enumerate(MOVES):
       new = k.value + move
       if new < lo:

@@ -16,9 +16,11 @@ against, and they run live like any policy (`IntuneOptions(policy="climb")`,
 `intune bench --policies climb,...`). They move within the agent's limits:
 `climb`, `coordinate` and `jump-climb`'s moves are the agent's own moves
 (`mdp.MOVES`) that `mdp.action_mask` allows; `plumber` and `jump-climb`'s
-jumps set whole configurations, every knob within `mdp.knob_bounds`, the
-threads within `mdp.cpu_limit` (and `plumber`'s buffers within the RAM
-budget).
+jumps set whole configurations, every knob within `mdp.proposal_bounds`
+(no parallel stage below `mdp.start_threads`), the threads within
+`mdp.cpu_limit` (and `plumber`'s buffers within the RAM budget). Only a
+local move takes a stage below its start, where the stages cannot all hold
+it on the CPUs (`mdp.thread_floor`).
 
 Measurement and accept/revert (`MeasuredSearch`): a measurement is the
 output rate over `samples` tuning steps (and at least `min_elements`
@@ -343,6 +345,7 @@ class ClimbPolicy(MeasuredSearch):
         return [(_move_label(knob, move), {knob.name: knob.value + move})]
       return []
 
+    parallel = [k for k in obs.knobs if k.kind == "parallelism"]
     out = []
     for stage in order:
       knob = by_stage[stage].get("parallelism")
@@ -350,7 +353,7 @@ class ClimbPolicy(MeasuredSearch):
         for move in (5, 1):
           ups = single(knob, move)
           if not ups and knob.value + move <= mdp.knob_bounds(
-              knob, obs.cpu_budget)[1]:
+              knob, obs.cpu_budget, len(parallel))[1]:
             ups = self._transfers(obs, knob, move, order[::-1], by_stage,
                                   mask, index)
           out += ups
@@ -451,7 +454,7 @@ class PlumberPolicy(MeasuredSearch):
   (CPU-seconds per output element, `records.stage_cost`, smoothed over
   measurements of the base), for a total T of threads
   (`policies.proportional_allocation`, each stage within
-  `mdp.knob_bounds`). The buffers share the RAM budget evenly, each at most
+  `mdp.proposal_bounds`). The buffers share the RAM budget evenly, each at most
   `mdp.MAX_BUFFER` elements. The first change tried is that allocation at
   T = the CPU budget; then T is searched with accept/revert on the measured
   rate: T + s, and while kept, further up; else T - s, and while kept,
@@ -477,7 +480,7 @@ class PlumberPolicy(MeasuredSearch):
     """Knob values for `total` threads at the smoothed costs."""
     parallel = [k for k in obs.knobs if k.kind == "parallelism"]
     buffers = [k for k in obs.knobs if k.kind == "buffer_size"]
-    bounds = [mdp.knob_bounds(k, obs.cpu_budget) for k in parallel]
+    bounds = [mdp.proposal_bounds(k, obs.cpu_budget) for k in parallel]
     costs = [self._cost.get(k.stage, 0.0) for k in parallel]
     if any(c <= 0 for c in costs):
       costs = [0.0] * len(parallel)
@@ -487,7 +490,7 @@ class PlumberPolicy(MeasuredSearch):
               for k, p, (lo, hi) in zip(parallel, shares, bounds)}
     bpe = obs.bytes_per_element
     for k in buffers:
-      lo, hi = mdp.knob_bounds(k, obs.cpu_budget)
+      lo, hi = mdp.proposal_bounds(k, obs.cpu_budget)
       n = policies.buffer_elements(obs.ram_budget / len(buffers),
                                    bpe.get(k.stage, 0.0), int(hi))
       values[k.name] = float(min(max(n, lo), hi))
@@ -495,7 +498,8 @@ class PlumberPolicy(MeasuredSearch):
 
   def _limits(self, obs: "Observation") -> tuple[int, int]:
     parallel = [k for k in obs.knobs if k.kind == "parallelism"]
-    low = int(sum(mdp.knob_bounds(k, obs.cpu_budget)[0] for k in parallel))
+    low = int(sum(mdp.proposal_bounds(k, obs.cpu_budget)[0]
+                  for k in parallel))
     return low, mdp.cpu_limit(len(parallel), obs.cpu_budget)
 
   def _measure_costs(self, obs: "Observation") -> None:
@@ -549,12 +553,13 @@ class PlumberPolicy(MeasuredSearch):
 def fit_threads(obs: "Observation",
                 values: dict[str, float]) -> dict[str, float]:
   """Parallelism `values` (knob name -> threads) rounded and made to fit
-  the agent's limits: each within `mdp.knob_bounds`, then the largest taken
-  down one thread at a time until the total is within `mdp.cpu_limit`.
-  Knobs of `obs` missing from `values` keep their value."""
+  a whole configuration's limits: each within `mdp.proposal_bounds`, then
+  the largest taken down one thread at a time until the total is within
+  `mdp.cpu_limit`. Knobs of `obs` missing from `values` keep their value,
+  made to fit the same way."""
   parallel = [k for k in obs.knobs if k.kind == "parallelism"]
   limit = mdp.cpu_limit(len(parallel), obs.cpu_budget)
-  bounds = {k.name: mdp.knob_bounds(k, obs.cpu_budget) for k in parallel}
+  bounds = {k.name: mdp.proposal_bounds(k, obs.cpu_budget) for k in parallel}
   out = {}
   for k in parallel:
     lo, hi = bounds[k.name]
