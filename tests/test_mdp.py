@@ -54,11 +54,14 @@ def test_action_mask_at_budget_edges():
   }
   assert mask.tolist() == (expected["A"] + expected["B"] + expected["C"] +
                            expected["D"] + expected["P"] + [True])
-  # One thread fewer in use (C at 2): C may grow to 3 (14 threads), and
-  # shrink to 1: 4 stages at 2 threads would hold 8 > 4 CPUs, so
-  # thread_floor(4, 4) = 1.
+  # One thread fewer in use (C at 2): C may grow to 3 (14 threads). 4
+  # stages at 2 threads would hold 8 > 4 CPUs, so thread_floor(4, 4) = 1,
+  # but C at 1 thread would be busy 0.01 x 100 / 1 = 1 > LONE_BUSY: it may
+  # not shrink; at a cost of 0.004 (0.4) it may.
   knobs[2] = _knob("C/parallelism", "parallelism", 2)
   mask = mdp.action_mask(_obs(knobs, cpu_budget=4))
+  assert mask[8:12].tolist() == [False, False, True, False]
+  mask = mdp.action_mask(_obs(knobs, cpu_budget=4, costs={"C": 0.004}))
   assert mask[8:12].tolist() == [False, True, True, False]
 
 
@@ -95,12 +98,27 @@ def test_a_stage_goes_below_its_start_only_where_the_stages_do_not_fit(
   assert mdp.proposal_bounds(k, cpus) == (start, min(64, cpus))
 
 
-def test_action_mask_lets_a_stage_drop_to_one_thread_on_short_cores():
+def test_action_mask_lets_a_cheap_stage_drop_to_one_thread_on_short_cores():
   # 3 stages at 2 threads on 2 CPUs: 6 threads > 2 CPUs, thread_floor 1.
-  # Each may go to 1 (-1), not below (-5); +1 and +5 pass 2 CPUs.
+  # At 100 elements/s on 1 thread, A would be busy 0.002 x 100 = 0.2 <=
+  # LONE_BUSY = 0.5: it may go to 1 (-1), not below (-5); B (0.5) may too;
+  # C (0.01 x 100 = 1) may not. +1 and +5 pass 2 CPUs.
   knobs = [_knob(f"{n}/parallelism", "parallelism", 2) for n in "ABC"]
-  assert mdp.action_mask(_obs(knobs, cpu_budget=2)).tolist() == (
-      [False, True, False, False] * 3 + [True])
+  o = _obs(knobs, cpu_budget=2, costs={"A": 0.002, "B": 0.005, "C": 0.01})
+  assert mdp.action_mask(o).tolist() == (
+      [False, True, False, False] * 2 + [False] * 4 + [True])
+
+
+@pytest.mark.parametrize("cost,rate,threads,expected", [
+    (0.002, 100.0, 1, True),    # 0.002 x 100 / 1 = 0.2
+    (0.002, 300.0, 1, False),   # 0.6
+    (0.002, 300.0, 2, True),    # 0.3
+    (0.002, 0.0, 1, False),     # nothing measured yet
+])
+def test_may_go_below_start_by_hand(cost, rate, threads, expected):
+  o = _obs([_knob("A/parallelism", "parallelism", 2)], output_rate=rate,
+           costs={"A": cost})
+  assert mdp.may_go_below_start(o, o.knobs[0], threads) == expected
 
 
 def test_action_mask_keeps_buffers_at_one_element():

@@ -54,6 +54,13 @@ MIN_BUFFER = 1
 # measured thread at a time, and only where the stages cannot all hold
 # MIN_THREADS on the CPUs (`thread_floor`).
 MIN_THREADS = 2
+# A move takes a parallel stage below `start_threads` only when the stage's
+# measured utilization (`records.stage_utilization`) at the new thread count
+# is at most this: a stage whose one thread would be busy half the time or
+# more holds up the stages that wait on it (Criteo L4 on 2 CPUs, parse at 1
+# thread: 15% slower than at 2), a cheap one does not (features at 1: the
+# same rate within the measurements' spread).
+LONE_BUSY = 0.5
 # Largest buffer the agent sets, elements.
 MAX_BUFFER = 64
 # Memory-use fraction above which the reward starts to fall.
@@ -141,12 +148,30 @@ def thread_floor(cpu_budget: int, parallel_knobs: int) -> int:
   `start_threads` when all `parallel_knobs` stages fit on the C CPUs at it
   (n x start <= C); else 1: there the start already holds more threads
   than CPUs, every thread a cheap stage keeps is one the costly stages
-  contend with, and only a measured move shows which way it goes.
+  contend with, and only a measured move shows which way it goes
+  (`action_mask` also asks `may_go_below_start`).
   thread_floor(8, 4) = 2 (4 x 2 <= 8); thread_floor(2, 3) = 1 (3 x 2 > 2);
   thread_floor(1, 1) = 1.
   """
   start = start_threads(cpu_budget)
   return start if max(int(parallel_knobs), 1) * start <= cpu_budget else 1
+
+
+def may_go_below_start(obs: "Observation", knob: "Knob",
+                       threads: float) -> bool:
+  """Whether a move may give the parallelism `knob` of `obs` `threads`
+  threads, below `start_threads`: its stage's measured utilization at that
+  count (`records.stage_utilization`) is at most `LONE_BUSY`; False before
+  the stage was measured.
+
+  2 ms per element at 100 elements/s on 1 thread: 0.2, it may; at 300
+  elements/s: 0.6, it may not.
+  """
+  st = obs.stage(knob.stage)
+  if st is None or st.rate <= 0 or st.cpu_per_element_s <= 0:
+    return False
+  return records.stage_utilization(st.cpu_per_element_s, st.rate,
+                                   threads) <= LONE_BUSY
 
 
 def knob_bounds(knob: "Knob", cpu_budget: int,
@@ -189,14 +214,17 @@ def action_mask(obs: "Observation") -> np.ndarray:
 
   A move is valid when the new value stays within `knob_bounds` (a buffer
   at least `MIN_BUFFER`, a parallelism at least `thread_floor` and at most
-  `cpu_budget`), a move that adds threads keeps all parallel stages
-  together at most `cpu_limit`, and a move that grows a buffer keeps
-  `committed_bytes` within the RAM budget. The no-op is always valid.
+  `cpu_budget`), a move that takes a parallelism below `start_threads` finds
+  its stage cheap enough (`may_go_below_start`), a move that adds threads
+  keeps all parallel stages together at most `cpu_limit`, and a move that
+  grows a buffer keeps `committed_bytes` within the RAM budget. The no-op
+  is always valid.
   """
   knobs = obs.knobs
   parallel = [k for k in knobs if k.kind == "parallelism"]
   threads = sum(k.value for k in parallel)
   limit = cpu_limit(len(parallel), obs.cpu_budget)
+  start = start_threads(obs.cpu_budget)
   bpe = obs.bytes_per_element
   committed = committed_bytes(obs)
   mask = np.zeros(MOVES_PER_KNOB * len(knobs) + 1, dtype=bool)
@@ -207,7 +235,8 @@ def action_mask(obs: "Observation") -> np.ndarray:
       if new < lo:
         continue
       if k.kind == "parallelism":
-        ok = new <= hi and (move < 0 or threads + move <= limit)
+        ok = new <= hi and (move < 0 or threads + move <= limit) and (
+            move > 0 or new >= start or may_go_below_start(obs, k, new))
       else:
         ok = (new <= hi and
               (move < 0 or committed + move * bpe.get(k.stage, 0.0)
