@@ -251,6 +251,30 @@ def test_a_search_without_progress_settles_after_patience_trials():
   assert policy.converged and changes == 6
 
 
+def test_a_window_in_which_nothing_was_returned_is_no_measurement():
+  # A pipeline still filling its buffers returns nothing for 10 steps: the
+  # base's window starts at the first step that returns something, so no
+  # trial is judged against a base of 0.
+  o = obs([knob("A/parallelism", "parallelism", 2, hi=8)], cpu_budget=8,
+          costs={"A": 0.02})
+  policy = search.ClimbPolicy(IntuneOptions())
+  for _ in range(10):
+    assert policy.step(at(o, 0.0)) == {}
+  assert policy.base_rate is None and not policy.on_trial
+  # 100/s x 0.5 s = 50 elements: the base, then the first trial, A +5.
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 7.0}
+  assert policy.base_rate == 100.0
+  # 101 is not above 102: reverted.
+  assert policy.step(at(o, 101.0, A=7)) == {"A/parallelism": 2.0}
+  # A trial that stops the pipeline: its window counts every step, 1 + 6
+  # waiting for elements, and it is reverted at the 7th.
+  assert policy.step(at(o, 100.0)) == {"A/parallelism": 3.0}
+  for _ in range(6):
+    assert policy.step(at(o, 0.0, A=3)) == {}
+  assert policy.step(at(o, 0.0, A=3)) == {"A/parallelism": 2.0}
+  assert policy.last_decision.action == "revert A/parallelism +1"
+
+
 @pytest.mark.parametrize("last,settles", [(100.0, True), (106.0, False)])
 def test_a_kept_neutral_move_is_not_progress(last, settles):
   o = obs([knob("A/parallelism", "parallelism", 2, hi=8)], cpu_budget=8,

@@ -24,12 +24,14 @@ it on the CPUs (`mdp.thread_floor`).
 
 Measurement and accept/revert (`MeasuredSearch`): a measurement is the
 output rate over `samples` tuning steps (and at least `min_elements`
-elements). The configuration in force (the "base") is measured; a change
-is applied and measured; it is kept when its rate beats the base's by more
-than `threshold`, else the previous values are restored and the next
-candidate is tried after the base is measured again (each measurement of
-the base is averaged into its estimate); a trial that measures worse is
-reverted at the next measurement, the one that judges it.
+elements, or 6 steps more; the base's window starts at the first step
+that returns something). The configuration in force (the "base") is
+measured; a change is applied and measured; it is kept when its rate
+beats the base's by more than `threshold`, else the previous values are
+restored and the next candidate is tried after the base is measured again
+(each measurement of the base is averaged into its estimate); a trial that
+measures worse is reverted at the next measurement, the one that judges
+it.
 
 Settling: the search converges, and holds its configuration with no trial at
 all, when no candidate is left or when `patience` trials in a row made no
@@ -183,6 +185,13 @@ class MeasuredSearch(policies.Policy):
     return self._trial is not None
 
   def _measure(self, obs: "Observation") -> float | None:
+    if (self._trial is None and self._elements <= 0 and
+        obs.output_rate * obs.interval_s <= 0):
+      # The base's window starts at the first step that returns something:
+      # before it (a pipeline still filling its buffers) there is no rate,
+      # and a base of 0 would keep any trial. A trial's window counts every
+      # step: a change that stops the pipeline measures 0 and is reverted.
+      return None
     self._steps += 1
     self._elements += obs.output_rate * obs.interval_s
     self._seconds += obs.interval_s
