@@ -162,6 +162,8 @@ class IntuneOptions:
             f"IntuneOptions.{field.name} is {value}, out of its range "
             f"{field.low}..{field.high}. Pass at most {field.high}, or None "
             f"for {field.none_doc}.")
+      # A numpy integer becomes an int: the option travels as JSON.
+      object.__setattr__(self, field.name, int(value))
     machine = host.machine_cpus()
     cpus_limit = max_cpus_limit(machine)
     if self.max_cpus is not None and self.max_cpus > cpus_limit:
@@ -199,6 +201,10 @@ class IntuneOptions:
           f"range (0, {MAX_HOST_WEIGHT:g}]: pass a positive finite weight "
           "(default 1.0; a job of weight 2 gets twice the share of a job of "
           "weight 1).")
+    # numpy floats become floats: the option travels as JSON.
+    for name in ("period_s", "host_weight"):
+      if type(getattr(self, name)) not in (int, float):
+        object.__setattr__(self, name, float(getattr(self, name)))
     if not isinstance(self.name, str):
       raise TypeError(f"IntuneOptions.name must be a str (a label for the "
                       f"pipeline), got {self.name!r} "
@@ -218,7 +224,10 @@ class IntuneOptions:
               f"IntuneOptions.config[{key!r}] is {value!r}: a knob value "
               "must be a finite number within the knob's [min, max] (see "
               "TuningSession.knobs()); values outside it are clamped.")
-      object.__setattr__(self, "config", dict(self.config))
+      object.__setattr__(self, "config", {
+          key: value if type(value) in (int, float)
+          else int(value) if isinstance(value, numbers.Integral)
+          else float(value) for key, value in self.config.items()})
     if self.policy == "fixed" and not self.config:
       raise ValueError('IntuneOptions(policy="fixed") needs a `config` of '
                        "knob values.")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from concurrent import futures
 import dataclasses
+import numbers
 import os
 import pathlib
 import re
@@ -50,6 +51,9 @@ from intune_tf import pool
 
 # Seconds a scale command may run.
 DEFAULT_COMMAND_TIMEOUT_S = 60.0
+# Seconds a worker a scale command asked for may take to register before
+# it is given up (`CommandScaler.give_up_unstarted`).
+DEFAULT_START_TIMEOUT_S = 300.0
 # Seconds a stopped local worker gets to exit after SIGTERM before SIGKILL.
 DEFAULT_STOP_TIMEOUT_S = 10.0
 # Warm local worker processes kept ready (TensorFlow loaded, no port yet).
@@ -59,7 +63,6 @@ DEFAULT_STANDBY = 1
 DEFAULT_STANDBY_DELAY_S = 60.0
 # The last decisions `PoolManager.report` includes.
 REPORTED_DECISIONS = 10
-_REGISTERED = "Worker registered with dispatcher"
 # After a port told to a standby (or as `--port-kept`): the pool's
 # AddressKeeper holds it, and the worker binds beside it.
 KEPT = "kept"
@@ -187,6 +190,15 @@ class Scaler:
   def _resize(self, n: int) -> None:
     raise NotImplementedError
 
+  def give_up_unstarted(self) -> int:
+    """Gives up the workers asked for that never started serving, where
+    this scaler can tell (default: it cannot; 0).
+
+    Returns:
+      The workers given up.
+    """
+    return 0
+
   def replace_lost(self) -> list[int]:
     """Replaces the workers that died on their own since the last resize,
     where this scaler can (default: it cannot; nothing is done).
@@ -256,16 +268,22 @@ class CommandScaler(Scaler):
   def __init__(self, template: str, min_workers: int, max_workers: int,
                initial: int | None = None,
                timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
-               serving: Callable[[], int] | None = None):
+               serving: Callable[[], int] | None = None,
+               start_timeout_s: float = DEFAULT_START_TIMEOUT_S):
     super().__init__(min_workers, max_workers)
     check_template(template)
-    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < 1e9):
-      raise ValueError(f"the scale command's timeout must be finite seconds "
-                       f"above 0, got {timeout_s!r}.")
+    for what, value in (("timeout", timeout_s),
+                        ("start timeout", start_timeout_s)):
+      if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
+          not 0 < value < 1e9):
+        raise ValueError(f"the scale command's {what} must be finite "
+                         f"seconds above 0, got {value!r}.")
     self.template = template
     self.timeout_s = float(timeout_s)
+    self.start_timeout_s = float(start_timeout_s)
     self._size = min_workers if initial is None else initial
     self._serving = serving
+    self._resized_at = time.monotonic()
 
   def size(self) -> int:
     return self._size
@@ -275,34 +293,55 @@ class CommandScaler(Scaler):
       return self._size
     return max(0, min(self._size, int(self._serving())))
 
+  def give_up_unstarted(self) -> int:
+    """Gives up the workers asked for that have not registered
+    `start_timeout_s` after the command returned: the pool is what serves.
+
+    Returns:
+      The workers given up (0 while within the timeout).
+    """
+    serving = self.serving()
+    if (serving >= self._size or
+        time.monotonic() - self._resized_at < self.start_timeout_s):
+      return 0
+    missing, self._size = self._size - serving, serving
+    self._resized_at = time.monotonic()
+    return missing
+
   def command(self, n: int) -> str:
     """The command for `n` workers."""
     return self.template.replace("{n}", str(int(n)))
 
   def _resize(self, n: int) -> None:
     command = self.command(n)
-    proc = subprocess.Popen(["/bin/sh", "-c", command],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-      out, err = proc.communicate(timeout=self.timeout_s)
-    except subprocess.TimeoutExpired:
+    # Its output goes to files, not pipes: workers it starts in the
+    # background keep them open, and the command is done when its shell is.
+    with tempfile.TemporaryFile() as out:
+      proc = subprocess.Popen(["/bin/sh", "-c", command],
+                              stdin=subprocess.DEVNULL, stdout=out,
+                              stderr=subprocess.STDOUT,
+                              start_new_session=True)
       try:
-        os.killpg(proc.pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
-      proc.communicate()
-      raise ScalerError(
-          f"the scale command `{command}` did not finish within "
-          f"{self.timeout_s:g} s and was killed; the pool stays at "
-          f"{self._size}.") from None
-    if proc.returncode != 0:
-      tail = (err or out).decode(errors="replace").strip()[-300:]
-      raise ScalerError(
-          f"the scale command `{command}` failed (exit status "
-          f"{proc.returncode}): {tail or 'no output'}; the pool stays at "
-          f"{self._size}.")
+        proc.wait(timeout=self.timeout_s)
+      except subprocess.TimeoutExpired:
+        try:
+          os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+        proc.wait()
+        raise ScalerError(
+            f"the scale command `{command}` did not finish within "
+            f"{self.timeout_s:g} s and was killed; the pool stays at "
+            f"{self._size}.") from None
+      if proc.returncode != 0:
+        out.seek(max(0, out.seek(0, os.SEEK_END) - 300))
+        tail = out.read().decode(errors="replace").strip()
+        raise ScalerError(
+            f"the scale command `{command}` failed (exit status "
+            f"{proc.returncode}): {tail or 'no output'}; the pool stays at "
+            f"{self._size}.")
     self._size = n
+    self._resized_at = time.monotonic()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -402,19 +441,43 @@ def _hand_over(keeper: AddressKeeper, worker: _LocalWorker) -> None:
   keeper.close()
 
 
+# Guards `_LocalWorker.registered`'s read of the pipe.
+_READY_LOCK = threading.Lock()
+
+
 @dataclasses.dataclass
 class _LocalWorker:
+  """A local worker process: its stdin is held open (it exits when the
+  scaler's process is gone), and it writes a line on the pipe `ready`
+  once the dispatcher registered it (`intune service worker --ready-fd`)."""
   proc: subprocess.Popen
   port: int  # 0 for a standby
   log_path: pathlib.Path
   log: object
   started_at: float
+  ready: int  # the read end of its readiness pipe (non-blocking)
+  said: list[bytes] = dataclasses.field(default_factory=list)
 
   def registered(self) -> bool:
-    try:
-      return _REGISTERED in self.log_path.read_text(errors="replace")
-    except OSError:
-      return False
+    """Whether the worker said it registered (reads what it wrote)."""
+    with _READY_LOCK:  # the hand-over thread asks too
+      if not self.said:
+        try:
+          got = os.read(self.ready, 64)
+        except OSError:  # nothing yet (BlockingIOError), or released
+          return False
+        self.said.append(got)  # b"": it exited without registering
+      return bool(self.said[0])
+
+  def release(self) -> None:
+    """Closes what the scaler holds of the worker (its log, its pipes)."""
+    self.log.close()
+    for close in (lambda: os.close(self.ready), self.proc.stdin.close):
+      try:
+        close()
+      except OSError:
+        pass
+    self.ready = -1
 
 
 class LocalWorkers(Scaler):
@@ -449,8 +512,7 @@ class LocalWorkers(Scaler):
     host: the address the workers advertise. Default "127.0.0.1".
     log_dir: where each worker's log goes. Default None: a new temporary
       folder.
-    env: extra environment of the workers (e.g. INTUNE_STATUS_DIR; their
-      TF_CPP_MIN_LOG_LEVEL is always 0: below).
+    env: extra environment of the workers (e.g. INTUNE_STATUS_DIR).
       Default None.
     worker_args: extra flags of `intune service worker`. Default none.
     stop_timeout_s: seconds between SIGTERM and SIGKILL. Default 10.
@@ -461,6 +523,10 @@ class LocalWorkers(Scaler):
       `DEFAULT_STANDBY_DELAY_S` (60).
     keep_addresses: leave an `AddressKeeper` answering at each stopped
       worker's port until a worker takes it again. Default True.
+    program: the command line of a worker before its flags (`--dispatcher`,
+      `--port` or `--standby`, `--port-kept`, `--exit-with-stdin`, `--host`,
+      `--ready-fd`, then `worker_args`). Default None: `intune service
+      worker` run by this Python.
   """
 
   kind = "local"
@@ -472,7 +538,8 @@ class LocalWorkers(Scaler):
                stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
                standby: int = DEFAULT_STANDBY,
                standby_delay_s: float = DEFAULT_STANDBY_DELAY_S,
-               keep_addresses: bool = True):
+               keep_addresses: bool = True,
+               program: tuple[str, ...] | None = None):
     super().__init__(min_workers, max_workers)
     if isinstance(standby, bool) or not isinstance(standby, int) or (
         standby < 0):
@@ -483,11 +550,11 @@ class LocalWorkers(Scaler):
     self.log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(
         prefix="intune-workers-"))
     self.log_dir.mkdir(parents=True, exist_ok=True)
-    # A worker counts as serving once its log has TensorFlow's INFO line
-    # `_REGISTERED`, which TF_CPP_MIN_LOG_LEVEL 1 or more (often set to
-    # quiet TensorFlow) would hide; the workers log to their own files.
-    self.env = {**os.environ, **(env or {}), "TF_CPP_MIN_LOG_LEVEL": "0"}
+    # A worker counts as serving once it says so on its readiness pipe.
+    self.env = {**os.environ, **(env or {})}
     self.worker_args = tuple(worker_args)
+    self.program = tuple(program or (sys.executable, "-m", "intune_tf",
+                                     "service", "worker"))
     self.stop_timeout_s = stop_timeout_s
     self.workers: list[_LocalWorker] = []
     self.lost = 0
@@ -508,7 +575,7 @@ class LocalWorkers(Scaler):
   def _reap(self) -> None:
     for w in [w for w in self.standbys if w.proc.poll() is not None]:
       self.standbys.remove(w)
-      w.log.close()
+      w.release()
       logging.warning("Standby local worker pid %d exited with %s; see %s.",
                       w.proc.pid, w.proc.returncode, w.log_path)
     alive = []
@@ -518,7 +585,7 @@ class LocalWorkers(Scaler):
       else:
         self.lost += 1
         self.vacated.append(w.port)
-        w.log.close()
+        w.release()
         logging.warning("Local worker on port %d (pid %d) exited with %s; "
                         "it leaves the pool.", w.port, w.proc.pid,
                         w.proc.returncode)
@@ -634,12 +701,13 @@ class LocalWorkers(Scaler):
       try:
         if w.proc.poll() is not None:
           raise OSError(f"exit status {w.proc.returncode}")
+        # Held open after: the worker exits at its end.
         w.proc.stdin.write(f"{port}{' ' + KEPT if kept else ''}\n".encode())
-        w.proc.stdin.close()
+        w.proc.stdin.flush()
       except OSError as e:  # it died since the reap
         logging.warning("Standby local worker pid %d is gone (%s).",
                         w.proc.pid, e)
-        w.log.close()
+        w.release()
         continue
       self._taken_at = time.monotonic()
       self._started += 1
@@ -658,25 +726,32 @@ class LocalWorkers(Scaler):
     name = "standby" if port is None else str(port)
     log_path = self.log_dir / f"worker{self._started}-{name}.log"
     log = open(log_path, "wb")
+    ready, said = os.pipe()
+    os.set_blocking(ready, False)
     where = (["--standby"] if port is None else
-             ["--port", str(port), *(["--port-kept"] if kept else [])])
-    args = [sys.executable, "-m", "intune_tf", "service", "worker",
-            "--dispatcher", self.dispatcher, *where, "--host", self.host,
-            *self.worker_args]
+             ["--port", str(port), *(["--port-kept"] if kept else []),
+              "--exit-with-stdin"])
+    args = [*self.program, "--dispatcher", self.dispatcher, *where,
+            "--host", self.host,
+            "--ready-fd", str(said), *self.worker_args]
     try:
-      proc = subprocess.Popen(
-          args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-          stdin=subprocess.PIPE if port is None else subprocess.DEVNULL)
+      proc = subprocess.Popen(args, env=self.env, stdout=log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+                              pass_fds=(said,))
     except OSError as e:
       log.close()
+      os.close(ready)
       what = "a standby local worker" if port is None else "a local worker"
       raise ScalerError(f"cannot start {what}: {e}; the pool stays at "
                         f"{len(self.workers)}.") from e
+    finally:
+      os.close(said)
     if port is None:
       logging.info("Started standby local worker pid %d.", proc.pid)
     else:
       logging.info("Started local worker pid %d on port %d.", proc.pid, port)
-    return _LocalWorker(proc, port or 0, log_path, log, time.monotonic())
+    return _LocalWorker(proc, port or 0, log_path, log, time.monotonic(),
+                        ready)
 
   def _stop(self, w: _LocalWorker) -> None:
     # The keeper binds beside the worker before it stops, so that no
@@ -696,7 +771,7 @@ class LocalWorkers(Scaler):
       except subprocess.TimeoutExpired:
         w.proc.kill()
         w.proc.wait()
-    w.log.close()
+    w.release()
     if w.port:
       self.vacated.append(w.port)
     logging.info("Stopped local worker pid %d on port %d.", w.proc.pid,
@@ -805,6 +880,9 @@ class LocalFirst(Scaler):
                         f"({e}); no local worker was started.") from e
     self.local.resize(local)
 
+  def give_up_unstarted(self) -> int:
+    return self.local.give_up_unstarted() + self.remote.give_up_unstarted()
+
   def replace_lost(self) -> list[int]:
     return self.local.replace_lost() + self.remote.replace_lost()
 
@@ -903,6 +981,30 @@ class PoolManager:
     if wording != self._logged_hold:
       self._logged_hold = wording
       logging.info("Worker pool holds at %d: %s", self.scaler.size(), reason)
+
+  def give_up_unstarted(self, now_s: float) -> int:
+    """Counts as a failed change the workers the scaler gave up because
+    they did not start in time (`Scaler.give_up_unstarted`), and logs it.
+
+    Args:
+      now_s: the time of the event recorded in `history`.
+
+    Returns:
+      The workers given up.
+    """
+    before = self.scaler.size()
+    missing = self.scaler.give_up_unstarted()
+    if missing:
+      size = self.scaler.size()
+      error = (f"{missing} of the {before} worker(s) asked for did not "
+               "start serving in time; the pool counts the "
+               f"{size} serving")
+      self.failures += 1
+      self.controller.rejected(pool.Decision(before, "workers did not start"))
+      self.history.append(PoolEvent(now_s, before, size,
+                                    "workers did not start", error))
+      logging.error("Worker pool %d -> %d: %s.", before, size, error)
+    return missing
 
   def step(self, reading: pool.PoolReading) -> pool.Decision:
     """Decides on `reading` and resizes on a change. A failed resize is

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
+import functools
 import math
+import numbers
 import os
 import pathlib
 import re
@@ -52,12 +53,20 @@ from typing import IO, Any
 from absl import logging
 
 from intune_tf import arguments
+from intune_tf import files
 from intune_tf import host as host_lib
 from intune_tf import pool
 from intune_tf import scalers
 
 # Seconds a worker waits for its dispatcher to accept connections at start.
 DEFAULT_DISPATCHER_WAIT_S = 30.0
+# Seconds a worker gives a dispatcher's answer, whatever `--dispatcher-wait`.
+_MIN_ANSWER_WAIT_S = 5.0
+_GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
+# Seconds between two decisions on a pool, and between a change taking
+# effect and the next change.
+DEFAULT_POOL_PERIOD_S = 10.0
+DEFAULT_POOL_MIN_INTERVAL_S = 30.0
 # Seconds between updates of a dispatcher's status (its worker count).
 _DISPATCHER_STATUS_PERIOD_S = 2.0
 _ADDRESS = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):"
@@ -138,6 +147,21 @@ def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
     time.sleep(0.25)
 
 
+def _check_work_dir(work_dir: str) -> None:
+  """Creates the dispatcher's journal folder `work_dir` if missing.
+
+  Raises:
+    ServiceError: it cannot be a folder (a file on its path, no rights).
+  """
+  try:
+    pathlib.Path(work_dir).mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ServiceError(
+        f"--work-dir {work_dir}: cannot use it as the dispatcher's journal "
+        f"folder ({e.strerror or e}); give a folder this user can "
+        "write.") from None
+
+
 def _start_tuner(role: str, **service: Any) -> None:
   """Loads the kernel library, starts the tuner, labels the status file."""
   # Deferred: `intune --help` lists this command without loading TensorFlow.
@@ -175,12 +199,44 @@ def _wait_for_signal(tick=None, period_s: float = 1.0) -> str:
   return received[0] if received else "?"
 
 
+def cpu_note(low: int, high: int, cpus: int, capped: bool
+             ) -> tuple[int, str] | None:
+  """What a local pool of `low` to `high` workers on a host giving `cpus`
+  CPUs should be told, as (absl logging level, message), or None.
+
+  cpu_note(3, 3, 2, True) warns that MIN 3 workers start on 2 CPUs;
+  cpu_note(1, 4, 2, True) says the controller grows it to 2 at most;
+  cpu_note(1, 4, 2, False) (no cap: the host's tier is filled to its MAX
+  before a scale command adds workers) warns to lower MAX.
+
+  Args:
+    low: MIN.
+    high: MAX.
+    cpus: the CPUs the host gives (`host.usable_cpus()`).
+    capped: whether the controller caps the pool at `cpus`.
+  """
+  if cpus < low:
+    return (logging.WARNING,
+            f"MIN {low} is more than the {cpus} CPU(s) this host gives: "
+            f"{low} local workers start and share them; pass a MIN of at "
+            f"most {cpus}.")
+  if cpus >= high:
+    return None
+  if capped:
+    return (logging.INFO, f"InTune grows it to at most {cpus} worker(s), "
+            "the CPUs this host gives.")
+  return (logging.WARNING,
+          f"the host's tier is filled to its MAX before the command adds a "
+          f"worker, and this host gives {cpus} CPU(s); set MAX to the "
+          "workers it can run beside the trainer.")
+
+
 def run_dispatcher(port: int, host: str = "127.0.0.1",
                    work_dir: str | None = None,
                    worker_timeout_ms: int | None = None,
                    workers: tuple[int, int] | None = None,
-                   pool_period_s: float = 10.0,
-                   pool_min_interval_s: float = 30.0,
+                   pool_period_s: float = DEFAULT_POOL_PERIOD_S,
+                   pool_min_interval_s: float = DEFAULT_POOL_MIN_INTERVAL_S,
                    scale_command: str | None = None,
                    scale_timeout_s: float = scalers.DEFAULT_COMMAND_TIMEOUT_S,
                    controller: str = "intune",
@@ -243,6 +299,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       `workers`, with `scale_command`, or with other bounds, or
       `scale_out` without `workers` and `scale_command` or below 1.
   """
+  if work_dir is not None:
+    _check_work_dir(work_dir)
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
 
@@ -286,12 +344,6 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
       scaler = scalers.LocalFirst(on_host, scalers.CommandScaler(
           scale_command, 1, scale_out, initial=0, timeout_s=scale_timeout_s,
           serving=lambda: server._num_workers() - on_host.serving()))  # noqa: SLF001
-      cpus = host_lib.usable_cpus()
-      if cpus < high:
-        logging.warning("Worker pool local:%d-%d: the host's tier is filled "
-                        "to its MAX before the command adds a worker, and "
-                        "this host gives %d CPU(s); set MAX to the workers "
-                        "it can run beside the trainer.", low, high, cpus)
     elif scaler is None:
       # Initially 0: the command runs for MIN at start, whatever the count.
       scaler = scalers.CommandScaler(
@@ -299,14 +351,16 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
           serving=server._num_workers)  # noqa: SLF001
     kwargs = ({"min_interval_s": pool_min_interval_s}
               if controller == "intune" else {})
-    if controller == "intune" and isinstance(scaler, scalers.LocalWorkers):
+    capped = controller == "intune" and isinstance(scaler,
+                                                    scalers.LocalWorkers)
+    if capped:
       # A local worker past the host's CPUs adds no CPU, only contention.
       kwargs["cpu_cap"] = host_lib.usable_cpus
-      cpus = host_lib.usable_cpus()
-      if cpus < high:
-        logging.info("Worker pool local:%d-%d: InTune grows it to at most "
-                     "%d worker(s), the CPUs this host gives.", low, high,
-                     cpus)
+    if capped or scale_out is not None:
+      note = cpu_note(low, high, host_lib.usable_cpus(), capped)
+      if note is not None:
+        logging.log(note[0], "Worker pool local:%d-%d: %s", low, high,
+                    note[1])
     manager = scalers.PoolManager(pool.make_controller(
         controller, scaler.min_workers, scaler.max_workers, **kwargs), scaler)
     if scale_out is not None:
@@ -342,6 +396,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
         scaler.replace_lost()
       except scalers.ScalerError as e:
         logging.error("%s", e)
+      manager.give_up_unstarted(time.time())
       size, serving = scaler.size(), scaler.serving()
       reading = pool_reading(workers_use, serving, size - serving,
                              consumer_addresses=(local, f"{host}:{port}"))
@@ -378,7 +433,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
 def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
                dispatcher_wait_s: float = DEFAULT_DISPATCHER_WAIT_S,
                heartbeat_interval_ms: int | None = None,
-               port_kept: bool = False) -> int:
+               port_kept: bool = False,
+               ready_fd: int | None = None) -> int:
   """Runs a tf.data service worker tuned by InTune until SIGTERM/SIGINT.
 
   Args:
@@ -386,20 +442,25 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
     port: port to listen on (all interfaces: TensorFlow's choice).
     host: the address the worker advertises to the dispatcher and clients
       (`worker_address` HOST:PORT). Default "127.0.0.1".
-    dispatcher_wait_s: seconds to wait for the dispatcher to accept
-      connections. Default `DEFAULT_DISPATCHER_WAIT_S` (30).
+    dispatcher_wait_s: seconds the dispatcher has to accept connections
+      and answer (at least 5 s for the answer); then the worker gives up.
+      Default `DEFAULT_DISPATCHER_WAIT_S` (30).
     heartbeat_interval_ms: how often the worker reports to the dispatcher
       (keep it below the dispatcher's worker timeout). Default None:
       TensorFlow's default.
     port_kept: the port is held by a local pool's `AddressKeeper`, which
       closes once this worker registers: bind beside it rather than refuse
       a busy port. Default False.
+    ready_fd: a file descriptor to write "registered PORT" to (then closed)
+      once the dispatcher has registered the worker. Default None.
 
   Returns:
     The exit code (0).
 
   Raises:
-    ServiceError: bad dispatcher address, port in use, no dispatcher.
+    ServiceError: bad dispatcher address, port in use, no dispatcher, or
+      something else at its address (no answer within `dispatcher_wait_s`,
+      at least 5 s).
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
@@ -408,6 +469,7 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   dispatcher = f"{d_host}:{d_port}"
   if not port_kept:
     check_port_free(port)
+  deadline = time.monotonic() + dispatcher_wait_s
   wait_for_dispatcher(d_host, d_port, dispatcher_wait_s)
   worker_address = f"{host}:{port}"
   _start_tuner("worker", dispatcher=dispatcher, worker_address=worker_address,
@@ -415,14 +477,64 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   config = tf.data.experimental.service.WorkerConfig(
       dispatcher_address=dispatcher, worker_address=worker_address, port=port,
       heartbeat_interval_ms=heartbeat_interval_ms)
+  _check_is_dispatcher(dispatcher, max(_MIN_ANSWER_WAIT_S,
+                                       deadline - time.monotonic()))
+  # Returns once the dispatcher registered the worker.
   server = tf.data.experimental.service.WorkerServer(config)
-  logging.info("tf.data service worker with InTune at %s, dispatcher %s "
-               "(pid %d).", worker_address, dispatcher, os.getpid())
+  logging.info("tf.data service worker with InTune at %s registered with "
+               "dispatcher %s (pid %d).", worker_address, dispatcher,
+               os.getpid())
+  if ready_fd is not None:
+    with open(ready_fd, "w", closefd=True) as ready:
+      ready.write(f"registered {port}\n")
   logging.warning(SECURITY_NOTE.format(port=port))
   name = _wait_for_signal()
   logging.info("Worker stopping (%s).", name)
   server.stop()
   return 0
+
+
+def _check_is_dispatcher(dispatcher: str, timeout_s: float) -> None:
+  """Asks the server at `dispatcher` for its tf.data service version (a
+  `WorkerServer` would retry for ever at anything that is not a
+  dispatcher, holding the interpreter).
+
+  Raises:
+    ServiceError: no dispatcher answered within `timeout_s`.
+  """
+  import grpc  # noqa: PLC0415  TensorFlow's own dependency, only needed here
+
+  with grpc.insecure_channel(dispatcher) as channel:
+    get_version = channel.unary_unary(_GET_VERSION)
+    try:
+      get_version(b"", timeout=timeout_s, wait_for_ready=True)
+    except grpc.RpcError as e:
+      what = ("a gRPC server that is not a tf.data service dispatcher"
+              if e.code() == grpc.StatusCode.UNIMPLEMENTED else
+              f"no tf.data service dispatcher answer ({e.code().name})")
+      raise ServiceError(
+          f"something accepts connections at {dispatcher} but gave "
+          f"{what} within {timeout_s:.3g} s: check the address (`intune "
+          "service dispatcher` listens there), or raise "
+          "--dispatcher-wait.") from None
+
+
+def _exit_with_stdin() -> None:
+  """Stops this process (SIGTERM) at the end of stdin: the process that
+  started it and held the other end is gone, however it died."""
+
+  def watch():
+    try:
+      while sys.stdin.buffer.read1(4096):
+        pass
+    except (OSError, ValueError):
+      pass
+    logging.warning("Worker: stdin closed (whoever started it is gone); "
+                    "stopping.")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=watch, name="intune-stdin-watch",
+                   daemon=True).start()
 
 
 # What each processing mode promises when workers join and leave
@@ -537,20 +649,29 @@ class ConsumerMeter:
   """
 
   def __init__(self, dispatcher: str, status_dir: str | None = None,
-               elements_per_item: int = 1):
+               elements_per_item: float = 1):
     host, port = parse_address(dispatcher, "dispatcher")
+    if (isinstance(elements_per_item, bool) or
+        not isinstance(elements_per_item, numbers.Real) or
+        not math.isfinite(elements_per_item) or elements_per_item <= 0):
+      raise ValueError(
+          f"ConsumerMeter's elements_per_item is the elements (as the "
+          f"workers count them) in one item the iterator yields, a finite "
+          f"number above 0 (default 1; the batch size for batched "
+          f"elements), got {elements_per_item!r}.")
     self.dispatcher = f"{host}:{port}"
     self.path = _pool_dir(status_dir) / (
         f"{os.getpid()}@{socket.gethostname()}.json")
     self.elements_per_item = elements_per_item
     self._lock = threading.Lock()
     self._wait = self._compute = 0.0  # guarded by _lock
-    self._elements = 0  # guarded by _lock
+    self._elements = 0.0  # guarded by _lock
     self._pace = 0.0  # the last period's with compute; guarded by _lock
     # When the wait under way began, or its part not yet reported; None
     # while no wait is under way. Guarded by _lock.
     self._waiting_since: float | None = None
     self._last_report = time.monotonic()  # guarded by _lock
+    self._failing = False  # the last report could not be written
 
   def record(self, wait_s: float, compute_s: float, elements: int) -> None:
     """Counts one step: `wait_s` waiting for input, `compute_s` computing,
@@ -581,14 +702,28 @@ class ConsumerMeter:
             "time": time.time(),
             "wait_share": self._wait / busy if busy > 0 else 0.0,
             "consumer_rate": self._pace, "elements": self._elements}
-    self.path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = self.path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, self.path)
+    self._write(data)
     self._wait = self._compute = 0.0
-    self._elements = 0
+    self._elements = 0.0
     self._last_report = now
     return data
+
+  def _write(self, data: dict[str, Any]) -> None:
+    """Writes a report; a failure (a status dir that cannot be used) warns
+    once, until writing works again: the training loop goes on without
+    pool sizing."""
+    try:
+      files.write_json(self.path, data)
+    except OSError as e:
+      if not self._failing:
+        logging.warning(
+            "ConsumerMeter: cannot write its report %s (%s); the dispatcher "
+            "sizes the pool without this trainer until it can (set "
+            "INTUNE_STATUS_DIR or status_dir to a writable folder).",
+            self.path, e)
+      self._failing = True
+    else:
+      self._failing = False
 
   def _report_waits(self, stop: threading.Event) -> None:
     """Reports each period in which a wait is under way (a thread of
@@ -629,8 +764,59 @@ class ConsumerMeter:
       reporter.join()
 
   def close(self) -> None:
-    """Removes the report."""
-    self.path.unlink(missing_ok=True)
+    """Removes the report (if it can)."""
+    try:
+      self.path.unlink(missing_ok=True)
+    except OSError:
+      pass
+
+
+# The largest consumer report read (a report is about 200 bytes).
+_MAX_REPORT_BYTES = 64 << 10
+
+
+@functools.lru_cache(maxsize=256)
+def endpoints(address: str) -> frozenset[tuple[str, int]]:
+  """The (IP, port) pairs that a HOST:PORT address names, its host name
+  resolved: "localhost:5050" and "127.0.0.1:5050" share (127.0.0.1, 5050).
+  A host that does not resolve stands for itself; a malformed address
+  names nothing.
+  """
+  try:
+    host, port = parse_address(address)
+  except ServiceError:
+    return frozenset()
+  host = host.strip("[]")
+  try:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+  except (OSError, UnicodeError):
+    return frozenset({(host, port)})
+  return frozenset((info[4][0], port) for info in infos) | {(host, port)}
+
+
+def names_dispatcher(address: Any, dispatcher: frozenset[tuple[str, int]]
+                     ) -> bool:
+  """Whether `address` (any JSON value read from a report) is a HOST:PORT
+  that shares an endpoint with `dispatcher` (`endpoints`)."""
+  return isinstance(address, str) and bool(endpoints(address) & dispatcher)
+
+
+def _consumer_reports(directory: pathlib.Path) -> list[dict[str, Any]]:
+  """The consumer reports in `directory` that are JSON objects, each read
+  with the checked reader (`status.read_json_file`: a regular file of this
+  user, at most `_MAX_REPORT_BYTES`, opened without blocking); any other
+  file is skipped."""
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status  # noqa: PLC0415
+  reports = []
+  for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+    try:
+      data = status.read_json_file(path, max_bytes=_MAX_REPORT_BYTES)
+    except (OSError, ValueError):
+      continue
+    if isinstance(data, dict):
+      reports.append(data)
+  return reports
 
 
 def pool_reading(dispatcher: str, serving: int, starting: int,
@@ -643,20 +829,21 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
   dispatcher's workers (the sum of its sessions' output rates). None when no
   consumer reported within `CONSUMER_REPORT_MAX_AGE_S`. Consumers that name
   the dispatcher by one of `consumer_addresses` count too, and so do
-  workers (default none).
+  workers (default none); addresses match once their host names are
+  resolved (`endpoints`). A report that is not a small regular JSON file of
+  this user with numbers where numbers go is skipped.
   """
   now = time.time() if now is None else now
-  accepted = {dispatcher, *consumer_addresses}
+  accepted = frozenset().union(
+      *(endpoints(a) for a in (dispatcher, *consumer_addresses)))
   consumers = []
-  directory = _pool_dir(status_dir)
-  for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+  for data in _consumer_reports(_pool_dir(status_dir)):
     try:
-      data = json.loads(path.read_text())
       fresh = now - float(data["time"]) <= CONSUMER_REPORT_MAX_AGE_S
       rate, wait = float(data["consumer_rate"]), float(data["wait_share"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
       continue
-    if (data.get("dispatcher") in accepted and fresh and
+    if (names_dispatcher(data.get("dispatcher"), accepted) and fresh and
         math.isfinite(rate) and rate >= 0 and 0 <= wait <= 1):
       consumers.append((rate, wait))
   if not consumers:
@@ -666,7 +853,8 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
   rates = [sum(float(s.get("output_rate") or 0.0)
                for s in w.get("sessions", []))
            for w in worker_status(status_dir)
-           if (w.get("service") or {}).get("dispatcher") in accepted]
+           if names_dispatcher((w.get("service") or {}).get("dispatcher"),
+                               accepted)]
   return pool.PoolReading(
       time_s=now, workers=serving, starting=starting,
       wait_share=max(w for _, w in consumers),
@@ -747,14 +935,15 @@ def worker_status(status_dir: str | os.PathLike | None = None,
 
   wanted = None
   if dispatcher is not None:
-    host, port = parse_address(dispatcher, "dispatcher")
-    wanted = f"{host}:{port}"
+    parse_address(dispatcher, "dispatcher")
+    wanted = endpoints(dispatcher)
   result = []
   for data in status.read_all(status_dir):
     service = data.get("service") or {}
     if data.get("role") != "worker":
       continue
-    if wanted is not None and service.get("dispatcher") != wanted:
+    if wanted is not None and not names_dispatcher(service.get("dispatcher"),
+                                                   wanted):
       continue
     result.append(data)
   return result
@@ -805,10 +994,19 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
       return (f"{flag} is for --workers command:MIN-MAX or local:MIN-MAX "
               f"with --scale-out, not {given}; pass one of them or drop "
               f"{flag}.")
+  for flag, value in (("--pool-period", args.pool_period),
+                      ("--pool-min-interval", args.pool_min_interval)):
+    if value is not None and kind is None:
+      return (f"{flag} paces the decisions on a pool: pass --workers "
+              f"local:MIN-MAX or command:MIN-MAX, or drop {flag}.")
   if args.pool_standby is not None and kind != "local":
     return ("--pool-standby keeps local workers warm: pass --workers "
             "local:MIN-MAX or drop --pool-standby.")
   return None
+
+
+def _or(value: Any, default: Any) -> Any:
+  return default if value is None else value
 
 
 def _dispatcher_main(args: argparse.Namespace) -> int:
@@ -818,17 +1016,17 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
           flush=True)
     return 2
   _, low, high = args.workers or (None, None, None)
-  timeout = (scalers.DEFAULT_COMMAND_TIMEOUT_S if args.scale_timeout is None
-             else args.scale_timeout)
+  timeout = _or(args.scale_timeout, scalers.DEFAULT_COMMAND_TIMEOUT_S)
   try:
     return run_dispatcher(args.port, args.host, args.work_dir,
                           args.worker_timeout_ms,
                           (low, high) if args.workers else None,
-                          args.pool_period, args.pool_min_interval,
+                          _or(args.pool_period, DEFAULT_POOL_PERIOD_S),
+                          _or(args.pool_min_interval,
+                              DEFAULT_POOL_MIN_INTERVAL_S),
                           args.scale_command, timeout, args.pool_controller,
-                          standby=(scalers.DEFAULT_STANDBY
-                                   if args.pool_standby is None
-                                   else args.pool_standby),
+                          standby=_or(args.pool_standby,
+                                      scalers.DEFAULT_STANDBY),
                           scale_out=args.scale_out)
   except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
@@ -882,7 +1080,7 @@ def _worker_main(args: argparse.Namespace) -> int:
     print(f"intune service worker: error: {e}", flush=True)
     return 2
   try:
-    port = args.port
+    port, kept = args.port, args.port_kept
     if args.standby:
       _warm_worker()
       logging.info("Standby worker ready (pid %d): waiting for a port on "
@@ -892,11 +1090,11 @@ def _worker_main(args: argparse.Namespace) -> int:
         logging.info("Standby worker: stdin closed; exiting unused.")
         return 0
       port, kept = told
-    else:
-      kept = args.port_kept
+    if args.standby or args.exit_with_stdin:
+      _exit_with_stdin()
     return run_worker(args.dispatcher, port, args.host,
                       args.dispatcher_wait, args.heartbeat_interval_ms,
-                      port_kept=kept)
+                      port_kept=kept, ready_fd=args.ready_fd)
   except ServiceError as e:
     return _fail("worker", e)
 
@@ -943,14 +1141,15 @@ def add_commands(subparsers) -> None:
                  help="With --scale-command: seconds it may run before it is "
                  "killed and the change fails (finite, above 0; default "
                  f"{scalers.DEFAULT_COMMAND_TIMEOUT_S:g}).")
-  d.add_argument("--pool-period", type=arguments.duration, default=10.0,
+  d.add_argument("--pool-period", type=arguments.duration, default=None,
                  metavar="SECONDS",
                  help="With --workers: seconds between two decisions on "
-                 "the pool (default 10).")
+                 f"the pool (default {DEFAULT_POOL_PERIOD_S:g}).")
   d.add_argument("--pool-min-interval", type=arguments.optional_duration,
-                 default=30.0, metavar="SECONDS",
+                 default=None, metavar="SECONDS",
                  help="With --workers: seconds between a change taking "
-                 "effect and the next change (default 30).")
+                 "effect and the next change (default "
+                 f"{DEFAULT_POOL_MIN_INTERVAL_S:g}).")
   d.add_argument("--pool-controller", default="intune",
                  choices=tuple(pool.CONTROLLERS),
                  help="With --workers: what sizes the pool: intune, or, to "
@@ -978,12 +1177,22 @@ def add_commands(subparsers) -> None:
                  "stdin.")
   # A local pool's own workers: the port is held by its AddressKeeper.
   w.add_argument("--port-kept", action="store_true", help=argparse.SUPPRESS)
+  w.add_argument("--exit-with-stdin", action="store_true",
+                 help="Stop at the end of stdin (for a supervisor that holds "
+                 "it open: the worker ends with it, however it dies); "
+                 "--standby implies it.")
+  w.add_argument("--ready-fd", type=arguments.positive_int, default=None,
+                 metavar="FD",
+                 help="Write 'registered PORT' to this inherited file "
+                 "descriptor once the dispatcher has registered the worker, "
+                 "then close it (for a supervisor; default: none).")
   w.add_argument("--host", default="127.0.0.1",
                  help="The address this worker advertises to the dispatcher "
                  "and clients (default 127.0.0.1).")
   w.add_argument("--dispatcher-wait", type=arguments.optional_duration,
                  default=DEFAULT_DISPATCHER_WAIT_S, metavar="SECONDS",
-                 help="Seconds to wait for the dispatcher at start (default "
+                 help="Seconds the dispatcher has to accept the worker and "
+                 "register it at start; then the worker exits (default "
                  f"{DEFAULT_DISPATCHER_WAIT_S:g}).")
   w.add_argument("--heartbeat-interval-ms", type=arguments.positive_int,
                  default=None,

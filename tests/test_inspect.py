@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import _fuzz
@@ -609,6 +610,33 @@ def test_decision_log_is_private_rotated_and_never_follows_a_symlink(
     status.DecisionLog(link)
   assert not target.exists()
   del it
+
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_decision_log_that_is_not_a_regular_file_is_refused_at_once(
+    tmp_path, kind):
+  # A FIFO with no reader blocked the tuner's start (and `iter(ds)`) for
+  # ever.
+  path = tmp_path / "decisions"
+  if kind == "fifo":
+    os.mkfifo(path)
+  else:
+    path.mkdir()
+  result = []
+
+  def open_log():
+    try:
+      result.append(status.DecisionLog(path))
+    except OSError as e:
+      result.append(e)
+
+  thread = threading.Thread(target=open_log, daemon=True)
+  thread.start()
+  thread.join(30)
+  assert result, "DecisionLog blocked"
+  assert isinstance(result[0], OSError), result
+  assert "is not a regular file" in str(result[0])
 
 
 def test_a_full_disk_drops_lines_and_warns_once(monkeypatch):

@@ -1,5 +1,8 @@
 """IntuneOptions: validation, defaults, JSON."""
 
+import json
+
+import numpy as np
 import pytest
 
 import intune_tf
@@ -136,3 +139,17 @@ def test_max_cpus_far_above_the_machine_cpus_is_refused_naming_the_limit():
 def test_the_shortest_period_is_accepted():
   period = options_lib.MIN_PERIOD_S
   assert intune_tf.IntuneOptions(period_s=period).period_s == period
+
+
+def test_numpy_numbers_are_taken_as_python_ones():
+  # ram_budget=np.int64(...) was accepted, then failed at with_options with
+  # an unnamed JSON TypeError.
+  opts = intune_tf.IntuneOptions(
+      ram_budget=np.int64(1 << 30), cpu_budget=np.int32(2),
+      period_s=np.float32(0.5), host_weight=np.float64(2.0),
+      config={"a/parallelism": np.int64(3)})
+  data = json.loads(opts.to_json())
+  assert (data["ram_budget"], data["cpu_budget"]) == (1 << 30, 2)
+  assert (data["period_s"], data["host_weight"]) == (0.5, 2.0)
+  assert data["config"] == {"a/parallelism": 3}
+  assert options_lib.IntuneOptions.from_json(opts.to_json()) == opts

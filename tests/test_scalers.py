@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from _waiting import poll_for
 from _waiting import wait_until
 import pytest
 
@@ -128,6 +129,41 @@ def test_a_hanging_command_times_out_and_is_killed(tmp_path):
   pid = int(pid_file.read_text())
   with pytest.raises(ProcessLookupError):  # the shell and its sleep are gone
     os.kill(pid, 0)
+
+
+def test_a_command_that_starts_workers_in_the_background_is_done_at_once(
+    tmp_path):
+  # The background process keeps the command's output open: the command is
+  # done when its shell is, and what it started lives on.
+  pid_file = tmp_path / "pid"
+  s = scalers.CommandScaler(f"sleep 60 & echo $! > {pid_file}; echo {{n}}",
+                            1, 8, initial=1, timeout_s=20)
+  start = time.monotonic()
+  s.resize(2)
+  assert time.monotonic() - start < 10 and s.size() == 2
+  pid = int(pid_file.read_text())
+  try:
+    os.kill(pid, 0)  # the background "worker" still runs
+  finally:
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_workers_a_command_asked_for_that_never_serve_count_as_failed():
+  # The command exits 0 and starts nothing: past the start timeout the
+  # pool stops waiting for them, says so, and counts a failure.
+  s = scalers.CommandScaler("true {n}", 1, 3, initial=0,
+                            serving=lambda: 0, start_timeout_s=0.3)
+  manager = scalers.PoolManager(pool.make_controller("intune", 1, 3), s)
+  s.resize(1)
+  assert manager.give_up_unstarted(1.0) == 0  # within its start timeout
+  missing = wait_until(lambda: manager.give_up_unstarted(2.0), timeout=10,
+                       what="the start timeout")
+  assert missing == 1 and s.size() == 0
+  report = manager.report()
+  assert report["failures"] == 1 and report["size"] == 0
+  event = report["decisions"][-1]
+  assert (event["before"], event["size"]) == (1, 0)
+  assert "did not start serving in time" in event["error"]
 
 
 @pytest.mark.parametrize("n", [0, -1, 9, 2.5, True])
@@ -279,8 +315,38 @@ def test_describe_reading(reading, text):
   assert scalers.describe_reading(reading) == text
 
 
+# A stand-in for `intune service worker` (LocalWorkers' `program`): takes
+# its flags, waits for a port on stdin with --standby, says it registered
+# on --ready-fd (once the file $STAND_IN_GATE exists, when set), then lives
+# until its stdin ends or SIGTERM.
+_STAND_IN = """
+import os, pathlib, sys, time
+args = sys.argv[1:]
+port = args[args.index("--port") + 1] if "--port" in args else None
+if "--standby" in args:
+  line = sys.stdin.readline()
+  if not line:
+    sys.exit(0)
+  port = line.split()[0]
+gate = os.environ.get("STAND_IN_GATE")
+while gate and not pathlib.Path(gate).exists():
+  time.sleep(0.02)
+with open(int(args[args.index("--ready-fd") + 1]), "w") as ready:
+  ready.write(f"registered {port}\\n")
+sys.stdin.read()
+"""
+
+
+def _stand_ins(tmp_path, min_workers, max_workers, **kwargs):
+  """LocalWorkers whose workers are `_STAND_IN` processes."""
+  return scalers.LocalWorkers("127.0.0.1:1", min_workers, max_workers,
+                              log_dir=str(tmp_path),
+                              program=(sys.executable, "-c", _STAND_IN),
+                              **kwargs)
+
+
 def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):
-  s = scalers.LocalWorkers("127.0.0.1:1", 1, 4, log_dir=str(tmp_path))
+  s = _stand_ins(tmp_path, 1, 4, standby=0, keep_addresses=False)
   with socket.socket() as busy:
     busy.bind(("127.0.0.1", 0))
     busy.listen()
@@ -288,26 +354,22 @@ def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):
     free_1, free_2 = scalers.free_port(), scalers.free_port()
     s.vacated = [taken, free_1, free_2]
     assert not scalers.port_is_free(taken)
-    # The busy port is passed over (and dropped), the oldest free one used.
-    assert s._port() == free_1  # noqa: SLF001
-    assert s.vacated == [free_2]
-    assert s._port() == free_2  # noqa: SLF001
-    fresh = s._port()  # noqa: SLF001
-    assert fresh not in (taken, free_1, free_2) and s.vacated == []
+    try:
+      # The busy port is passed over (and dropped), the oldest free one
+      # used.
+      s.resize(1)
+      assert s.ports() == [free_1] and s.vacated == [free_2]
+      s.resize(2)
+      assert s.ports() == [free_1, free_2] and s.vacated == []
+      s.resize(3)
+      assert s.ports()[2] not in (taken, free_1, free_2)
+      wait_until(lambda: s.serving() == 3, what="the stand-ins to register")
+    finally:
+      s.close()
 
 
-def test_local_workers_replace_the_dead_on_their_ports(tmp_path,
-                                                       monkeypatch):
-  s = scalers.LocalWorkers("127.0.0.1:1", 1, 3, log_dir=str(tmp_path))
-
-  def start():  # a stand-in process on the port a worker would get
-    port = s._port()  # noqa: SLF001
-    path = tmp_path / f"w{port}.log"
-    proc = subprocess.Popen([sys.executable, "-c",
-                             "import time; time.sleep(120)"])
-    return scalers._LocalWorker(proc, port, path, open(path, "wb"),  # noqa: SLF001
-                                time.monotonic())
-  monkeypatch.setattr(s, "_start", start)
+def test_local_workers_replace_the_dead_on_their_ports(tmp_path):
+  s = _stand_ins(tmp_path, 1, 3, standby=0)
   try:
     s.resize(2)
     assert s.replace_lost() == []
@@ -434,19 +496,11 @@ def test_a_standby_worker_joins_on_its_port_and_is_replaced(dispatcher,
 
 
 def test_a_pool_at_max_keeps_no_standby_and_a_bad_count_is_refused(
-    tmp_path, monkeypatch):
+    tmp_path):
   with pytest.raises(ValueError, match="standby must be a count of 0 or "
                      "more processes, got -1"):
     scalers.LocalWorkers("127.0.0.1:1", 1, 2, standby=-1)
-  s = scalers.LocalWorkers("127.0.0.1:1", 2, 2, log_dir=str(tmp_path))
-
-  def start():  # a stand-in process, not a worker
-    path = tmp_path / f"w{len(s.workers)}.log"
-    proc = subprocess.Popen([sys.executable, "-c",
-                             "import time; time.sleep(120)"])
-    return scalers._LocalWorker(proc, s._port(), path, open(path, "wb"),  # noqa: SLF001
-                                time.monotonic())
-  monkeypatch.setattr(s, "_start", start)
+  s = _stand_ins(tmp_path, 2, 2)
   try:
     s.resize(2)  # at MAX: a standby would never be taken
     assert s.standby_count() == 0 and s.refill() == 0
@@ -524,30 +578,10 @@ def test_local_first_starts_with_the_remote_tier_set_whatever_it_held():
   assert calls == [] and failing.size() == 1
 
 
-def _stand_in_spawns(s, tmp_path, monkeypatch):
-  """Makes `s` start sleeping processes, not workers; returns their ports."""
-  spawned = []
-
-  def spawn(port, kept=False):
-    del kept
-    path = tmp_path / f"w{len(spawned)}.log"
-    proc = subprocess.Popen([sys.executable, "-c",
-                             "import time; time.sleep(120)"],
-                            stdin=subprocess.PIPE)
-    spawned.append(port)
-    return scalers._LocalWorker(proc, port or 0, path, open(path, "wb"),  # noqa: SLF001
-                                time.monotonic())
-  monkeypatch.setattr(s, "_spawn", spawn)
-  return spawned
-
-
-def test_a_standby_that_died_is_replaced_and_never_handed_a_port(
-    tmp_path, monkeypatch):
+def test_a_standby_that_died_is_replaced_and_never_handed_a_port(tmp_path):
   # The OOM killer takes the standby: it leaves the count, a new one
   # starts, and a growth never writes its port to a dead one.
-  s = scalers.LocalWorkers("127.0.0.1:1", 1, 4, log_dir=str(tmp_path),
-                           standby=1, standby_delay_s=0.0)
-  spawned = _stand_in_spawns(s, tmp_path, monkeypatch)
+  s = _stand_ins(tmp_path, 1, 4, standby=1, standby_delay_s=0.0)
   try:
     s.resize(1)
     first = s.standbys[0].proc
@@ -558,26 +592,23 @@ def test_a_standby_that_died_is_replaced_and_never_handed_a_port(
     second = s.standbys[0].proc
     second.kill()
     second.wait()
-    s.standbys[0].proc = second  # dead, and not yet reaped
     s.resize(2)  # the dead standby is passed over: a cold start
     assert s.workers[1].proc not in (first, second)
-    assert s.workers[1].port == spawned[-2] and spawned[-2]
+    assert s.workers[1].port > 0
+    wait_until(lambda: s.serving() == 2, what="the cold start to register")
   finally:
     s.close()
 
 
-def test_a_shrink_starts_the_replacement_standby_before_its_delay(
-    tmp_path, monkeypatch):
-  s = scalers.LocalWorkers("127.0.0.1:1", 1, 4, log_dir=str(tmp_path),
-                           standby=1, standby_delay_s=600.0)
-  spawned = _stand_in_spawns(s, tmp_path, monkeypatch)
+def test_a_shrink_starts_the_replacement_standby_before_its_delay(tmp_path):
+  s = _stand_ins(tmp_path, 1, 4, standby=1, standby_delay_s=600.0)
   try:
     s.resize(1)  # a cold worker, then the standby
-    assert spawned == [spawned[0], None] and s.standby_count() == 1
+    assert s.size() == 1 and s.standby_count() == 1
     s.resize(2)  # the standby is taken; its replacement waits 600 s
     assert s.standby_count() == 0 and s.refill() == 0
     s.resize(1)  # the shrink frees CPU: the replacement loads now
-    assert s.standby_count() == 1 and spawned[-1] is None
+    assert s.standby_count() == 1
   finally:
     s.close()
 
@@ -618,8 +649,7 @@ def test_a_closing_keeper_answers_the_calls_it_holds_at_once():
   call = threading.Thread(
       target=lambda: answers.append(_worker_answer(keeper.port, 20.0)))
   call.start()
-  time.sleep(1.0)
-  assert not answers  # held: the default hold is 30 s
+  assert not poll_for(lambda: answers, 1.0)  # held: the default is 30 s
   closed = time.monotonic()
   keeper.close()
   call.join(10)
@@ -630,10 +660,10 @@ def test_a_closing_keeper_answers_the_calls_it_holds_at_once():
 
 
 def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
-    tmp_path, monkeypatch):
-  s = scalers.LocalWorkers("127.0.0.1:1", 1, 3, log_dir=str(tmp_path),
-                           standby=0)
-  _stand_in_spawns(s, tmp_path, monkeypatch)
+    tmp_path):
+  gate = tmp_path / "register"
+  s = _stand_ins(tmp_path, 1, 3, standby=0,
+                 env={"STAND_IN_GATE": str(gate)})
   try:
     s.resize(2)
     stopped = s.workers[1]
@@ -650,10 +680,9 @@ def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
     call = threading.Thread(
         target=lambda: answers.append(_worker_answer(joined.port, 20.0)))
     call.start()
-    time.sleep(0.5)
-    assert not answers  # not registered yet: the keeper still holds it
-    joined.log.write(b"I tensorflow ... Worker registered with dispatcher\n")
-    joined.log.flush()
+    # Not registered yet: the keeper still holds the call.
+    assert not poll_for(lambda: answers, 0.5)
+    gate.write_text("")  # the stand-ins say they registered
     call.join(10)
     assert answers[0][0].startswith(_KEPT.format(joined.port)), answers
     wait_until(lambda: scalers.port_is_free(joined.port), timeout=5,

@@ -18,10 +18,13 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 
 from _waiting import wait_until
+from absl import logging
 import keras
 import numpy as np
+import psutil
 import pytest
 import tensorflow as tf
 
@@ -57,12 +60,27 @@ class _Server:
     self.log_path = log_path
     env = dict(os.environ, INTUNE_STATUS_DIR=str(status_dir))
     self.log = open(log_path, "wb")
+    # A worker says on this pipe that it registered (`--ready-fd`).
+    self._ready, said = os.pipe()
+    os.set_blocking(self._ready, False)
+    if args[0] == "worker":
+      args = [*args, "--ready-fd", str(said)]
     self.proc = subprocess.Popen(
         [_INTUNE, "service", *args], env=env, stdout=self.log,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.STDOUT, pass_fds=(said,),
         preexec_fn=None if cpus is None else (
             lambda: os.sched_setaffinity(0, cpus)))
+    os.close(said)
     self.pid = self.proc.pid
+    self.said = b""
+
+  def registered(self) -> bool:
+    """Whether the worker said it registered with its dispatcher."""
+    try:
+      self.said += os.read(self._ready, 64)
+    except BlockingIOError:
+      pass
+    return self.said.startswith(b"registered ")
 
   def output(self) -> str:
     return pathlib.Path(self.log_path).read_text(errors="replace")
@@ -76,6 +94,7 @@ class _Server:
         self.proc.kill()
         self.proc.wait()
     self.log.close()
+    os.close(self._ready)
 
 
 class _Cluster:
@@ -118,8 +137,7 @@ class _Cluster:
   def wait_registered(self, worker: _Server) -> None:
     def registered():
       assert worker.proc.poll() is None, worker.output()
-      return ("Worker registered with dispatcher" in worker.output() and
-              self.status(worker) is not None)
+      return worker.registered() and self.status(worker) is not None
     _wait(registered, what=f"worker {worker.pid} to register")
 
   def status(self, worker: _Server):
@@ -488,6 +506,54 @@ def test_cli_port_in_use_exits_1():
           in result.stdout), result.stdout + result.stderr
 
 
+def test_cli_unusable_work_dir_exits_1_with_the_reason():
+  result = _run_cli("dispatcher", "--port", str(_free_port()), "--work-dir",
+                    "/dev/null/journal", timeout=60)
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert ("intune service dispatcher: error: --work-dir /dev/null/journal: "
+          "cannot use it as the dispatcher's journal folder (Not a "
+          "directory); give a folder this user can write." in
+          result.stdout), result.stdout + result.stderr
+  assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("low,high,cpus,capped,level,said", [
+    # MIN above the CPUs: MIN workers start all the same, and it says so.
+    (3, 3, 2, True, logging.WARNING, "MIN 3 is more than the 2 CPU(s) this "
+     "host gives: 3 local workers start and share them; pass a MIN of at "
+     "most 2."),
+    (1, 4, 2, True, logging.INFO, "InTune grows it to at most 2 worker(s), "
+     "the CPUs this host gives."),
+    (1, 4, 2, False, logging.WARNING, "the host's tier is filled to its MAX "
+     "before the command adds a worker, and this host gives 2 CPU(s)"),
+    (1, 2, 2, True, None, None),
+    (2, 2, 2, False, None, None),
+])
+def test_cpu_note_tells_what_a_local_pool_gets(low, high, cpus, capped, level,
+                                               said):
+  note = service.cpu_note(low, high, cpus, capped)
+  if said is None:
+    assert note is None
+  else:
+    assert note[0] == level and note[1].startswith(said), note
+
+
+@pytest.mark.slow
+def test_a_worker_whose_dispatcher_is_another_service_exits_in_its_wait():
+  # Something that accepts TCP connections and never answers.
+  with socket.socket() as other:
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    port = other.getsockname()[1]
+    result = _run_cli("worker", "--dispatcher", f"127.0.0.1:{port}",
+                      "--port", str(_free_port()), "--dispatcher-wait", "5")
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert (f"intune service worker: error: something accepts connections at "
+          f"127.0.0.1:{port} but gave no tf.data service dispatcher answer "
+          "(DEADLINE_EXCEEDED) within" in result.stdout), (
+              result.stdout + result.stderr)
+
+
 @pytest.mark.slow
 def test_cli_no_dispatcher_exits_1():
   port = _free_port()
@@ -566,6 +632,110 @@ def test_pool_reading_counts_workers_under_either_address(tmp_path):
   finally:
     writer.close()
   assert alone.worker_rates == () and both.worker_rates == (0.0,)
+
+
+def _finishes(function, seconds: float = 30.0):
+  """function()'s result or exception, run in a thread that must end
+  within `seconds` (a read that blocks for ever fails the test)."""
+  result = []
+
+  def run():
+    try:
+      result.append(function())
+    except Exception as e:  # noqa: BLE001  handed to the test
+      result.append(e)
+
+  thread = threading.Thread(target=run, daemon=True)
+  thread.start()
+  thread.join(seconds)
+  assert result, f"{function} still runs after {seconds} s"
+  return result[0]
+
+
+def _bad_report(kind: str, path: pathlib.Path) -> None:
+  if kind == "fifo":
+    os.mkfifo(path)
+  elif kind == "dev-zero":
+    path.symlink_to("/dev/zero")
+  elif kind == "sparse-1gb":
+    with open(path, "wb") as f:
+      f.truncate(1 << 30)
+  elif kind == "dispatcher-list":
+    path.write_text(json.dumps({"dispatcher": [], "time": time.time(),
+                                "wait_share": 0.9, "consumer_rate": 1e6}))
+  elif kind == "json-list":
+    path.write_text("[1, 2]")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "sparse-1gb",
+                                  "dispatcher-list", "json-list"])
+def test_pool_reading_skips_a_report_it_must_not_read(tmp_path, kind):
+  # Each of these stopped (FIFO: for ever), crashed (a list where the
+  # address goes) or exhausted (/dev/zero, 1 GB read whole each period)
+  # the dispatcher's pool loop.
+  now = time.time()
+  _consumer_file(tmp_path, "1@h.json", dispatcher="127.0.0.1:5050",
+                 time=now, wait_share=0.25, consumer_rate=40.0)
+  _bad_report(kind, tmp_path / "pool" / "2@h.json")
+  tracemalloc.start()
+  try:
+    reading = _finishes(lambda: service.pool_reading(
+        "127.0.0.1:5050", 1, 0, tmp_path, now=now))
+    _, peak = tracemalloc.get_traced_memory()
+  finally:
+    tracemalloc.stop()
+  assert not isinstance(reading, BaseException), reading
+  assert (reading.consumer_rate, reading.wait_share) == (40.0, 0.25)
+  assert peak < 16 << 20  # bytes: nothing of the bad file was read whole
+
+
+def test_pool_reading_matches_a_dispatcher_named_by_host_name(tmp_path):
+  # The trainer says localhost, the dispatcher is 127.0.0.1: one address.
+  now = time.time()
+  _consumer_file(tmp_path, "1@h.json", dispatcher="localhost:5050",
+                 time=now, wait_share=0.5, consumer_rate=10.0)
+  reading = service.pool_reading("127.0.0.1:5050", 1, 0, tmp_path, now=now)
+  assert reading is not None and reading.wait_share == 0.5
+  assert service.pool_reading("127.0.0.1:5051", 1, 0, tmp_path,
+                              now=now) is None
+
+
+@pytest.mark.parametrize("value", ["2", 0, -5, float("nan"), float("inf"),
+                                   True, None])
+def test_consumer_meter_refuses_bad_elements_per_item(tmp_path, value):
+  with pytest.raises(ValueError, match=re.escape(
+      f"elements_per_item is the elements (as the workers count them) in "
+      f"one item the iterator yields, a finite number above 0 (default 1; "
+      f"the batch size for batched elements), got {value!r}.")):
+    service.ConsumerMeter("127.0.0.1:5050", str(tmp_path),
+                          elements_per_item=value)
+
+
+def test_consumer_meter_counts_numpy_and_fractional_items(tmp_path):
+  for per_item, total in ((np.int64(4), 12), (2.5, 7.5)):
+    meter = service.ConsumerMeter("127.0.0.1:5050", str(tmp_path),
+                                  elements_per_item=per_item)
+    assert list(meter.iterate(range(3))) == [0, 1, 2]
+    # 3 items of 4 elements = 12; of 2.5 = 7.5.
+    assert meter.report()["elements"] == total
+    meter.close()
+
+
+def test_consumer_meter_warns_once_and_trains_on_without_its_folder(
+    tmp_path, caplog):
+  # The status dir cannot be made (a file is in its way): the training
+  # loop goes on, told once.
+  (tmp_path / "file").write_text("")
+  meter = service.ConsumerMeter("127.0.0.1:5050",
+                                str(tmp_path / "file" / "status"))
+  meter.record(0.1, 0.3, 4)
+  for _ in range(3):
+    assert meter.report()["wait_share"] >= 0
+  assert list(meter.iterate(range(3))) == [0, 1, 2]
+  meter.close()
+  warnings = [r for r in caplog.records
+              if "ConsumerMeter: cannot write its report" in r.getMessage()]
+  assert len(warnings) == 1, caplog.text
 
 
 def test_consumer_meter_reports_wait_share_and_pace(tmp_path):
@@ -704,6 +874,12 @@ def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
     (["--pool-controller", "cachew"],
      "--pool-controller cachew sizes a pool: pass --workers local:MIN-MAX or "
      "command:MIN-MAX, or drop --pool-controller."),
+    (["--pool-period", "5"],
+     "--pool-period paces the decisions on a pool: pass --workers "
+     "local:MIN-MAX or command:MIN-MAX, or drop --pool-period."),
+    (["--pool-min-interval", "0"],
+     "--pool-min-interval paces the decisions on a pool: pass --workers "
+     "local:MIN-MAX or command:MIN-MAX, or drop --pool-min-interval."),
     (["--workers", "command:1-4", "--scale-command", _K8S, "--pool-standby",
       "1"],
      "--pool-standby keeps local workers warm: pass --workers local:MIN-MAX "
@@ -861,8 +1037,7 @@ for _ in range(len(pids), n):
     proc = subprocess.Popen(
         [INTUNE, "service", "worker", "--dispatcher", dispatcher, "--port",
          str(port)], stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.STDOUT, start_new_session=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
+        stderr=subprocess.STDOUT, start_new_session=True)
   (state / f"{port}.pid").write_text(str(proc.pid))
 """
 
@@ -915,11 +1090,7 @@ def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path, pool_flags,
     assert event["reason"].startswith("trainer waits"), event
     assert (state / "calls").read_text().split()[:2] == calls
     # The workers the command started registered and served.
-    logs = sorted(state.glob("*.log"))
-    assert len(logs) == int(calls[1])
-    registered = scalers._REGISTERED  # noqa: SLF001
-    _wait(lambda: all(registered in log.read_text(errors="replace")
-                      for log in logs), what="its workers to register")
+    assert len(list(state.glob("*.log"))) == int(calls[1])
     _wait(lambda: serving(2), what="the pool of 2 to serve")
     assert "Worker pool 1 -> 2: trainer waits" in dispatcher.output()
     it.close()
@@ -935,7 +1106,30 @@ def test_a_scale_command_grows_a_pool_of_real_workers(tmp_path, pool_flags,
 
 def _alive(pid: int) -> bool:
   try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
+    return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
     return False
-  return True
+
+
+@pytest.mark.slow
+def test_local_workers_end_with_a_dispatcher_killed_with_sigkill(tmp_path):
+  # As the OOM killer ends it: no SIGTERM handler runs, no scaler closes.
+  status_dir = tmp_path / "status"
+  status_dir.mkdir()
+  port = _free_port()
+  # Below MAX: a standby is kept warm too.
+  dispatcher = _Server(["dispatcher", "--port", str(port), "--workers",
+                        "local:1-2", "--pool-standby", "1", "--pool-period",
+                        "1"], status_dir, tmp_path / "dispatcher.log")
+  try:
+    workers = _wait(lambda: service.worker_status(
+        status_dir, f"127.0.0.1:{port}"), what="the local worker to serve")
+    children = _wait(lambda: len(psutil.Process(dispatcher.pid).children())
+                     == 2 and psutil.Process(dispatcher.pid).children(),
+                     what="the worker and its standby")
+    assert workers[0]["pid"] in {c.pid for c in children}
+  finally:
+    dispatcher.stop(signal.SIGKILL)
+  for child in children:
+    _wait(lambda child=child: not _alive(child.pid),
+          what=f"local worker pid {child.pid} to end with its dispatcher")

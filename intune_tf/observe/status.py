@@ -49,6 +49,7 @@ from __future__ import annotations
 import atexit
 import collections
 import dataclasses
+import errno
 import json
 import math
 import numbers
@@ -377,7 +378,8 @@ class DecisionLog:
   """A tuner listener appending one JSON line per tuning step to a file.
 
   The file is private to the user (mode 0600), never opened through a
-  symlink, and rotated once it passes `max_bytes` (the previous lines move to
+  symlink, opened without blocking (a FIFO, a socket or a folder is refused
+  at once; a device such as /dev/null is taken), and rotated once it passes `max_bytes` (the previous lines move to
   `<path>.1`, replacing what was there): about two files of `max_bytes` at
   most. A write that fails (a full disk) drops the line; the failure is
   logged once, and again only after writing has worked in between.
@@ -390,7 +392,8 @@ class DecisionLog:
       day of one session stepping every 0.5 s).
 
   Raises:
-    OSError: the file cannot be opened, or `path` is a symlink.
+    OSError: the file cannot be opened, `path` is a symlink, or neither a
+      regular file nor a device.
   """
 
   def __init__(self, path: str | os.PathLike, tuner=None,
@@ -406,15 +409,27 @@ class DecisionLog:
     atexit.register(self.close)
 
   def _open(self):
+    # Non-blocking: a FIFO with no reader must not hang the tuner's start.
     try:
-      fd = os.open(self.path,
-                   os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                   0o600)
+      fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT |
+                   os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as e:
       if os.path.islink(self.path):
         raise OSError(e.errno, f"InTune decision log {self.path} is a "
                       "symlink; give the path of a regular file") from e
+      if not self.path.is_file() and self.path.exists():
+        raise OSError(e.errno, f"InTune decision log {self.path} is not a "
+                      "regular file (a FIFO, a device or a folder); give "
+                      "the path of a regular file") from e
       raise
+    mode = os.fstat(fd).st_mode
+    # A regular file, or a device such as /dev/null that never blocks.
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
+      os.close(fd)
+      raise OSError(errno.EINVAL, f"InTune decision log {self.path} is not "
+                    "a regular file (a FIFO, a device or a folder); give the "
+                    "path of a regular file")
+    os.set_blocking(fd, True)
     # Unbuffered: a failed write leaves nothing behind to grow.
     return os.fdopen(fd, "ab", buffering=0)
 
