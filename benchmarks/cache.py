@@ -21,8 +21,14 @@ Reported: whole-`fit` seconds (median), per-epoch medians, process
 CPU-seconds, medians of the ratios paired within a repeat.
 
 Run: `python benchmarks/cache.py [--rows 100000] [--repeats 5]`;
-`--issue-size` sizes the rows so that one preprocessed epoch holds about
-300 MB (issue 46), which takes much longer.
+`--epoch-mb 300` sizes the rows so that one preprocessed epoch holds about
+300 MB, which takes much longer.
+
+`--pipeline FILE.py:FUNCTION` runs the same interleaving on your own
+pipeline, read (no model; `--step-ms` sleeps after each element, `--take`
+limits an epoch) in this one process, as `autotune`, `intune` and `intune
+cache`: the figures `intune try` measures in a fresh process per run.
+`--json F` writes its speed-ups.
 
 `--half-budget` instead runs `intune cache` under a RAM budget that holds
 half of what its cache holds for a whole epoch (the buffers' peak plus half
@@ -59,12 +65,11 @@ import intune_tf
 from intune_tf import arguments
 from intune_tf import host
 from intune_tf.bench import demo
+from intune_tf.bench import trial
 from intune_tf.criteo import pipelines
 from intune_tf.criteo import reader
 
 LEVEL = 4
-# Bytes of one preprocessed L4 row, measured on a batch at start.
-ISSUE_EPOCH_BYTES = 300e6
 
 
 def _files(rows: int, data_dir: str) -> list[str]:
@@ -163,6 +168,55 @@ def run(model, names, make, epochs, repeats):
             f"(epochs {' '.join(f'{t:.2f}' for t in per_epoch)}), "
             f"CPU {cpu_s:.2f} s", flush=True)
   return results
+
+
+def run_reads(names, make, epochs, repeats, step_s):
+  """As `run`, each run reading the new dataset `make(name)` for `epochs`
+  epochs (`trial.read_epochs`) instead of fitting a model."""
+  results = {name: [] for name in names}
+  for repeat in range(repeats):
+    order = names[repeat % len(names):] + names[:repeat % len(names)]
+    for name in order:
+      ds = make(name)
+      gc.collect()
+      cpu0, start = time.process_time(), time.perf_counter()
+      per_epoch = trial.read_epochs(ds, epochs, step_s)["epoch_s"]
+      seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu0
+      del ds
+      gc.collect()
+      results[name].append((seconds, cpu_s, per_epoch))
+      print(f"  repeat {repeat + 1}/{repeats} {name}: {seconds:.2f} s "
+            f"(epochs {' '.join(f'{t:.2f}' for t in per_epoch)})", flush=True)
+  return results
+
+
+def own_pipeline(args) -> int:
+  """`--pipeline`: see the module docstring."""
+  try:
+    trial.make_dataset(args.pipeline, args.take)
+  except trial.BadInput as e:
+    print(f"cache.py: {e}", file=sys.stderr)
+    return 2
+
+  def make(name):
+    ds = trial.make_dataset(args.pipeline, args.take)
+    if name == "autotune":
+      return ds
+    return intune_tf.tune(ds, cache=name == "intune cache")
+
+  names = ["autotune", "intune", "intune cache"]
+  results = run_reads(names, make, args.epochs, args.repeats,
+                      args.step_ms / 1000)
+  print(f"\n{args.pipeline}, {args.epochs} epochs, {args.repeats} "
+        f"interleaved repeats, {host.usable_cpus()} CPUs\n")
+  table(results, "autotune", args.epochs)
+  if args.json:
+    figures = {name: paired(results, name, "autotune") for name in names[1:]}
+    with open(args.json, "w") as f:
+      json.dump({"speedup": {n: v[0] for n, v in figures.items()},
+                 "spread": {n: [v[1], v[2]] for n, v in figures.items()},
+                 "runs": results}, f, indent=1)
+  return 0
 
 
 def paired(results, name, base, key=lambda r: r[0]):
@@ -319,8 +373,10 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rows", type=arguments.positive_int, default=100_000,
                       help="Rows generated (default 100,000).")
-  parser.add_argument("--issue-size", action="store_true",
-                      help="Rows for a preprocessed epoch of about 300 MB.")
+  parser.add_argument("--epoch-mb", type=arguments.positive_float,
+                      default=None,
+                      help="Rows for a preprocessed epoch of about this many "
+                      "MB (instead of --rows).")
   parser.add_argument("--repeats", type=arguments.positive_int, default=5,
                       help="Interleaved repeats (default 5).")
   parser.add_argument("--epochs", type=arguments.positive_int, default=3,
@@ -330,6 +386,17 @@ def main(argv=None) -> int:
       "~/.cache/intune_tf/cache-bench"), help="Where the rows are made.")
   parser.add_argument("--half-budget", action="store_true",
                       help="The half-epoch RAM budget run (see above).")
+  parser.add_argument("--pipeline", default=None,
+                      help="FILE.py:FUNCTION: your own pipeline instead of "
+                      "Criteo L4 (see above).")
+  parser.add_argument("--step-ms", type=trial.milliseconds, default=0.0,
+                      help="With --pipeline: ms slept after each element "
+                      "(default 0).")
+  parser.add_argument("--take", type=arguments.positive_int, default=None,
+                      help="With --pipeline: elements per epoch (default "
+                      "all).")
+  parser.add_argument("--json", type=arguments.output_file, default=None,
+                      help="With --pipeline: write the speed-ups here.")
   parser.add_argument("--child", help=argparse.SUPPRESS)
   parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
   parser.add_argument("--probe-budget",
@@ -338,11 +405,13 @@ def main(argv=None) -> int:
   os.environ["INTUNE_WARMSTART_DIR"] = tempfile.mkdtemp(prefix="intune-ws-")
   if args.child is not None:
     return _child(args)
+  if args.pipeline is not None:
+    return own_pipeline(args)
 
   rows = args.rows
-  if args.issue_size:
+  if args.epoch_mb:
     probe = _files(20_000, args.data_dir)
-    rows = int(ISSUE_EPOCH_BYTES / _row_bytes(probe, args.batch_size))
+    rows = int(args.epoch_mb * 1e6 / _row_bytes(probe, args.batch_size))
   files = _files(rows, args.data_dir)
   args.rows = rows
   row_bytes = _row_bytes(files, args.batch_size)

@@ -23,6 +23,8 @@ from intune_tf import arguments
 # is passed in (`helps`): the modules sit below the command line and do not
 # import it.
 _COMMANDS = (
+    ("try", "intune_tf.bench.trial",
+     "Run your own pipeline under AUTOTUNE and InTune, side by side."),
     ("demo", "intune_tf.bench.demo",
      "Train a tiny DLRM under AUTOTUNE and InTune, side by side."),
     ("bench", "intune_tf.bench.harness",

@@ -106,6 +106,8 @@ MAIN_STACK_ONLY = {
     "test_harness.py": ("test_workloads.py",),
     # The import graph and layers of the package; the installed package.
     "test_package.py": ("test_install.py",),
+    # `intune try`'s runs and report; the cache and the option it measures.
+    "test_trial.py": ("test_cache.py",),
     # Pretraining in the simulator; the networks it trains.
     "test_pretrain.py": ("test_dqn.py",),
 }

@@ -239,6 +239,7 @@ MEANINGFUL = {
         "no wait between two changes of the pool",
     ("service dispatcher", "--pool-standby", "0"):
         "every local worker starts cold",
+    ("try", "--step-ms", "0"): "no stand-in model step",
 }
 _PARSER = cli.parser()
 _FLAGS = list(_numeric_flags())
