@@ -47,7 +47,7 @@ demo: setup-main
 test: setup lint
 	$(MAKE) --no-print-directory -j3 -O pytest-main pytest-compat pytest-tf-free
 
-# The developers' inner loop (under 3 minutes on 2 cores, docs/testing.md):
+# The developers' inner loop (its time on 2 cores: docs/testing.md):
 # ruff, then every test not marked slow, on the main stack, in CHECK_WORKERS
 # processes; it fails if those tests left a module of the package unloaded.
 # `make test` runs everything.
@@ -86,7 +86,7 @@ uv:
 	  $(PYTHON_MAIN) -m pip install -q uv
 
 # Both stacks' venvs hold their packages' byte code, written once at install:
-# the environment may set PYTHONDONTWRITEBYTECODE (this machine does), and then
+# the environment may set PYTHONDONTWRITEBYTECODE, and then
 # every process that imports TensorFlow compiles it from source again
 # (docs/testing.md has the figures).
 COMPILE := --compile-bytecode

@@ -122,8 +122,9 @@ class IntuneOptions:
       random op, stateful op, py_function or reshuffled shuffle; see
       `FindCachePoint` in `rewrites/passes.h`), under the RAM budget the
       buffers share, which it gives way to first. Not added to a pipeline
-      with a cache of its own, nor under symbolic checkpoints. Default False
-      (off until it is measured on by default).
+      with a cache of its own, nor under symbolic checkpoints, nor where its
+      room is under 1% of an epoch of known size or the input never ends.
+      Default True; False for none.
   """
 
   # The defaults come from the field table (`intune_tf.option_fields`);

@@ -1,8 +1,11 @@
 """The user-facing docs: every relative link lands, the README stays short."""
 
+import json
 import pathlib
 import re
+import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -115,3 +118,158 @@ def test_benchmarks_holds_current_figures_each_with_its_command():
   assert len(sections) >= 5
   missing = [h for h, body in sections.items() if not _COMMAND.search(body)]
   assert not missing, f"sections without a command in backticks: {missing}"
+
+
+# The `intune` command's tree, dumped by a process that may load TensorFlow
+# (this module runs with TensorFlow refused): {"intune bench": [flags]}.
+_DUMP_COMMANDS = """
+import argparse, json
+from intune_tf import cli
+
+def walk(parser, path):
+  out = {" ".join(path): sorted(
+      f for a in parser._actions for f in a.option_strings)}
+  for a in parser._actions:
+    if isinstance(a, argparse._SubParsersAction):
+      for name, sub in a.choices.items():
+        out.update(walk(sub, path + [name]))
+  return out
+
+print(json.dumps(walk(cli.parser(), ["intune"])))
+"""
+# `...` spans (they may wrap lines) and fenced blocks, code blocks of Python
+# left out.
+_SPAN = re.compile(r"`([^`]+)`")
+# Fenced blocks, indented ones (in a list) included.
+_ANY_FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```", re.S | re.M)
+_PYTHON_FENCE = re.compile(r"^[ \t]*```python.*?^[ \t]*```", re.S | re.M)
+_WORDS = ("intune", "make", "python", "python3")
+# Folders of the project's own scripts; other scripts are the user's.
+_SCRIPT_FOLDERS = ("benchmarks/", "tools/", "examples/", "criteo/")
+
+
+def commands_in(text: str) -> list[tuple[str, str]]:
+  """The shell commands a doc shows, each with the folder it runs in (`.`,
+  or DIR after `cd DIR && `): each line of a fenced block (a trailing
+  backslash joins the next) and each inline span that starts with one of
+  _WORDS, after VAR=value assignments."""
+  text = _PYTHON_FENCE.sub("", text)
+  found = []
+  for block in _ANY_FENCE.findall(text):
+    body = re.sub(r"\\\n\s*", " ", block)
+    found += body.splitlines()[1:-1]
+  found += _SPAN.findall(_ANY_FENCE.sub("", text))
+  out = []
+  for candidate in found:
+    folder = "."
+    for part in candidate.split("&&"):
+      try:
+        words = shlex.split(part, comments=True)
+      except ValueError:  # an unclosed quote: not a command
+        continue
+      while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        words = words[1:]
+      if words[:1] == ["cd"] and len(words) == 2:
+        folder = words[1]
+      # `intune bench: error: ...` is a command's output.
+      elif (len(words) > 1 and words[0] in _WORDS
+            and not words[1].endswith(":")):
+        out.append((folder, shlex.join(words)))
+  return out
+
+
+def _makefile_targets() -> set[str]:
+  text = (ROOT / "Makefile").read_text()
+  return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", text, re.M))
+
+
+def problem(command: str, tree: dict[str, list[str]], targets: set[str],
+            cwd: pathlib.Path) -> str | None:
+  """Why `command` is not known to the `intune` command, the Makefile or
+  the script it runs (None: it is)."""
+  words = shlex.split(command)
+  if words[0] == "make":
+    unknown = [w for w in words[1:] if not w.startswith("-")
+               and "=" not in w and w not in targets]
+    return f"no Makefile target {unknown}" if unknown else None
+  if words[0] in ("python", "python3"):
+    if words[1] == "-m" and words[2:3] == ["intune_tf"]:
+      words = ["intune", *words[3:]]
+    elif words[1].startswith("-"):
+      return None  # python -c ..., python -m pytest ...
+    else:
+      script = cwd / words[1]
+      if cwd == ROOT and not words[1].startswith(_SCRIPT_FOLDERS):
+        return None  # the user's own script (`python train.py`)
+      if not script.is_file():
+        return f"no script {words[1]}"
+      source = script.read_text()
+      unknown = [f for f in _flags(words[2:]) if f'"{f}"' not in source]
+      return f"{words[1]} has no flag {unknown}" if unknown else None
+  path = "intune"
+  for word in words[1:]:
+    if word.startswith("-"):
+      break
+    if f"{path} {word}" in tree:
+      path = f"{path} {word}"
+    elif path == "intune" and not word.isupper():
+      return f"no command intune {word}"
+    else:
+      break
+  unknown = [f for f in _flags(words) if f not in tree[path]]
+  return f"{path} has no flag {unknown}" if unknown else None
+
+
+def _flags(words: list[str]) -> list[str]:
+  return [w.split("=")[0] for w in words if w.startswith("--")]
+
+
+@pytest.mark.parametrize("command, known", [
+    ("intune bench --repeats 5", True),
+    ("intune bench --no-such-flag", False),
+    ("intune service worker --port 5051", True),
+    ("intune service worker --port 'x --no-such-flag'", True),
+    ("intune nothing", False),
+    ("intune COMMAND --help", True),
+    ("make test", True),
+    ("make -j2 wheel", True),
+    ("make nothing", False),
+    ("python benchmarks/cache.py --epoch-mb 300", True),
+    ("python benchmarks/cache.py --no-such-flag", False),
+    ("python benchmarks/missing.py", False),
+    ("python train.py --anything", True),
+    ("python -m intune_tf bench --repeats 2", True),
+])
+def test_problem_finds_unknown_commands(command, known):
+  tree = {"intune": ["--help"], "intune bench": ["--help", "--repeats"],
+          "intune service": ["--help"],
+          "intune service worker": ["--help", "--port"]}
+  assert (problem(command, tree, _makefile_targets(), ROOT) is None) == known
+
+
+def test_commands_are_found_in_text():
+  text = ("Run `make demo`, then\n```\nintune try a.py:f \\\n  --epochs 2\n"
+          "make test  # all\nintune bench: error: no\n```\nor `cd benchmarks"
+          " && python x.py\n--y 1` (`intune_tf.tune`).\n- a list:\n"
+          "  ```python\n  python = `make x`\n  ```\n"
+          "`intune a --c 'k --d={n}'`\n")
+  assert commands_in(text) == [
+      (".", "intune try a.py:f --epochs 2"), (".", "make test"),
+      (".", "make demo"), ("benchmarks", "python x.py --y 1"),
+      (".", "intune a --c 'k --d={n}'")]
+
+
+@pytest.mark.slow
+def test_every_command_in_the_docs_is_known():
+  dumped = subprocess.run([sys.executable, "-c", _DUMP_COMMANDS],
+                          capture_output=True, text=True, timeout=600,
+                          check=True, cwd=ROOT)
+  tree = json.loads(dumped.stdout.splitlines()[-1])
+  targets = _makefile_targets()
+  unknown = []
+  for doc in DOCS:
+    for folder, command in commands_in(doc.read_text()):
+      why = problem(command, tree, targets, (ROOT / folder).resolve())
+      if why:
+        unknown.append(f"{doc.relative_to(ROOT)}: `{command}`: {why}")
+  assert not unknown, "\n".join(unknown)

@@ -176,3 +176,11 @@ def test_paired(base, other, expected):
 def test_size(n, text):
   assert trial._size(n) == text  # noqa: SLF001  a pure helper
 
+
+def test_the_readme_s_example_pipeline_is_a_finite_dataset():
+  # The README's first `intune try` command runs on it as written.
+  readme = (ROOT / "README.md").read_text()
+  target = "examples/try_pipeline.py:make_dataset"
+  assert f"intune try {target}\n" in readme
+  ds = trial.make_dataset(str(ROOT / target), None)
+  assert int(ds.cardinality()) > 0
