@@ -157,7 +157,10 @@ def test_the_demo_command_table_png_knobs_and_no_intune_log_line(tmp_path):
   summary = saved["summary"]
   for tuner in ("autotune", "intune"):
     assert summary[tuner]["rows_per_s"] > 0
-    assert 0 < summary[tuner]["of_ceiling"] < 2
+  # What the cache did, in the JSON and on its own line after the table.
+  assert {"point", "reason", "bytes", "served", "saved_s"} <= set(
+      summary["intune"]["cache"])
+  assert demo.cache_line(summary["intune"]["cache"]) in done.stdout
   assert summary["intune"]["peak_buffered_bytes"] > 0
   assert summary["autotune"]["peak_buffered_bytes"] is None
   # Knobs moved: the tuner changed values during the InTune run.
@@ -166,3 +169,29 @@ def test_the_demo_command_table_png_knobs_and_no_intune_log_line(tmp_path):
   assert intune_runs[0]["knobs"] and intune_runs[0]["windows"]
   # A 0.3 minute demo with one run per tuner: 9 s each (2.25 s warm-up).
   assert saved["seconds"] == pytest.approx(6.75)
+
+
+def _run_with_knobs(*knobs):
+  return demo.DemoRun(tuner="intune", repeat=0,
+                      knobs=[(t, k) for t, k in enumerate(knobs)])
+
+
+def test_constant_knobs_are_those_with_one_value_in_every_run():
+  # a: 2 in both runs; b: 1 then 3; c: 4 in one run, 5 in the other.
+  runs = [_run_with_knobs({"a": 2, "b": 1, "c": 4}, {"a": 2, "b": 3}),
+          _run_with_knobs({"a": 2, "c": 5})]
+  assert demo.constant_knobs(runs) == {"a": 2}
+
+
+@pytest.mark.parametrize("cache, line", [
+    ({"point": "ParallelMapDatasetV2/_5", "reason": "above it: a shuffle",
+      "bytes": 3 * 2**20, "served": 0.5, "saved_s": 1.25},
+     "InTune's cache: after ParallelMapDatasetV2/_5, held 3.0 MB, served "
+     "50% of the elements read there, saved 1.2 s of input work (above it: "
+     "a shuffle)"),
+    ({"point": "", "reason": "the input never ends"},
+     "InTune's cache: none (the input never ends)"),
+    ({}, "InTune's cache: none (no reading)"),
+])
+def test_cache_line(cache, line):
+  assert demo.cache_line(cache) == line

@@ -102,10 +102,13 @@ def test_a_multi_epoch_pipeline_agrees_with_the_cache_benchmark(tmp_path):
 @pytest.mark.slow
 def test_one_epoch_is_served_by_no_cache(tmp_path):
   target = _write(tmp_path, "cached", PIPELINES["cached"]) + ":make"
-  code, result = _try(tmp_path, target, "--epochs", "1", "--repeats", "1")
+  png = tmp_path / "try.png"
+  code, result = _try(tmp_path, target, "--epochs", "1", "--repeats", "1",
+                      "--plot", str(png))
   assert code == 0
   _check_fields(result, 1, 1)
   assert result["cache"]["served"] == [0.0]
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow

@@ -7,11 +7,13 @@
 Uses the real Criteo sample when `../shared/data/criteo` (or
 `$INTUNE_CRITEO_DATA`) holds one, else generates a small synthetic set once
 (cached). Builds the Criteo preprocessing pipeline (level 4: read, shuffle,
-batch, parse, features, prefetch), measures its work ceiling with the
-benchmark harness, then trains one tiny DLRM with `model.fit` alternately
-under TF's AUTOTUNE and under InTune (A B A B ...), each run for the same
-time. Prints a side-by-side table and writes a PNG of throughput and knob
-values over time (`<out>/demo.png`) and the figures (`<out>/demo.json`).
+batch, parse, features, prefetch), measures each stage's single-threaded
+cost with the benchmark harness, then trains one tiny DLRM with `model.fit`
+alternately under TF's AUTOTUNE and under InTune (A B A B ...), each run
+for the same time. Prints a side-by-side table and what InTune's cache held
+and saved, and writes a PNG of throughput and knob values over time (knobs
+that never moved named, not drawn: `<out>/demo.png`) and the figures
+(`<out>/demo.json`).
 """
 
 from __future__ import annotations
@@ -202,6 +204,9 @@ class DemoRun:
       buffers (peak); None under AUTOTUNE, which does not expose it.
     rss_growth_bytes: peak resident memory of the whole process during the
       run minus that at its start (sampled every 20 ms).
+    cache: InTune's `TuningSession.cache()` at the run's last window
+      (where it cached, why there, bytes held, the share of elements served
+      from it, the input seconds it saved); {} under AUTOTUNE.
     stopped: seconds since the first run when the run asked `fit` to stop.
     returned: seconds since the first run when `fit` returned (the gap is
       fit's wind-down, the iterator's teardown included).
@@ -216,6 +221,7 @@ class DemoRun:
   knob_changes: int = 0
   peak_buffered_bytes: int | None = None
   rss_growth_bytes: int = 0
+  cache: dict = dataclasses.field(default_factory=dict)
   stopped: float = 0.0
   returned: float = 0.0
 
@@ -249,6 +255,7 @@ class _Meter(keras.callbacks.Callback):
           peak = self.intune.session.counters()["peak_buffered_bytes"]
           self.run.peak_buffered_bytes = max(self.run.peak_buffered_bytes or 0,
                                              peak)
+          self.run.cache = self.intune.session.cache()
         except intune_tf.SessionGoneError:
           pass
       self.bar.update(min(at, self.warmup + self.seconds) - self.bar.n)
@@ -322,7 +329,8 @@ class DemoResult:
     return [r for r in self.runs if r.tuner == tuner]
 
   def summary(self) -> dict[str, dict]:
-    """Per tuner: median/min/max rows/s, vs autotune, of ceiling, peaks."""
+    """Per tuner: median/min/max rows/s, vs autotune, peaks; InTune's cache
+    (that of its last run)."""
     out = {}
     base = statistics.median(r.rows_per_s for r in self.by_tuner(AUTOTUNE))
     for tuner in (AUTOTUNE, INTUNE):
@@ -334,8 +342,6 @@ class DemoResult:
       out[tuner] = {
           "rows_per_s": med, "min": min(rates), "max": max(rates),
           "vs_autotune": med / base if base else None,
-          "of_ceiling": (med / self.ceiling_rows_per_s
-                         if self.ceiling_rows_per_s else None),
           "peak_buffered_bytes": max(buffered) if buffered else None,
           "peak_rss_growth_bytes": max(r.rss_growth_bytes for r in runs),
           "knob_changes": sum(r.knob_changes for r in runs),
@@ -345,6 +351,8 @@ class DemoResult:
              if a.rows_per_s > 0]
     out[INTUNE]["median_paired_ratio"] = (statistics.median(pairs)
                                           if pairs else None)
+    caches = [r.cache for r in self.by_tuner(INTUNE) if r.cache]
+    out[INTUNE]["cache"] = caches[-1] if caches else {}
     return out
 
 
@@ -411,7 +419,7 @@ def run(minutes: float = DEFAULT_MINUTES, *, repeats: int = DEFAULT_REPEATS,
   seconds = per_run - warmup
 
   files, data = demo_files(rows)
-  with tqdm(total=1, desc=f"work ceiling of Criteo L{level} (harness)",
+  with tqdm(total=1, desc=f"stage costs of Criteo L{level} (harness)",
             unit="pipeline") as bar:
     ceiling, costs = measure_ceiling(files, level, batch_size,
                                      ceiling_seconds)
@@ -451,9 +459,9 @@ def table(result: DemoResult) -> str:
   """The side-by-side Markdown table."""
   s = result.summary()
   lines = [
-      "| tuner | rows/s (median) | min | max | vs autotune | of ceiling | "
+      "| tuner | rows/s (median) | min | max | vs autotune | "
       "peak buffered MB (InTune's count) | peak process RSS growth MB |",
-      "|---|---|---|---|---|---|---|---|"]
+      "|---|---|---|---|---|---|---|"]
   for tuner in (AUTOTUNE, INTUNE):
     p = s[tuner]
     name = "autotune" if tuner == AUTOTUNE else f"intune ({result.policy})"
@@ -461,10 +469,34 @@ def table(result: DemoResult) -> str:
                 else f"{p['peak_buffered_bytes'] / MB:,.1f}")
     lines.append(
         f"| {name} | {p['rows_per_s']:,.0f} | {p['min']:,.0f} | "
-        f"{p['max']:,.0f} | {p['vs_autotune']:.2f}x | "
-        f"{p['of_ceiling']:.2f} | {buffered} | "
+        f"{p['max']:,.0f} | {p['vs_autotune']:.2f}x | {buffered} | "
         f"{p['peak_rss_growth_bytes'] / MB:,.1f} |")
   return "\n".join(lines)
+
+
+def cache_line(cache: Mapping) -> str:
+  """What InTune's cache held and saved, in one line (its last run's)."""
+  if not cache.get("point"):
+    why = cache.get("reason") or "no reading"
+    return f"InTune's cache: none ({why})"
+  return (f"InTune's cache: after {cache['point']}, held "
+          f"{cache['bytes'] / MB:,.1f} MB, served {cache['served']:.0%} of "
+          f"the elements read there, saved {cache['saved_s']:.1f} s of "
+          f"input work ({cache['reason']})")
+
+
+def constant_knobs(runs: Sequence[DemoRun]) -> dict[str, float]:
+  """{knob: value} of the knobs that kept one value in every run given.
+
+  constant_knobs of runs whose knobs were [(0, {"a": 2, "b": 1}),
+  (1, {"a": 2, "b": 3})] = {"a": 2}.
+  """
+  values: dict[str, set] = {}
+  for r in runs:
+    for _, knobs in r.knobs:
+      for name, value in knobs.items():
+        values.setdefault(name, set()).add(value)
+  return {n: next(iter(v)) for n, v in values.items() if len(v) == 1}
 
 
 def plot(result: DemoResult, path: str) -> str:
@@ -489,17 +521,18 @@ def plot(result: DemoResult, path: str) -> str:
     top.hlines(r.rows_per_s, r.start + result.warmup,
                r.start + result.warmup + result.seconds,
                color=colors[r.tuner], linestyle="--", linewidth=1.0)
-  if result.ceiling_rows_per_s:
-    top.axhline(result.ceiling_rows_per_s, color="black", linestyle=":",
-                linewidth=0.8, label="input pipeline work ceiling")
   top.set(ylabel="rows/s trained", ylim=(0, None),
           title=f"model.fit, tiny DLRM, Criteo L{result.level}, batch "
           f"{result.batch_size}: AUTOTUNE vs InTune, interleaved\n(grey: "
-          "warm-up, not measured; dashed: mean of the measured part)")
+          "warm-up, not measured; dashed: mean of the measured part)\n"
+          + cache_line(result.summary()[INTUNE]["cache"]).split(" (")[0])
   top.legend(loc="lower right", fontsize=8)
-  names = sorted({k for r in result.runs for _, values in r.knobs
+  every = sorted({k for r in result.runs for _, values in r.knobs
                   for k in values})
-  labels = knob_labels(names, result.level)
+  labels = knob_labels(every, result.level)
+  # Knobs that never moved are named in the title, not drawn on each other.
+  fixed = constant_knobs(result.by_tuner(INTUNE))
+  names = [n for n in every if n not in fixed]
   cmap = plt.get_cmap("tab10")
   for i, name in enumerate(names):
     for j, r in enumerate(result.by_tuner(INTUNE)):
@@ -513,9 +546,12 @@ def plot(result: DemoResult, path: str) -> str:
   for r in result.by_tuner(AUTOTUNE):
     bottom.axvspan(r.start, r.start + result.warmup + result.seconds,
                    color="#f2f2f2", zorder=0)
+  unchanged = ", ".join(f"{labels[n]} {v:g}" for n, v in sorted(
+      fixed.items(), key=lambda item: labels[item[0]]))
   bottom.set(xlabel="seconds", ylabel="InTune knob value",
              title="InTune's knobs at each tuning step (grey: AUTOTUNE "
-             "runs; TF does not expose AUTOTUNE's choices)")
+             "runs; TF does not expose AUTOTUNE's choices)" +
+             (f"\nunchanged in every run: {unchanged}" if unchanged else ""))
   if names:
     bottom.legend(loc="upper left", fontsize=8, ncol=min(5, len(names)))
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -545,16 +581,16 @@ def main(args) -> int:
   s = result.summary()
   print()
   print(f"data: {result.data}")
-  print(f"pipeline work ceiling {result.ceiling_rows_per_s:,.0f} rows/s "
-        "(single-threaded stage costs, us/row: " + ", ".join(
+  print("single-threaded stage costs, us/row: " + ", ".join(
             f"{k} {v * 1e6:.2f}" for k, v in
-            result.stage_seconds_per_row.items()) + ")")
+            result.stage_seconds_per_row.items()))
   teardown = statistics.median(r.returned - r.stopped for r in result.runs)
   print(f"{len(result.runs) // 2} interleaved runs per tuner, "
         f"{result.warmup:.1f} s warm-up + {result.seconds:.1f} s measured "
         f"each (median {teardown:.1f} s from stop to fit's return)")
   print()
   print(table(result))
+  print(cache_line(s[INTUNE]["cache"]))
   print()
   paired = s[INTUNE]["median_paired_ratio"]
   print(f"InTune changed {s[INTUNE]['knob_changes']} knob values; median of "
