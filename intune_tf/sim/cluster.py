@@ -36,8 +36,8 @@ paid for all that time (on a cluster a warm pod costs what a serving one
 does).
 
 Calibration: the mean per-worker rate is the median one-worker rate measured
-on this machine by `benchmarks/service.py` (3,263 rows/s, docs/service-design.md),
-its spread across workers (5%) that of the five repeats (2,921-3,462 rows/s);
+by `benchmarks/service.py` (3,263 rows/s, docs/service-design.md), its
+spread across workers (5%) that of the five repeats (2,921-3,462 rows/s);
 5% of slots are stragglers at half speed, and the start-up delays (median
 30-90 s per scenario) are assumptions for a cluster scheduler that starts a
 container which imports TensorFlow (one worker process here takes 10-60 s to
