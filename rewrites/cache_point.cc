@@ -12,6 +12,7 @@
 #include "rewrites/graph_utils.h"
 #include "rewrites/passes.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/platform/errors.h"
@@ -23,6 +24,13 @@ namespace {
 
 inline constexpr char kRetvalOp[] = "_Retval";
 inline constexpr char kReshuffleAttr[] = "reshuffle_each_iteration";
+// The attributes by which a parallel stage gives up its order: `deterministic`
+// ("true", "false" or "default", which follows options.deterministic) and the
+// older `sloppy`; and the options that hold options.deterministic.
+inline constexpr char kDeterministicAttr[] = "deterministic";
+inline constexpr char kSloppyAttr[] = "sloppy";
+inline constexpr char kOptionsOp[] = "OptionsDataset";
+inline constexpr char kSerializedOptionsAttr[] = "serialized_options";
 
 // Dataset ops whose elements are a function of their inputs (and of their
 // functions, checked apart): the same every epoch when those are. Sources
@@ -279,6 +287,100 @@ bool DoesWork(const Purity& purity, const std::string& name,
   return false;
 }
 
+// Whether some OptionsDataset of the graph sets options.deterministic (or
+// experimental_deterministic) to false: a stage left at "default" is then
+// free to give its elements in any order.
+bool OptionsDropOrder(const GraphDef& graph) {
+  for (const NodeDef& node : graph.node()) {
+    if (node.op() != kOptionsOp) continue;
+    const auto attr = node.attr().find(kSerializedOptionsAttr);
+    if (attr == node.attr().end()) continue;
+    data::Options options;
+    if (!options.ParseFromString(attr->second.s())) continue;
+    if (options.optional_deterministic_case() ==
+            data::Options::kDeterministic &&
+        !options.deterministic()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Why `node` itself may give its elements in another order each epoch, or
+// empty: a `deterministic` of "false" (or "default" when `options_unordered`)
+// or a true `sloppy`.
+std::string NodeOrderReason(const NodeDef& node, bool options_unordered) {
+  const std::string where = absl::StrCat(node.name(), " (", node.op(), ")");
+  const auto deterministic = node.attr().find(kDeterministicAttr);
+  if (deterministic != node.attr().end()) {
+    const std::string& value = deterministic->second.s();
+    if (value == "false") return absl::StrCat(where, " has deterministic=False");
+    if (value == "default" && options_unordered) {
+      return absl::StrCat(where, " follows options.deterministic=False");
+    }
+  }
+  const auto sloppy = node.attr().find(kSloppyAttr);
+  if (sloppy != node.attr().end() && sloppy->second.b()) {
+    return absl::StrCat(where, " is sloppy");
+  }
+  return "";
+}
+
+// Why the elements of `name` (a node of the top-level graph), from it down
+// through every input and every function called on the way, may come in
+// another order each epoch; empty when their order is fixed.
+std::string OrderReason(const GraphDef& graph, const std::string& name) {
+  const bool options_unordered = OptionsDropOrder(graph);
+  std::unordered_map<std::string, const NodeDef*> nodes;
+  for (const NodeDef& node : graph.node()) nodes[node.name()] = &node;
+  std::unordered_map<std::string, const FunctionDef*> functions;
+  for (const FunctionDef& f : graph.library().function()) {
+    functions[f.signature().name()] = &f;
+  }
+  std::unordered_set<std::string> seen_nodes;
+  std::unordered_set<std::string> seen_functions;
+  std::vector<std::string> pending_nodes = {name};
+  std::vector<std::string> pending_functions;
+  // A node's own order, then the functions it names (by op or attribute).
+  const auto visit = [&](const NodeDef& node) -> std::string {
+    std::string reason = NodeOrderReason(node, options_unordered);
+    if (!reason.empty()) return reason;
+    if (functions.count(node.op()) > 0) pending_functions.push_back(node.op());
+    for (const auto& [unused, attr] : node.attr()) {
+      if (attr.has_func()) pending_functions.push_back(attr.func().name());
+      for (const NameAttrList& f : attr.list().func()) {
+        pending_functions.push_back(f.name());
+      }
+    }
+    return "";
+  };
+  while (!pending_nodes.empty() || !pending_functions.empty()) {
+    if (!pending_nodes.empty()) {
+      const std::string current = pending_nodes.back();
+      pending_nodes.pop_back();
+      if (!seen_nodes.insert(current).second) continue;
+      const auto node = nodes.find(current);
+      if (node == nodes.end()) continue;
+      const std::string reason = visit(*node->second);
+      if (!reason.empty()) return reason;
+      for (const std::string& input : node->second->input()) {
+        pending_nodes.push_back(InputName(input));
+      }
+      continue;
+    }
+    const std::string current = pending_functions.back();
+    pending_functions.pop_back();
+    if (!seen_functions.insert(current).second) continue;
+    const auto function = functions.find(current);
+    if (function == functions.end()) continue;
+    for (const NodeDef& node : function->second->node_def()) {
+      const std::string reason = visit(node);
+      if (!reason.empty()) return reason;
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 CachePoint FindCachePoint(const GraphDef& graph) {
@@ -341,6 +443,11 @@ CachePoint FindCachePoint(const GraphDef& graph) {
   point.node = node->name();
   point.reason = stop.empty() ? "the whole pipeline repeats each epoch"
                               : absl::StrCat("above it: ", stop);
+  point.unordered = OrderReason(graph, point.node);
+  if (!point.unordered.empty()) {
+    absl::StrAppend(&point.reason, "; only whole epochs are served: ",
+                    point.unordered);
+  }
   return point;
 }
 
@@ -360,6 +467,9 @@ Status InsertCache(GraphDef* graph, CachePoint* point, bool* structure_changed) 
   TF_RETURN_IF_ERROR(CopyAttr(kOutputTypes, *producer->second, &cache));
   TF_RETURN_IF_ERROR(CopyAttr(kOutputShapes, *producer->second, &cache));
   (*cache.mutable_attr())[kCachePointAttr].set_s(point->node);
+  if (!point->unordered.empty()) {
+    (*cache.mutable_attr())[kCacheUnorderedAttr].set_s(point->unordered);
+  }
   for (NodeDef& node : *graph->mutable_node()) {
     for (std::string& input : *node.mutable_input()) {
       if (IsControlInput(input) || InputName(input) != point->node) continue;

@@ -31,6 +31,11 @@ inline constexpr char kBufferReleaseOp[] = "IntuneBufferReleaseDataset";
 // caches (for display).
 inline constexpr char kCacheOp[] = "IntuneCacheDataset";
 inline constexpr char kCachePointAttr[] = "cache_point";
+// Its attribute saying why the order of its input's elements may differ
+// between epochs (a stage with `deterministic=False` or `sloppy`, or
+// `options.deterministic=False`); empty when the order is fixed. Such a
+// cache serves only a whole epoch.
+inline constexpr char kCacheUnorderedAttr[] = "unordered";
 // Its node in the model, left out of stage names.
 inline constexpr char kBufferReleaseNode[] = "IntuneBufferRelease";
 // The cache's node in the model, left out of stage names too: a stage's name

@@ -102,9 +102,13 @@ std::string GraphFingerprint(const GraphDef& graph);
 // node calls. A graph that holds a cache of its own (cache(), snapshot, or
 // InTune's) gets none, nor one with a global shuffle (it reads its input by
 // index, which the cache does not serve).
+// `unordered`: why the elements below the point may come in another order
+// each epoch (empty when their order is fixed); the cache then serves only a
+// whole epoch.
 struct CachePoint {
-  std::string node;    // empty: no cache point
-  std::string reason;  // what ends the pure part, or why there is none
+  std::string node;       // empty: no cache point
+  std::string reason;     // what ends the pure part, or why there is none
+  std::string unordered;  // why the order below the point is not fixed
 };
 CachePoint FindCachePoint(const GraphDef& graph);
 

@@ -2,9 +2,13 @@
 elements are those of the pipeline without it, epoch after epoch, on real
 pipelines; files, checkpoints and the RAM budget."""
 
+import inspect
+import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import time
 
 from _waiting import wait_for
@@ -410,3 +414,144 @@ def test_the_log_says_where_it_cached(caplog):
   (line,) = _told(caplog, "cached after")
   assert "MapDataset" in line.getMessage()
   assert not _told(caplog, "no cache")
+
+
+# An input whose order changes from epoch to epoch: 8 sources of 250
+# elements interleaved 4 at a time without a fixed order ("stage":
+# deterministic=False on the interleave; "options": options.deterministic=
+# False, the interleave left at its default), 2,000 elements of 400 bytes
+# (100 float32). Odd sources cost more per element, so the order varies.
+def unordered(way):
+  def source(i):
+    k = 8 + 40 * (i % 2)
+
+    def work(x):
+      m = tf.fill([k, k], tf.cast(x % 7, tf.float32))
+      return i * 250 + x + tf.cast(tf.reduce_sum(tf.matmul(m, m)) * 0,
+                                   tf.int64)
+    return tf.data.Dataset.range(250).map(work)
+  kwargs = {"cycle_length": 4, "num_parallel_calls": 4}
+  if way == "stage":
+    kwargs["deterministic"] = False
+  ds = tf.data.Dataset.range(8).interleave(source, **kwargs)
+  ds = ds.map(lambda v: tf.fill([100], tf.cast(v, tf.float32)))
+  if way == "options":
+    options = tf.data.Options()
+    options.deterministic = False
+    ds = ds.with_options(options)
+  return ds
+
+
+UNORDERED_WAYS = ("stage", "options")
+EVERY_ELEMENT = [float(i) for i in range(2000)]
+
+
+def _firsts(elements):
+  return sorted(e[0] for e in elements)
+
+
+@pytest.mark.parametrize("way", UNORDERED_WAYS)
+def test_an_unordered_input_under_a_partial_cache_gives_each_element_once(
+    way):
+  # The budget holds about a quarter of an epoch: the part cached is never
+  # served, each epoch reads its input whole.
+  ds = _tuned(unordered(way), ram_budget=500 * 400)
+  for epoch in range(3):
+    elements, stats = _epoch(ds)
+    assert _firsts(elements) == EVERY_ELEMENT, epoch
+  assert stats["point"], stats["reason"]
+  assert "only whole epochs are served" in stats["reason"]
+  assert stats["hits"] == 0
+
+
+@pytest.mark.parametrize("way", UNORDERED_WAYS)
+def test_an_unordered_input_held_whole_is_served_from_the_cache(way):
+  ds = _tuned(unordered(way))
+  first, _ = _epoch(ds)
+  for _ in range(2):
+    again, stats = _epoch(ds)
+    # A cached epoch replays the order of the epoch that filled it.
+    assert again == first
+    assert stats["complete"] and stats["misses"] == 0 and stats["hits"] > 0
+  assert _firsts(first) == EVERY_ELEMENT
+
+
+@pytest.mark.parametrize("budget", [500 * 400, 64 << 20],
+                         ids=["part", "whole"])
+def test_two_unordered_iterators_at_once_each_give_each_element_once(budget):
+  ds = _tuned(unordered("stage"), ram_budget=budget)
+  first, _ = _epoch(ds)
+  assert _firsts(first) == EVERY_ELEMENT
+  its = [iter(ds), iter(ds)]
+  got = [[], []]
+  for _ in range(2000):
+    for it, elements in zip(its, got):
+      elements.append(_value(next(it)))
+  for it in its:
+    with pytest.raises(StopIteration):
+      next(it)
+  assert [_firsts(e) for e in got] == [EVERY_ELEMENT, EVERY_ELEMENT]
+  third, stats = _epoch(ds)
+  assert _firsts(third) == EVERY_ELEMENT
+  assert stats["complete"] == (budget > 2000 * 400)
+
+
+def test_an_unordered_epoch_shrunk_mid_way_still_gives_each_element_once():
+  ds = _tuned(unordered("stage"), ram_budget=64 << 20)
+  _epoch(ds)
+  it = iter(ds)
+  session = intune_tf.session_of(it)
+  head = [_value(next(it)) for _ in range(500)]
+  assert session.cache()["complete"]
+  session.set_ram_budget(300 * 400)
+  assert wait_for(lambda: session.cache()["bytes"] <= 300 * 400)
+  rest = [_value(e) for e in it]
+  assert _firsts(head + rest) == EVERY_ELEMENT
+  # Under the small budget, the next epoch reads its input whole.
+  third, _ = _epoch(ds)
+  assert _firsts(third) == EVERY_ELEMENT
+
+
+RESTORE_SCRIPT = '''
+import json, sys
+import tensorflow as tf
+import intune_tf
+''' + inspect.getsource(unordered) + '''
+
+def tuned(ds):
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="manual", warm_start=False, cache=True)
+  return ds.with_options(options)
+
+step, path = sys.argv[1], sys.argv[2]
+ds = tuned(unordered("stage"))
+if step == "save":
+  list(ds)  # epoch 1 fills the cache
+  it = iter(ds)
+  head = [float(next(it)[0]) for _ in range(700)]
+  tf.train.Checkpoint(it=it).write(path)
+  print(json.dumps(head))
+else:
+  it = iter(ds)
+  tf.train.Checkpoint(it=it).read(path).assert_consumed()
+  print(json.dumps([float(e[0]) for e in it]))
+'''
+
+
+@pytest.mark.slow
+def test_an_unordered_epoch_restored_in_a_new_process_gives_each_element_once(
+    tmp_path):
+  script = tmp_path / "restore.py"
+  script.write_text(RESTORE_SCRIPT)
+  path = str(tmp_path / "ckpt")
+  runs = []
+  for step in ("save", "restore"):
+    done = subprocess.run([sys.executable, str(script), step, path],
+                          capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+  head, rest = runs
+  assert len(head) == 700
+  assert sorted(head + rest) == EVERY_ELEMENT

@@ -254,3 +254,43 @@ def test_no_point_under_a_global_shuffle():
   found, why = _point(ds)
   assert found is None
   assert "global shuffle" in why
+
+
+def _unordered_options(ds, deterministic):
+  options = tf.data.Options()
+  options.deterministic = deterministic
+  return ds.with_options(options)
+
+
+def _interleaved(**kwargs):
+  return tf.data.Dataset.range(4).interleave(
+      lambda i: tf.data.Dataset.range(5).map(_twice), cycle_length=2,
+      num_parallel_calls=2, **kwargs)
+
+
+@pytest.mark.parametrize("make,unordered", [
+    (lambda: _interleaved(deterministic=False).map(_twice),
+     "deterministic=False"),
+    (lambda: _unordered_options(_interleaved().map(_twice), False),
+     "follows options.deterministic=False"),
+    (lambda: tf.data.Dataset.range(10).map(
+        _twice, num_parallel_calls=2, deterministic=False).batch(2),
+     "deterministic=False"),
+    # Inside a function that a stage calls.
+    (lambda: tf.data.Dataset.range(2).flat_map(
+        lambda _: _interleaved(deterministic=False)).map(_twice),
+     "deterministic=False"),
+    # A fixed order: the stage's own setting wins over the options'.
+    (lambda: _unordered_options(
+        _interleaved(deterministic=True).map(_twice), False), None),
+    (lambda: _unordered_options(_interleaved().map(_twice), True), None),
+    (lambda: _interleaved().map(_twice), None),
+])
+def test_an_order_not_fixed_below_the_point_is_told(make, unordered):
+  found, reason = _point(make())
+  assert found is not None, reason
+  if unordered is None:
+    assert "only whole epochs are served" not in reason
+  else:
+    assert "only whole epochs are served" in reason
+    assert unordered in reason

@@ -12,7 +12,15 @@
 // otherwise reads its input (made only then, and brought to element i by
 // Skip), appending what it reads while the entry is a prefix ending at i.
 // A checkpoint holds the position and, when the input was made, the input's
-// state: never the cached elements.
+// state: never the cached elements of an ordered input.
+//
+// An input whose order may change between epochs (the rewrite's
+// `unordered`) is served from the entry only when it holds the whole epoch
+// (cache_store.h); otherwise each iterator reads its input from element 0 as
+// if there were no cache, and the one that fills the entry does so from
+// element 0 to the end. A checkpoint taken while such an epoch is served
+// from the entry holds the elements not yet served: the input's next order
+// is not the one they came in, so no position alone restores them.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -46,6 +54,9 @@ namespace model = ::tensorflow::data::model;
 // input's keys are those of the pipeline without the cache).
 inline constexpr char kPositionKey[] = "intune_cache_position";
 inline constexpr char kInputKey[] = "intune_cache_input";
+// An unordered epoch served from the cache: the elements left, each as its
+// number of components and the components.
+inline constexpr char kHeldKey[] = "intune_cache_held";
 // Strings looked at as file names, at most, and their longest length.
 inline constexpr int64_t kMaxFileCandidates = 4096;
 inline constexpr size_t kMaxPathLength = 4096;
@@ -189,6 +200,8 @@ class IntuneCacheDatasetOp : public data::UnaryDatasetOpKernel {
   explicit IntuneCacheDatasetOp(OpKernelConstruction* ctx)
       : UnaryDatasetOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr(rewrites::kCachePointAttr, &point_));
+    OP_REQUIRES_OK(ctx,
+                   ctx->GetAttr(rewrites::kCacheUnorderedAttr, &unordered_));
   }
 
  protected:
@@ -199,6 +212,7 @@ class IntuneCacheDatasetOp : public data::UnaryDatasetOpKernel {
   class Dataset;
 
   std::string point_;
+  std::string unordered_;
 };
 
 class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
@@ -206,9 +220,11 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
   // `entry` null: the input cannot be keyed, and the dataset passes its
   // elements through.
   Dataset(OpKernelContext* ctx, const DatasetBase* input, std::string point,
-          std::shared_ptr<CacheEntry> entry, std::vector<std::string> files)
+          std::string unordered, std::shared_ptr<CacheEntry> entry,
+          std::vector<std::string> files)
       : PassThroughDataset(ctx, input),
         point_(std::move(point)),
+        unordered_(std::move(unordered)),
         entry_(std::move(entry)),
         files_(std::move(files)),
         epoch_elements_(input->Cardinality()) {}
@@ -230,8 +246,12 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     TF_RETURN_IF_ERROR(b->AddInputDataset(ctx, input_, &input_node));
     AttrValue point;
     b->BuildAttrValue(point_, &point);
+    AttrValue unordered;
+    b->BuildAttrValue(unordered_, &unordered);
     return b->AddDataset(this, {input_node},
-                         {{rewrites::kCachePointAttr, point}}, output);
+                         {{rewrites::kCachePointAttr, point},
+                          {rewrites::kCacheUnorderedAttr, unordered}},
+                         output);
   }
 
  private:
@@ -239,6 +259,11 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
    public:
     explicit Iterator(const Params& params)
         : DatasetIterator<Dataset>(params) {}
+
+    ~Iterator() override {
+      mutex_lock l(mu_);
+      StopFilling();
+    }
 
     Status Initialize(data::IteratorContext* ctx) override {
       mutex_lock l(mu_);
@@ -260,6 +285,10 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       entry->set_point(dataset()->point_);
       entry->CheckFiles(FilesSignature(dataset()->files_));
       entry->BeginEpoch();
+      if (!entry->ordered()) {
+        snapshot_ = entry->Snapshot();
+        if (snapshot_ == nullptr) filling_ = entry->ClaimFill(this);
+      }
       if (session_ != nullptr) session_->AttachCache(entry);
       return OkStatus();
     }
@@ -269,6 +298,9 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
                            bool* end_of_sequence) override {
       mutex_lock l(mu_);
       const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
+      if (entry != nullptr && !bypass_ && !entry->ordered()) {
+        return GetNextUnordered(ctx, out_tensors, end_of_sequence);
+      }
       if (input_impl_ == nullptr && !bypass_ && entry != nullptr) {
         if (entry->Get(position_, out_tensors)) {
           ++position_;
@@ -340,6 +372,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
           prefix(), kInputKey, static_cast<int64_t>(input_impl_ != nullptr)));
       if (input_impl_ != nullptr) {
         TF_RETURN_IF_ERROR(SaveInput(ctx, writer, input_impl_));
+      } else if (snapshot_ != nullptr) {
+        TF_RETURN_IF_ERROR(SaveHeld(writer));
       }
       return OkStatus();
     }
@@ -348,6 +382,9 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
                            data::IteratorStateReader* reader) override {
       mutex_lock l(mu_);
       input_impl_.reset();
+      StopFilling();
+      snapshot_.reset();
+      snapshot_base_ = 0;
       last_read_us_ = 0;
       int64_t position = -1;
       int64_t has_input = 1;
@@ -361,12 +398,148 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       bypass_ = dataset()->entry_ == nullptr || position < 0 ||
                 !ctx->split_providers().empty();
       position_ = std::max<int64_t>(position, 0);
+      if (reader->Contains(prefix(), kHeldKey)) return RestoreHeld(reader);
       if (has_input == 0) return OkStatus();
       TF_RETURN_IF_ERROR(MakeInput(ctx));
       return RestoreInput(ctx, reader, input_impl_);
     }
 
    private:
+    // GetNextInternal for an unordered input: the whole epoch from a
+    // snapshot of the entry, or else the input from element 0, appended
+    // only by the entry's filler.
+    Status GetNextUnordered(data::IteratorContext* ctx,
+                            std::vector<Tensor>* out_tensors,
+                            bool* end_of_sequence)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
+      if (snapshot_ != nullptr) {
+        const int64_t index = position_ - snapshot_base_;
+        *end_of_sequence =
+            index < 0 || index >= static_cast<int64_t>(snapshot_->size());
+        if (*end_of_sequence) return OkStatus();
+        *out_tensors = (*snapshot_)[index];
+        ++position_;
+        if (session_ != nullptr) {
+          session_->RecordCacheRead(/*from_cache=*/true,
+                                    entry->upstream_us_per_element());
+        }
+        return OkStatus();
+      }
+      if (input_impl_ == nullptr) {
+        // Only a checkpoint written without the elements it served leaves
+        // a position here with no input: the best left is to skip it.
+        TF_RETURN_IF_ERROR(MakeInput(ctx));
+        TF_RETURN_IF_ERROR(CatchUp(ctx, end_of_sequence));
+        if (*end_of_sequence) return OkStatus();
+      }
+      const int64_t start = static_cast<int64_t>(Env::Default()->NowMicros());
+      const Status read =
+          input_impl_->GetNext(ctx, out_tensors, end_of_sequence);
+      const int64_t now = static_cast<int64_t>(Env::Default()->NowMicros());
+      if (!filling_) {
+        if (read.ok() && !*end_of_sequence) {
+          ++position_;
+          if (session_ != nullptr) session_->RecordCacheRead(false, 0);
+        }
+        return read;
+      }
+      if (!read.ok()) {
+        if (!errors::IsCancelled(read)) entry->FailedAt(position_);
+        StopFilling();
+        return read;
+      }
+      if (*end_of_sequence) {
+        entry->MarkEnd(position_);
+        filling_ = false;
+        return OkStatus();
+      }
+      const int64_t upstream =
+          last_read_us_ > 0 ? now - last_read_us_ : now - start;
+      last_read_us_ = now;
+      if (position_ == 0) {
+        const std::string why =
+            WhyNotWorthIt(entry->limit(), ElementBytes(*out_tensors),
+                          dataset()->epoch_elements_);
+        if (!why.empty()) {
+          StopFilling();
+          bypass_ = true;
+          if (session_ != nullptr) {
+            session_->SetCacheInfo(dataset()->point_, why);
+            session_ = nullptr;
+          }
+          ++position_;
+          return OkStatus();
+        }
+      }
+      if (!entry->Append(position_, *out_tensors, upstream, this)) {
+        StopFilling();
+      }
+      ++position_;
+      if (session_ != nullptr) session_->RecordCacheRead(false, 0);
+      return OkStatus();
+    }
+
+    // This iterator fills the entry no more (an unordered entry that it
+    // left short empties itself).
+    void StopFilling() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (!filling_) return;
+      filling_ = false;
+      if (dataset()->entry_ != nullptr) dataset()->entry_->ReleaseFill(this);
+    }
+
+    // The elements of the snapshot not yet served, into a checkpoint.
+    Status SaveHeld(data::IteratorStateWriter* writer)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const int64_t first = std::max<int64_t>(position_ - snapshot_base_, 0);
+      const int64_t count =
+          std::max<int64_t>(static_cast<int64_t>(snapshot_->size()) - first, 0);
+      TF_RETURN_IF_ERROR(writer->WriteScalar(prefix(), kHeldKey, count));
+      for (int64_t i = 0; i < count; ++i) {
+        const std::vector<Tensor>& element = (*snapshot_)[first + i];
+        const std::string key = absl::StrCat(kHeldKey, "_", i);
+        TF_RETURN_IF_ERROR(writer->WriteScalar(
+            prefix(), key, static_cast<int64_t>(element.size())));
+        for (size_t j = 0; j < element.size(); ++j) {
+          TF_RETURN_IF_ERROR(writer->WriteTensor(
+              prefix(), absl::StrCat(key, "_", j), element[j]));
+        }
+      }
+      return OkStatus();
+    }
+
+    // The elements SaveHeld wrote: the rest of the epoch, from position_.
+    Status RestoreHeld(data::IteratorStateReader* reader)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      int64_t count = 0;
+      TF_RETURN_IF_ERROR(reader->ReadScalar(prefix(), kHeldKey, &count));
+      if (count < 0) {
+        return errors::DataLoss("a cache checkpoint holds ", count,
+                                " elements");
+      }
+      auto held = std::make_shared<CacheEntry::Elements>();
+      held->reserve(count);
+      for (int64_t i = 0; i < count; ++i) {
+        const std::string key = absl::StrCat(kHeldKey, "_", i);
+        int64_t components = 0;
+        TF_RETURN_IF_ERROR(reader->ReadScalar(prefix(), key, &components));
+        if (components < 0) {
+          return errors::DataLoss("a cache checkpoint's element ", i,
+                                  " has ", components, " components");
+        }
+        std::vector<Tensor> element(components);
+        for (int64_t j = 0; j < components; ++j) {
+          TF_RETURN_IF_ERROR(reader->ReadTensor(
+              prefix(), absl::StrCat(key, "_", j), &element[j]));
+        }
+        held->push_back(std::move(element));
+      }
+      bypass_ = false;
+      snapshot_ = std::move(held);
+      snapshot_base_ = position_;
+      return OkStatus();
+    }
+
     Status MakeInput(data::IteratorContext* ctx)
         TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return dataset()->input_->MakeIterator(ctx, this, prefix(),
@@ -422,10 +595,17 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     // Restored from a checkpoint without the cache: the input runs alone.
     bool bypass_ TF_GUARDED_BY(mu_) = false;
     int64_t last_read_us_ TF_GUARDED_BY(mu_) = 0;
+    // Unordered inputs: the whole epoch this iterator serves (element i of
+    // the epoch is (*snapshot_)[i - snapshot_base_]), and whether it fills
+    // the entry.
+    std::shared_ptr<const CacheEntry::Elements> snapshot_ TF_GUARDED_BY(mu_);
+    int64_t snapshot_base_ TF_GUARDED_BY(mu_) = 0;
+    bool filling_ TF_GUARDED_BY(mu_) = false;
     std::shared_ptr<TuningSession> session_;
   };
 
   const std::string point_;
+  const std::string unordered_;
   const std::shared_ptr<CacheEntry> entry_;
   const std::vector<std::string> files_;
   // The input's cardinality (data::kUnknownCardinality when not known).
@@ -439,9 +619,10 @@ void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,
   std::vector<std::string> files;
   std::shared_ptr<CacheEntry> entry;
   if (KeyAndFiles(ctx, input, &key, &files).ok()) {
-    entry = CacheStore::Global()->Get(key);
+    entry = CacheStore::Global()->Get(key, /*ordered=*/unordered_.empty());
   }
-  *output = new Dataset(ctx, input, point_, std::move(entry), std::move(files));
+  *output = new Dataset(ctx, input, point_, unordered_, std::move(entry),
+                        std::move(files));
 }
 
 REGISTER_KERNEL_BUILDER(Name(rewrites::kCacheOp).Device(DEVICE_CPU),

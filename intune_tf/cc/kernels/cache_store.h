@@ -13,6 +13,13 @@
 // byte limit that the RAM budget's guard sets (TuningSession::EnforceBudget)
 // and lowers first under memory pressure, dropping elements from the end.
 // Its contents are never iterator state: checkpoints hold a position.
+//
+// An unordered entry (its input may give another order each epoch: a
+// stage with deterministic=False or sloppy, or options.deterministic=False)
+// is useful only whole: one iterator at a time fills it (ClaimFill), from
+// element 0 of an epoch, and whatever stops it short (no room, an error, the
+// iterator gone, a shrink) empties it. Its readers serve a whole epoch from a
+// Snapshot that outlives a shrink.
 #ifndef INTUNE_TF_CC_KERNELS_CACHE_STORE_H_
 #define INTUNE_TF_CC_KERNELS_CACHE_STORE_H_
 
@@ -32,9 +39,14 @@ namespace intune {
 
 class CacheEntry {
  public:
-  explicit CacheEntry(std::string key) : key_(std::move(key)) {}
+  using Elements = std::vector<std::vector<Tensor>>;
+
+  explicit CacheEntry(std::string key, bool ordered = true)
+      : key_(std::move(key)), ordered_(ordered) {}
 
   const std::string& key() const { return key_; }
+  // Whether the input gives its elements in one order every epoch.
+  bool ordered() const { return ordered_; }
   // Where the rewrite put the cache (the node it caches), for display.
   void set_point(const std::string& point) TF_LOCKS_EXCLUDED(mu_);
   std::string point() const TF_LOCKS_EXCLUDED(mu_);
@@ -51,8 +63,20 @@ class CacheEntry {
   // `index` elements, is not complete and has room under its limit. Once an
   // element did not fit, nothing is appended until the next epoch begins
   // (`BeginEpoch`): the entry stays a prefix.
+  // An unordered entry takes elements only from its filler (ClaimFill), and
+  // empties itself when one does not fit.
   bool Append(int64_t index, const std::vector<Tensor>& element,
-              int64_t upstream_us) TF_LOCKS_EXCLUDED(mu_);
+              int64_t upstream_us, const void* filler = nullptr)
+      TF_LOCKS_EXCLUDED(mu_);
+  // Unordered entries: makes `filler` (an iterator at element 0 of an epoch)
+  // the one that fills the entry, if it is empty, nobody fills it, and its
+  // limit has room for what the last try needed. Returns whether.
+  bool ClaimFill(const void* filler) TF_LOCKS_EXCLUDED(mu_);
+  // `filler` stops filling: an unordered entry not complete is emptied.
+  void ReleaseFill(const void* filler) TF_LOCKS_EXCLUDED(mu_);
+  // The whole epoch, while the entry is complete; else null. It stays valid
+  // after the entry is emptied or shrunk.
+  std::shared_ptr<const Elements> Snapshot() const TF_LOCKS_EXCLUDED(mu_);
   // The epoch ended after `count` elements: complete if all are held.
   void MarkEnd(int64_t count) TF_LOCKS_EXCLUDED(mu_);
   // The input gave an error in place of element `index`: the entry holds
@@ -84,11 +108,19 @@ class CacheEntry {
   int64_t DropLastLocked() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string key_;
+  const bool ordered_;
   mutable mutex mu_;
+  // Unordered entries: the iterator filling it (compared, never used).
+  const void* filler_ TF_GUARDED_BY(mu_) = nullptr;
+  // Unordered entries: the bytes a try to fill it reached without room (0:
+  // none yet); it is tried again once the limit is above them.
+  int64_t needed_bytes_ TF_GUARDED_BY(mu_) = 0;
   std::string point_ TF_GUARDED_BY(mu_);
   std::string signature_ TF_GUARDED_BY(mu_);
   bool has_signature_ TF_GUARDED_BY(mu_) = false;
-  std::vector<std::vector<Tensor>> elements_ TF_GUARDED_BY(mu_);
+  // Replaced, never changed, once complete: snapshots share it.
+  std::shared_ptr<Elements> elements_ TF_GUARDED_BY(mu_) =
+      std::make_shared<Elements>();
   std::vector<int64_t> element_bytes_ TF_GUARDED_BY(mu_);
   int64_t bytes_ TF_GUARDED_BY(mu_) = 0;
   int64_t limit_ TF_GUARDED_BY(mu_) = 0;
@@ -108,8 +140,9 @@ class CacheStore {
  public:
   static CacheStore* Global();
 
-  // The entry of `key`, made if there is none alive.
-  std::shared_ptr<CacheEntry> Get(const std::string& key)
+  // The entry of `key`, made if there is none alive (`ordered`: see
+  // CacheEntry::ordered; the key holds the graph, so one key, one order).
+  std::shared_ptr<CacheEntry> Get(const std::string& key, bool ordered = true)
       TF_LOCKS_EXCLUDED(mu_);
   // Every entry alive.
   std::vector<std::shared_ptr<CacheEntry>> List() const TF_LOCKS_EXCLUDED(mu_);

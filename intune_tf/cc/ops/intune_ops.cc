@@ -117,6 +117,7 @@ REGISTER_OP("IntuneCacheDataset")
     .Attr("output_types: list(type) >= 1")
     .Attr("output_shapes: list(shape) >= 1")
     .Attr("cache_point: string = ''")
+    .Attr("unordered: string = ''")
     .Attr("metadata: string = ''")
     .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
                                                            "output_types"))
@@ -129,6 +130,9 @@ modification time at each epoch, under the session's RAM budget. Never
 iterator state (a checkpoint holds the position, not the elements).
 
 cache_point: the node it caches, for display.
+unordered: why its input may give its elements in another order each epoch
+  (empty: the order is fixed). Such a cache serves an epoch only when it holds
+  all of it; otherwise the input runs as if there were no cache.
 )doc");
 
 REGISTER_OP("IntuneBufferReleaseDataset")
