@@ -1,6 +1,7 @@
 """`intune try FILE.py:FUNCTION` (intune_tf/bench/trial.py) on pipelines the
-tests write: its JSON, its agreement with `benchmarks/cache.py --pipeline`
-on the same pipeline, and its one-line refusals of bad input (exit 2)."""
+tests write: its JSON and its one-line refusals of bad input (exit 2). Its
+speed-ups against `benchmarks/cache.py --pipeline` on the same pipeline are
+a benchmark's figures (`benchmarks/try_agreement.py`)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,9 @@ def _check_fields(result: dict, epochs: int, repeats: int) -> None:
 
 
 @pytest.mark.slow
-def test_a_multi_epoch_pipeline_agrees_with_the_cache_benchmark(tmp_path):
+def test_a_multi_epoch_pipeline_is_served_from_the_cache(tmp_path):
+  # Its agreement with benchmarks/cache.py is a benchmark's figure:
+  # benchmarks/try_agreement.py.
   target = _write(tmp_path, "cached", PIPELINES["cached"]) + ":make"
   code, result = _try(tmp_path, target, "--repeats", "2")
   assert code == 0
@@ -83,20 +86,6 @@ def test_a_multi_epoch_pipeline_agrees_with_the_cache_benchmark(tmp_path):
   assert "Shuffle" in cache["reason"], cache
   assert cache["bytes"] >= 400 * 8 * 4  # every float the map made
   assert cache["served"][1:] == [1.0, 1.0], cache
-  # The same pipeline through benchmarks/cache.py, in one process.
-  bench_json = tmp_path / "bench.json"
-  proc = subprocess.run(
-      [sys.executable, str(ROOT / "benchmarks" / "cache.py"), "--pipeline",
-       target, "--repeats", "2", "--json", str(bench_json)],
-      capture_output=True, text=True, timeout=900, check=False)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  bench = json.loads(bench_json.read_text())
-  for ours, theirs in (("intune", "intune cache"),
-                       ("intune-no-cache", "intune")):
-    lo, hi = result["spread"][ours]
-    b_lo, b_hi = bench["spread"][theirs]
-    # The two ranges of paired ratios overlap.
-    assert lo <= b_hi and b_lo <= hi, (ours, (lo, hi), theirs, (b_lo, b_hi))
 
 
 @pytest.mark.slow
