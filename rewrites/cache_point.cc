@@ -106,9 +106,220 @@ bool IsPyFunction(absl::string_view op) {
   return op == "PyFunc" || op == "PyFuncStateless" || op == "EagerPyFunc";
 }
 
+// Ops that read the file (or files) their first input names.
+bool ReadsNamedFile(absl::string_view op) {
+  return op == "ReadFile" || op == "TFRecordDataset" ||
+         op == "TFRecordDatasetV2" || op == "TextLineDataset" ||
+         op == "FixedLengthRecordDataset" || op == "FixedLengthRecordDatasetV2";
+}
+
+// Dataset ops whose elements are elements of their dataset inputs (all of
+// those inputs when `all_inputs`, else the first), unchanged in value.
+bool KeepsElements(absl::string_view op, bool* all_inputs) {
+  *all_inputs = op == "ZipDataset" || op == "ConcatenateDataset";
+  return *all_inputs || IsShuffle(op) || IsWrapper(op) ||
+         op == "RepeatDataset" || op == "BatchDataset" ||
+         op == "BatchDatasetV2" || op == "PaddedBatchDataset" ||
+         op == "PaddedBatchDatasetV2" || op == "UnbatchDataset" ||
+         op == "FilterDataset" || op == "ParallelFilterDataset" ||
+         op == "ShardDataset";
+}
+
+// Dataset ops that call a function on each element of their first input,
+// with the captured arguments from their second input on: the function's
+// arguments are the element's components, then those.
+bool MapsElements(absl::string_view op) {
+  return op == "MapDataset" || op == "ParallelMapDataset" ||
+         op == "ParallelMapDatasetV2" || op == "FilterDataset" ||
+         op == "ParallelFilterDataset" || op == "FlatMapDataset" ||
+         op == "InterleaveDataset" || op == "ParallelInterleaveDatasetV2" ||
+         op == "ParallelInterleaveDatasetV3" ||
+         op == "ParallelInterleaveDatasetV4" ||
+         op == "LegacyParallelInterleaveDatasetV2" ||
+         op == "MapAndBatchDataset";
+}
+
+// Whether the file names that ops read are strings the cache's check of
+// files sees (cache_dataset_op.cc: the string constants of the graph and of
+// its functions, and the tensors it holds): a name is seen when it is such
+// a string, passed unchanged, and not when it is computed as the pipeline
+// runs (`tf.strings.join` into `ReadFile`), whose file the check cannot
+// know.
+class FileNames {
+ public:
+  explicit FileNames(const GraphDef& graph) {
+    for (const NodeDef& node : graph.node()) {
+      nodes_[node.name()] = &node;
+      AddCaller(node, nullptr);
+    }
+    for (const FunctionDef& f : graph.library().function()) {
+      functions_[f.signature().name()] = &f;
+      for (const NodeDef& node : f.node_def()) AddCaller(node, &f);
+    }
+  }
+
+  // Empty when `node` (of `function`, null for the graph) reads no file or
+  // reads files whose names are seen; else why not.
+  std::string Reason(const NodeDef& node, const FunctionDef* function) {
+    if (!ReadsNamedFile(node.op()) || node.input_size() == 0) return "";
+    if (Seen(node.input(0), function)) return "";
+    return absl::StrCat(node.name(), " (", node.op(),
+                        ") reads a file named as the pipeline runs, which "
+                        "the cache cannot check for changes");
+  }
+
+ private:
+  struct Caller {
+    const NodeDef* node;
+    const FunctionDef* function;
+  };
+
+  void AddCaller(const NodeDef& node, const FunctionDef* function) {
+    if (!node.op().empty()) callers_[node.op()].push_back({&node, function});
+    for (const auto& [unused, attr] : node.attr()) {
+      if (attr.has_func()) {
+        callers_[attr.func().name()].push_back({&node, function});
+      }
+      for (const NameAttrList& f : attr.list().func()) {
+        callers_[f.name()].push_back({&node, function});
+      }
+    }
+  }
+
+  // The node `reference` names in `function` (null: the graph), or null;
+  // `arg` is set to the function argument's index when it names one.
+  const NodeDef* Resolve(const std::string& reference,
+                         const FunctionDef* function, int* arg) const {
+    *arg = -1;
+    if (function == nullptr) {
+      const auto it = nodes_.find(InputName(reference));
+      return it == nodes_.end() ? nullptr : it->second;
+    }
+    const std::string name = reference.substr(0, reference.find(':'));
+    const auto& args = function->signature().input_arg();
+    for (int i = 0; i < args.size(); ++i) {
+      if (args[i].name() == name) {
+        *arg = i;
+        return nullptr;
+      }
+    }
+    for (const NodeDef& node : function->node_def()) {
+      if (node.name() == name) return &node;
+    }
+    return nullptr;
+  }
+
+  // Whether the string tensor `reference` of `function` is one the check
+  // sees.
+  bool Seen(const std::string& reference, const FunctionDef* function) {
+    if (IsControlInput(reference)) return false;
+    int arg = -1;
+    const NodeDef* node = Resolve(reference, function, &arg);
+    if (arg >= 0) return ArgSeen(function->signature().name(), arg);
+    if (node == nullptr) return false;
+    const std::string& op = node->op();
+    if (op == "Const" || op == "Placeholder") return true;
+    // Ops that give strings of their first input, rearranged (`TFRecordDataset`
+    // reshapes its file names), or of all their inputs but the axis.
+    if (SelectsStrings(op) && node->input_size() > 0) {
+      return Seen(node->input(0), function);
+    }
+    if (op == "Pack" || op == "ConcatV2") {
+      std::vector<std::string> inputs;
+      for (const std::string& input : node->input()) {
+        if (!IsControlInput(input)) inputs.push_back(input);
+      }
+      if (op == "ConcatV2" && !inputs.empty()) inputs.pop_back();
+      for (const std::string& input : inputs) {
+        if (!Seen(input, function)) return false;
+      }
+      return !inputs.empty();
+    }
+    return false;
+  }
+
+  static bool SelectsStrings(absl::string_view op) {
+    return op == "Identity" || op == "Snapshot" || op == "Reshape" ||
+           op == "ExpandDims" || op == "Squeeze" || op == "GatherV2" ||
+           op == "Gather" || op == "StridedSlice" || op == "Slice" ||
+           op == "Tile" || op == "Transpose" || op == "ReverseV2";
+  }
+
+  // Whether every string of the elements of dataset `reference` is seen.
+  bool ElementsSeen(const std::string& reference, const FunctionDef* function) {
+    if (IsControlInput(reference)) return false;
+    int arg = -1;
+    const NodeDef* node = Resolve(reference, function, &arg);
+    if (node == nullptr) return false;
+    const std::string& op = node->op();
+    if (op == "TensorDataset" || op == "TensorSliceDataset") {
+      for (const std::string& input : node->input()) {
+        if (!IsControlInput(input) && !Seen(input, function)) return false;
+      }
+      return true;
+    }
+    bool all_inputs = false;
+    if (!KeepsElements(op, &all_inputs) || node->input_size() == 0) {
+      return false;
+    }
+    if (!all_inputs) return ElementsSeen(node->input(0), function);
+    for (const std::string& input : node->input()) {
+      if (IsControlInput(input)) continue;
+      if (!ElementsSeen(input, function)) return false;
+    }
+    return true;
+  }
+
+  // Whether argument `index` of function `name` is seen at every call.
+  bool ArgSeen(const std::string& name, int index) {
+    const std::string key = absl::StrCat(name, "#", index);
+    const auto memo = args_.find(key);
+    if (memo != args_.end()) return memo->second;
+    args_[key] = false;  // a recursive call sees nothing more
+    const auto callers = callers_.find(name);
+    const auto function = functions_.find(name);
+    bool seen = callers != callers_.end() && function != functions_.end();
+    for (size_t c = 0; seen && c < callers->second.size(); ++c) {
+      const Caller& caller = callers->second[c];
+      const NodeDef& node = *caller.node;
+      std::vector<std::string> inputs;
+      for (const std::string& input : node.input()) {
+        if (!IsControlInput(input)) inputs.push_back(input);
+      }
+      if (node.op() == name || IsCall(node.op())) {
+        seen = index < static_cast<int>(inputs.size()) &&
+               Seen(inputs[index], caller.function);
+      } else if (MapsElements(node.op()) && !inputs.empty()) {
+        const auto captured = node.attr().find("Targuments");
+        const int num_captured =
+            captured == node.attr().end() ? 0
+                                          : captured->second.list().type_size();
+        const int components =
+            function->second->signature().input_arg_size() - num_captured;
+        if (index < components) {
+          seen = ElementsSeen(inputs[0], caller.function);
+        } else {
+          const int at = 1 + index - components;
+          seen = at < static_cast<int>(inputs.size()) &&
+                 Seen(inputs[at], caller.function);
+        }
+      } else {
+        seen = false;
+      }
+    }
+    args_[key] = seen;
+    return seen;
+  }
+
+  std::unordered_map<std::string, const NodeDef*> nodes_;
+  std::unordered_map<std::string, const FunctionDef*> functions_;
+  std::unordered_map<std::string, std::vector<Caller>> callers_;
+  std::unordered_map<std::string, bool> args_;
+};
+
 class Purity {
  public:
-  explicit Purity(const GraphDef& graph) {
+  explicit Purity(const GraphDef& graph) : file_names_(graph) {
     for (const NodeDef& node : graph.node()) nodes_[node.name()] = &node;
     for (const FunctionDef& f : graph.library().function()) {
       functions_[f.signature().name()] = &f;
@@ -129,6 +340,9 @@ class Purity {
     const NodeDef* node = Node(name);
     std::string reason =
         node == nullptr ? absl::StrCat("unknown input ", name) : OpReason(*node);
+    if (reason.empty() && node != nullptr) {
+      reason = file_names_.Reason(*node, nullptr);
+    }
     if (reason.empty()) {
       for (const std::string& input : node->input()) {
         reason = NodeReason(InputName(input));
@@ -214,6 +428,7 @@ class Purity {
     } else {
       for (const NodeDef& node : function->second->node_def()) {
         reason = OpReason(node, /*in_function=*/true);
+        if (reason.empty()) reason = file_names_.Reason(node, function->second);
         if (!reason.empty()) break;
       }
     }
@@ -225,6 +440,7 @@ class Purity {
   std::unordered_map<std::string, const FunctionDef*> functions_;
   std::unordered_map<std::string, std::string> node_reasons_;
   std::unordered_map<std::string, std::string> function_reasons_;
+  FileNames file_names_;
 };
 
 // The node whose output is the pipeline's: read by the graph's _Retval or

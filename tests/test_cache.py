@@ -2,6 +2,7 @@
 elements are those of the pipeline without it, epoch after epoch, on real
 pipelines; files, checkpoints and the RAM budget."""
 
+import gc
 import inspect
 import json
 import logging
@@ -17,6 +18,8 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf.live import tuner as tuner_lib
+from intune_tf.ops import session as session_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -555,3 +558,265 @@ def test_an_unordered_epoch_restored_in_a_new_process_gives_each_element_once(
   head, rest = runs
   assert len(head) == 700
   assert sorted(head + rest) == EVERY_ELEMENT
+
+
+def _plain_epoch(ds):
+  return [_value(e) for e in ds]
+
+
+def _same_second(path, before_ns):
+  """Sets `path`'s modification time to another instant of the second of
+  `before_ns`, as a rewrite within that second leaves it."""
+  second, fraction = divmod(before_ns, 10**9)
+  later = second * 10**9 + (fraction + 10**9 // 2) % 10**9
+  os.utime(path, ns=(later, later))
+
+
+def _rewrite(paths, change, tag):
+  """Changes the TFRecord files `paths` as `change` says (rows tagged
+  `tag`)."""
+  for i, path in enumerate(paths):
+    before = os.stat(path)
+    if change == "appended":
+      extra = path + ".extra"
+      _records(extra, 5, tag=f"{tag}{i}")
+      with open(path, "ab") as out, open(extra, "rb") as more:
+        out.write(more.read())
+      os.remove(extra)
+      assert os.stat(path).st_size > before.st_size
+      continue
+    if change == "same_second":
+      # In place (TFRecordWriter truncates the file: the inode stays).
+      _records(path, 20, tag=f"{tag}{i}")
+      _same_second(path, before.st_mtime_ns)
+      after = os.stat(path)
+      assert after.st_ino == before.st_ino
+      assert after.st_mtime_ns // 10**9 == before.st_mtime_ns // 10**9
+    else:  # "new_inode": a new file put in its place, times kept
+      _records(path + ".new", 20, tag=f"{tag}{i}")
+      os.replace(path + ".new", path)
+      os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+      after = os.stat(path)
+      assert after.st_mtime_ns == before.st_mtime_ns
+      assert after.st_ino != before.st_ino
+    assert after.st_size == before.st_size
+
+
+@pytest.mark.parametrize("change", ["same_second", "new_inode", "appended"])
+def test_three_files_changed_between_epochs_give_their_new_rows(
+    tmp_path, change):
+  paths = [str(tmp_path / f"part-{i}.tfrecord") for i in range(3)]
+  for i, path in enumerate(paths):
+    _records(path, 20, tag=f"a{i}")
+
+  def make():
+    return tf.data.TFRecordDataset(paths).map(tf.strings.upper)
+
+  ds = _tuned(make())
+  first, _ = _epoch(ds)
+  second, stats = _epoch(ds)
+  assert first == second == _plain_epoch(make())
+  assert stats["served"] == 1.0, stats
+  _rewrite(paths, change, "b")
+  third, stats = _epoch(ds)
+  assert third == _plain_epoch(make())
+  assert third != first and stats["hits"] == 0
+
+
+def test_a_ram_file_rewritten_between_epochs_gives_its_new_lines():
+  path = f"ram://intune-test-{os.getpid()}/lines.txt"
+
+  def write(tag):
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)  # ram:// appends to a file that exists
+    with tf.io.gfile.GFile(path, "w") as out:
+      out.write("".join(f"{tag}-{i:04d}\n" for i in range(30)))
+
+  def make():
+    return tf.data.TextLineDataset(path).map(tf.strings.upper)
+
+  write("a")
+  ds = _tuned(make())
+  first, _ = _epoch(ds)
+  second, stats = _epoch(ds)
+  assert first == second == _plain_epoch(make())
+  assert stats["served"] == 1.0, stats
+  write("b")  # the same size
+  third, stats = _epoch(ds)
+  assert third == _plain_epoch(make()) != first
+  assert stats["hits"] == 0
+  tf.io.gfile.remove(path)
+
+
+def _heavy_line(line):
+  # About a millisecond of work per line.
+  work = tf.reduce_sum(tf.sin(tf.range(200_000, dtype=tf.float32)))
+  return tf.strings.upper(line), work * 0
+
+
+@pytest.mark.slow
+def test_over_4096_files_are_all_checked(tmp_path):
+  paths = []
+  for i in range(4200):
+    paths.append(str(tmp_path / f"{i:05d}.txt"))
+    with open(paths[-1], "w") as out:
+      out.write(f"a-{i:05d}\n")
+
+  def make():
+    return tf.data.TextLineDataset(paths).map(_heavy_line)
+
+  ds = _tuned(make())
+  first, _ = _epoch(ds)
+  second, stats = _epoch(ds)
+  assert first == second
+  assert stats["served"] == 1.0, stats
+  with open(paths[-1], "w") as out:
+    out.write("changed, and longer\n")
+  third, stats = _epoch(ds)
+  assert third == _plain_epoch(make()) != first
+  assert stats["hits"] == 0
+
+
+@pytest.mark.slow
+def test_a_check_over_one_percent_of_the_epoch_leaves_the_cache_out(
+    tmp_path, caplog):
+  # 4,200 file names, of which the epoch reads 2: checking them all costs
+  # far more than 1% of reading those 2.
+  paths = []
+  for i in range(4200):
+    paths.append(str(tmp_path / f"{i:05d}.txt"))
+    with open(paths[-1], "w") as out:
+      out.write(f"a-{i:05d}\n")
+  ds = _tuned(tf.data.Dataset.from_tensor_slices(paths).take(2).interleave(
+      tf.data.TextLineDataset).map(tf.strings.upper), period_s=0.01)
+  told = "no cache: checking the 4200 files"
+  with caplog.at_level(logging.INFO):
+    first, _ = _epoch(ds)
+    # The second epoch's session, alive until the tuner told why.
+    it = iter(ds)
+    second = [_value(next(it))]
+    assert wait_for(lambda: _told(caplog, told))
+    second += [_value(e) for e in it]
+    third, stats = _epoch(ds)
+  assert first == second == third == [b"A-00000", b"A-00001"]
+  assert stats["hits"] == 0 and stats["bytes"] == 0
+  assert re.fullmatch(
+      r"no cache: checking the 4200 files the pipeline reads took "
+      r"[\d.]+ ms of CPU, over 1% of an epoch \([\d.]+ ms\)",
+      stats["reason"]), stats
+  assert len(_told(caplog, told)) == 1
+
+
+@pytest.mark.parametrize("reader", ["read_file", "text_line_dataset"])
+def test_a_file_named_at_run_time_is_read_again(tmp_path, reader):
+  directory = str(tmp_path)
+  for i in range(3):
+    with open(os.path.join(directory, f"part-{i}.txt"), "w") as out:
+      out.write(f"a-{i}\n")
+
+  def named(i):
+    return tf.strings.join([directory, "/part-", i, ".txt"])
+
+  def make():
+    ids = tf.data.Dataset.from_tensor_slices(["0", "1", "2"])
+    if reader == "read_file":
+      return ids.map(lambda i: tf.strings.upper(tf.io.read_file(named(i))))
+    return ids.interleave(
+        lambda i: tf.data.TextLineDataset(named(i))).map(tf.strings.upper)
+
+  ds = _tuned(make())
+  epochs = [_epoch(ds)[0]]
+  for tag in ("b", "cc"):
+    with open(os.path.join(directory, "part-1.txt"), "w") as out:
+      out.write(f"{tag}-1\n")
+    epochs.append(_epoch(ds)[0])
+    assert epochs[-1] == _plain_epoch(make())
+  assert epochs[0] != epochs[1] != epochs[2]
+
+
+# Elements of about 1 MB each: a sparse tensor of 50,000 values (16 bytes of
+# indices and 4 of value each: 1,000,000 bytes) or a ragged one of 250,000
+# values (4 bytes each: 1,000,000 bytes, and 3 row splits).
+_ELEMENT_BYTES = 1_000_000
+
+
+def _structured(kind, n=40):
+  def sparse(i):
+    count = _ELEMENT_BYTES // 20
+    columns = tf.range(count, dtype=tf.int64)
+    return tf.sparse.SparseTensor(
+        tf.stack([tf.zeros_like(columns), columns], axis=1),
+        tf.fill([count], tf.cast(i, tf.float32)), [1, count])
+
+  def ragged(i):
+    count = _ELEMENT_BYTES // 4
+    return tf.RaggedTensor.from_row_lengths(
+        tf.fill([count], tf.cast(i, tf.float32)), [count // 2, count // 2],
+        validate=False)  # (its checks are stateful ops: no cache)
+
+  return tf.data.Dataset.range(n).map(sparse if kind == "sparse" else ragged)
+
+
+def _summary(element):
+  values = element.values
+  return (int(tf.size(values)), float(tf.reduce_sum(values)),
+          tuple(element.shape.as_list()))
+
+
+@pytest.mark.parametrize("kind", ["sparse", "ragged"])
+def test_sparse_and_ragged_elements_count_at_their_bytes(kind):
+  budget = 8 << 20
+  ds = _tuned(_structured(kind), ram_budget=budget)
+  plain = [_summary(e) for e in _structured(kind)]
+  for epoch in range(3):
+    it = iter(ds)
+    session = intune_tf.session_of(it)
+    assert [_summary(e) for e in it] == plain, epoch
+    stats = session.cache()
+  # Some of the epoch is cached, each element at its bytes (within 10%),
+  # and no more than the budget holds.
+  assert 0 < stats["elements"] < 40, stats
+  assert stats["bytes"] <= budget
+  per_element = stats["bytes"] / stats["elements"]
+  assert _ELEMENT_BYTES <= per_element <= 1.1 * _ELEMENT_BYTES, stats
+  assert stats["hits"] == stats["elements"]
+
+
+def test_elements_that_hold_datasets_are_not_cached():
+  ds = _tuned(tf.data.Dataset.range(6).map(
+      lambda i: tf.data.Dataset.range(i * 1000).map(lambda x: x * 2)))
+  for _ in range(3):
+    it = iter(ds)
+    session = intune_tf.session_of(it)
+    got = [int(inner.reduce(np.int64(0), lambda a, b: a + b)) for inner in it]
+    assert got == [i * 1000 * (i * 1000 - 1) for i in range(6)]
+  stats = session.cache()
+  assert stats["bytes"] == 0 and stats["hits"] == 0
+  assert stats["reason"] == (
+      "no cache: the elements hold tensorflow::DatasetVariantWrapper values, "
+      "whose bytes the cache cannot count"), stats
+
+
+def test_an_idle_cache_fits_the_process_budget_and_goes_with_its_dataset():
+  tuner_lib.global_tuner().publish_default_budget()
+  before = session_lib.process_caches()
+  assert before["budget"] > 0 and before["room"] >= 0
+  ds = _tuned(_vectors())
+  first, _ = _epoch(ds)
+  held = session_lib.process_caches()
+  assert held["entries"] >= 1 and held["bytes"] >= 2000 * 400
+  try:
+    # The process's budget falls while no iterator reads the cache: it
+    # shrinks at once, to what the budget holds.
+    session_lib.set_default_ram_budget(300 * 400)
+    after = session_lib.process_caches()
+    assert after["budget"] == 300 * 400
+    assert after["bytes"] <= max(0, after["room"]) <= 300 * 400
+  finally:
+    tuner_lib.global_tuner().publish_default_budget()
+  second, _ = _epoch(ds)
+  assert second == first
+  del ds
+  gc.collect()
+  assert wait_for(lambda: session_lib.process_caches()["entries"] <=
+                  before["entries"])

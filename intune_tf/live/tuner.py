@@ -320,11 +320,18 @@ class Tuner:
   def publish_default_budget(self) -> None:
     """Resolves, on this machine and now, the RAM budget of the sessions
     made from now on that leave `ram_budget` unset:
-    `options.DEFAULT_RAM_SHARE` of the available memory (a new session's
-    share is re-split with the others at the next budget round)."""
+    `options.DEFAULT_RAM_SHARE` of the available memory and of what the
+    process's caches and buffers hold (a new session's share is re-split
+    with the others at the next budget round). It is also the budget that
+    all the process's caches and buffers stay under, with an iterator or
+    without one (`session.process_caches`)."""
     try:
-      session_lib.set_default_ram_budget(
-          int(options_lib.DEFAULT_RAM_SHARE * host.available_memory()))
+      # What the caches and buffers hold is no longer available: it is
+      # added back, so that a filling cache does not lower its own budget.
+      held = session_lib.process_caches()
+      session_lib.set_default_ram_budget(int(
+          options_lib.DEFAULT_RAM_SHARE *
+          (host.available_memory() + held["bytes"] + held["buffered"])))
     except Exception as e:  # noqa: BLE001
       self._budget_failed(None, e)
 
@@ -368,7 +375,9 @@ class Tuner:
       alone = [i for i in default if i not in budgets]
     if alone:
       try:
-        available = host.available_memory()
+        # The caches' bytes count as the buffers' do: held, not gone.
+        available = (host.available_memory() +
+                     session_lib.process_caches()["bytes"])
       except Exception as e:  # noqa: BLE001
         self._budget_failed(None, e)
         tuned = [t for t in tuned if t.session.id in budgets]

@@ -527,6 +527,24 @@ def set_default_ram_budget(ram_budget: int) -> None:
         tf.constant(min(max(1, int(ram_budget)), MAX_RAM_BUDGET), tf.int64))
 
 
+def process_caches() -> dict[str, int]:
+  """InTune's caches in this process, whichever iterator made them and
+  whether one is alive.
+
+  Returns:
+    `entries`: caches alive (one per pipeline whose dataset is alive);
+    `bytes`: what they hold; `room`: the most they may hold now, the
+    process's budget less what the live pipelines' buffers hold (-1 with no
+    budget); `budget`: the process's budget for its caches and buffers (0
+    before the tuner resolved one); `buffered`: bytes the live pipelines'
+    buffers hold.
+  """
+  with _on_host():
+    figures = _kernels.ops().intune_process_caches().numpy()
+  return dict(zip(("entries", "bytes", "room", "budget", "buffered"),
+                  (int(v) for v in figures)))
+
+
 def _live_ids() -> set[int]:
   with _on_host():
     ids, _, _ = _kernels.ops().intune_list_sessions()

@@ -4,9 +4,14 @@
 // Its elements live in the process's CacheStore (cache_store.h) under a key
 // made when the dataset is made: a hash of its input's graph, serialized as
 // for a rewrite, and of the tensors that serialization passes by reference.
-// The files its input reads (every string constant that names a file) are
-// checked by each new iterator: a changed size or modification time empties
-// the entry.
+// The files its input may read (every string constant, and every string
+// tensor it holds, that names a file when the entry is made) are checked by
+// each new iterator: local files by size, modification and change time to
+// the nanosecond, device and inode; files of other file systems by what
+// TensorFlow's Stat gives (size, modification time), and by a fingerprint
+// of their contents where it gives no time (ram://). A change empties the
+// entry. When checking them costs over kMaxCheckPercent of the time an epoch
+// took to read from the input, the entry is declined (no cache).
 //
 // An iterator returns element i from the entry while it holds it, and
 // otherwise reads its input (made only then, and brought to element i by
@@ -21,14 +26,19 @@
 // element 0 to the end. A checkpoint taken while such an epoch is served
 // from the entry holds the elements not yet served: the input's next order
 // is not the one they came in, so no position alone restores them.
+#include <sys/stat.h>
+#include <time.h>
+
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/pass_through.h"
 #include "intune_tf/cc/kernels/session_registry.h"
@@ -57,9 +67,15 @@ inline constexpr char kInputKey[] = "intune_cache_input";
 // An unordered epoch served from the cache: the elements left, each as its
 // number of components and the components.
 inline constexpr char kHeldKey[] = "intune_cache_held";
-// Strings looked at as file names, at most, and their longest length.
-inline constexpr int64_t kMaxFileCandidates = 4096;
+// The longest string looked at as a file name.
 inline constexpr size_t kMaxPathLength = 4096;
+// The most a check of the files may cost, in percent of an epoch read from
+// the input, before the cache is declined.
+inline constexpr int64_t kMaxCheckPercent = 1;
+// Bytes read at once to fingerprint a file of a file system whose Stat
+// gives no modification time.
+inline constexpr size_t kFingerprintChunk = 1 << 20;
+inline constexpr char kFileScheme[] = "file://";
 inline constexpr char kSplitsReason[] =
     "no cache: the pipeline reads splits that tf.data service's dispatcher "
     "hands out (processing_mode distributed_epoch), different each epoch";
@@ -111,25 +127,61 @@ uint64_t HashTensor(const Tensor& t, uint64_t seed, bool* hashable) {
   return h;
 }
 
-void AddCandidates(const Tensor& t, std::vector<std::string>* candidates) {
+void AddCandidates(const Tensor& t,
+                   std::unordered_set<std::string>* candidates) {
   if (t.dtype() != DT_STRING) return;
   const auto strings = t.flat<tstring>();
   for (int64_t i = 0; i < strings.size(); ++i) {
     const tstring& s = strings(i);
-    if (static_cast<int64_t>(candidates->size()) >= kMaxFileCandidates) return;
     if (s.empty() || s.size() > kMaxPathLength) continue;
-    const std::string path(s);
-    // Remote file systems are not polled each epoch.
-    if (absl::StrContains(path, "://") && !absl::StartsWith(path, "file://")) {
-      continue;
-    }
-    candidates->push_back(path);
+    candidates->emplace(s.data(), s.size());
   }
 }
 
-// The cache key of `input` and the files it reads.
-Status KeyAndFiles(OpKernelContext* ctx, const data::DatasetBase* input,
-                   std::string* key, std::vector<std::string>* files) {
+// A path of the local file system, as ::stat takes it; empty for a path of
+// another file system.
+std::string LocalPath(const std::string& path) {
+  if (absl::StartsWith(path, kFileScheme)) {
+    return path.substr(sizeof(kFileScheme) - 1);
+  }
+  if (absl::StrContains(path, "://")) return "";
+  return path;
+}
+
+// Whether `path` names a file (not a directory), on any file system.
+bool IsFile(Env* env, const std::string& path) {
+  const std::string local = LocalPath(path);
+  if (!local.empty()) {
+    struct stat st;
+    return ::stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  }
+  FileStatistics stat;
+  return env->Stat(path, &stat).ok() && !stat.is_directory;
+}
+
+// A fingerprint of the contents of `path` (read whole), or "unreadable".
+std::string ContentFingerprint(Env* env, const std::string& path,
+                               uint64_t length) {
+  std::unique_ptr<RandomAccessFile> file;
+  if (!env->NewRandomAccessFile(path, &file).ok()) return "unreadable";
+  std::string scratch(std::min<uint64_t>(length, kFingerprintChunk), '\0');
+  uint64_t h = 0;
+  for (uint64_t offset = 0; offset < length;) {
+    absl::string_view piece;
+    const Status read = file->Read(offset, scratch.size(), &piece,
+                                   scratch.data());
+    if (piece.empty()) break;
+    h = Hash64Combine(h, Hash64(piece.data(), piece.size()));
+    offset += piece.size();
+    if (!read.ok()) break;
+  }
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+}
+
+// The cache key of `input`, and the strings it holds that may name files.
+Status KeyAndCandidates(OpKernelContext* ctx, const data::DatasetBase* input,
+                        std::string* key,
+                        std::unordered_set<std::string>* candidates) {
   std::vector<std::pair<std::string, Tensor>> input_list;
   data::SerializationContext::Params params(ctx);
   params.input_list = &input_list;
@@ -144,11 +196,10 @@ Status KeyAndFiles(OpKernelContext* ctx, const data::DatasetBase* input,
   TF_RETURN_IF_ERROR(builder.ToGraphDef(&graph));
   uint64_t h = DeterministicProtoHash64(graph);
   bool hashable = true;
-  std::vector<std::string> candidates;
   for (const auto& [name, tensor] : input_list) {
     h = Hash64Combine(h, Hash64(name));
     h = HashTensor(tensor, h, &hashable);
-    AddCandidates(tensor, &candidates);
+    AddCandidates(tensor, candidates);
   }
   if (!hashable) {
     return errors::Unimplemented("the pipeline holds tensors of a type the "
@@ -158,41 +209,93 @@ Status KeyAndFiles(OpKernelContext* ctx, const data::DatasetBase* input,
     const auto value = node.attr().find("value");
     if (node.op() != "Const" || value == node.attr().end()) continue;
     Tensor t;
-    if (t.FromProto(value->second.tensor())) AddCandidates(t, &candidates);
+    if (t.FromProto(value->second.tensor())) AddCandidates(t, candidates);
   }
   for (const FunctionDef& function : graph.library().function()) {
     for (const NodeDef& node : function.node_def()) {
       const auto value = node.attr().find("value");
       if (node.op() != "Const" || value == node.attr().end()) continue;
       Tensor t;
-      if (t.FromProto(value->second.tensor())) AddCandidates(t, &candidates);
-    }
-  }
-  Env* env = Env::Default();
-  for (const std::string& path : candidates) {
-    FileStatistics stat;
-    if (env->Stat(path, &stat).ok() && !stat.is_directory) {
-      files->push_back(path);
+      if (t.FromProto(value->second.tensor())) AddCandidates(t, candidates);
     }
   }
   *key = absl::StrCat(absl::Hex(h, absl::kZeroPad16));
   return OkStatus();
 }
 
-// The size and modification time of each file, now.
+// The candidates that name files now, in order.
+std::vector<std::string> Files(const std::unordered_set<std::string>& candidates) {
+  Env* env = Env::Default();
+  std::vector<std::string> files;
+  for (const std::string& path : candidates) {
+    if (IsFile(env, path)) files.push_back(path);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// What says that `path` is unchanged: local files by size, modification and
+// change time to the nanosecond, device and inode; others by what
+// TensorFlow's Stat gives, and by their contents where it gives no
+// modification time (ram://).
+void AppendFileSignature(Env* env, const std::string& path,
+                         std::string* signature) {
+  const std::string local = LocalPath(path);
+  if (!local.empty()) {
+    struct stat st;
+    if (::stat(local.c_str(), &st) != 0) {
+      absl::StrAppend(signature, path, ": gone\n");
+      return;
+    }
+    absl::StrAppend(signature, path, ":", st.st_size, ":", st.st_mtim.tv_sec,
+                    ".", st.st_mtim.tv_nsec, ":", st.st_ctim.tv_sec, ".",
+                    st.st_ctim.tv_nsec, ":", st.st_dev, ":", st.st_ino, "\n");
+    return;
+  }
+  FileStatistics stat;
+  if (!env->Stat(path, &stat).ok()) {
+    absl::StrAppend(signature, path, ": gone\n");
+    return;
+  }
+  absl::StrAppend(signature, path, ":", stat.length, ":", stat.mtime_nsec);
+  if (stat.mtime_nsec == 0 && !stat.is_directory) {
+    absl::StrAppend(signature, ":",
+                    ContentFingerprint(env, path, stat.length));
+  }
+  absl::StrAppend(signature, "\n");
+}
+
+// The signature of each file, now.
 std::string FilesSignature(const std::vector<std::string>& files) {
   std::string signature;
   Env* env = Env::Default();
   for (const std::string& path : files) {
-    FileStatistics stat;
-    if (env->Stat(path, &stat).ok()) {
-      absl::StrAppend(&signature, path, ":", stat.length, ":",
-                      stat.mtime_nsec, "\n");
-    } else {
-      absl::StrAppend(&signature, path, ": gone\n");
-    }
+    AppendFileSignature(env, path, &signature);
   }
   return signature;
+}
+
+// CPU time of the calling thread: the check's cost, apart from the waits
+// of a busy machine.
+int64_t ThreadCpuMicros() {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// Why checking `files` in `check_us` of CPU costs too much against an epoch of
+// `epoch_us` read from the input; empty when it does not.
+std::string WhyCheckCostsTooMuch(size_t files, int64_t check_us,
+                                 int64_t epoch_us) {
+  if (epoch_us <= 0 || check_us * 100 <= epoch_us * kMaxCheckPercent) {
+    return "";
+  }
+  return absl::StrCat("no cache: checking the ", files,
+                      " files the pipeline reads took ",
+                      absl::StrFormat("%.1f", check_us / 1e3),
+                      " ms of CPU, over ",
+                      kMaxCheckPercent, "% of an epoch (",
+                      absl::StrFormat("%.1f", epoch_us / 1e3), " ms)");
 }
 
 class IntuneCacheDatasetOp : public data::UnaryDatasetOpKernel {
@@ -261,6 +364,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         : DatasetIterator<Dataset>(params) {}
 
     ~Iterator() override {
+      if (reading_) dataset()->entry_->RemoveReader();
       mutex_lock l(mu_);
       StopFilling();
     }
@@ -283,12 +387,31 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         return OkStatus();
       }
       entry->set_point(dataset()->point_);
-      entry->CheckFiles(FilesSignature(dataset()->files_));
+      std::string declined = entry->declined();
+      if (declined.empty()) {
+        const int64_t start = ThreadCpuMicros();
+        entry->CheckFiles(FilesSignature(dataset()->files_));
+        check_us_ = ThreadCpuMicros() - start;
+        epoch_start_us_ = static_cast<int64_t>(Env::Default()->NowMicros());
+        declined = WhyCheckCostsTooMuch(dataset()->files_.size(), check_us_,
+                                        entry->input_epoch_us());
+        if (!declined.empty()) entry->Decline(declined);
+      }
+      if (!declined.empty()) {
+        bypass_ = true;
+        if (session_ != nullptr) {
+          session_->SetCacheInfo(dataset()->point_, declined);
+          session_ = nullptr;
+        }
+        return OkStatus();
+      }
       entry->BeginEpoch();
       if (!entry->ordered()) {
         snapshot_ = entry->Snapshot();
         if (snapshot_ == nullptr) filling_ = entry->ClaimFill(this);
       }
+      entry->AddReader();
+      reading_ = true;
       if (session_ != nullptr) session_->AttachCache(entry);
       return OkStatus();
     }
@@ -304,6 +427,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       if (input_impl_ == nullptr && !bypass_ && entry != nullptr) {
         if (entry->Get(position_, out_tensors)) {
           ++position_;
+          input_only_ = false;
           *end_of_sequence = false;
           if (session_ != nullptr) {
             session_->RecordCacheRead(/*from_cache=*/true,
@@ -329,6 +453,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       if (!read.ok()) return Failed(read, position_);
       if (*end_of_sequence) {
         entry->MarkEnd(position_);
+        EndOfInputEpoch(now);
         return OkStatus();
       }
       // The time since the previous element: what the input took to make
@@ -337,9 +462,14 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
           last_read_us_ > 0 ? now - last_read_us_ : now - start;
       last_read_us_ = now;
       if (position_ == 0 && entry->size() == 0) {
+        std::string uncounted;
+        const int64_t bytes = ElementBytes(*out_tensors, &uncounted);
         const std::string why =
-            WhyNotWorthIt(entry->limit(), ElementBytes(*out_tensors),
-                          dataset()->epoch_elements_);
+            !uncounted.empty()
+                ? absl::StrCat("no cache: the elements hold ", uncounted,
+                               " values, whose bytes the cache cannot count")
+                : WhyNotWorthIt(entry->limit(), bytes,
+                                dataset()->epoch_elements_);
         if (!why.empty()) {
           bypass_ = true;
           if (session_ != nullptr) {
@@ -386,6 +516,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       snapshot_.reset();
       snapshot_base_ = 0;
       last_read_us_ = 0;
+      epoch_start_us_ = 0;
       int64_t position = -1;
       int64_t has_input = 1;
       // A checkpoint written without the cache (InTune off): the input's
@@ -558,6 +689,23 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       return read;
     }
 
+    // The input ended at `now_us`: when it gave the whole epoch, its time
+    // is the entry's reference for the cost of the files' check.
+    void EndOfInputEpoch(int64_t now_us) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
+      if (!input_only_ || epoch_start_us_ <= 0) return;
+      const int64_t epoch_us = now_us - epoch_start_us_;
+      entry->RecordInputEpoch(epoch_us);
+      const std::string why = WhyCheckCostsTooMuch(
+          dataset()->files_.size(), check_us_, epoch_us);
+      if (why.empty()) return;
+      entry->Decline(why);
+      if (session_ != nullptr) {
+        session_->SetCacheInfo(dataset()->point_, why);
+        session_ = nullptr;
+      }
+    }
+
     // Brings a new input to element position_: skips what the entry holds,
     // then reads (and appends) the rest. Without an entry, skips them all.
     Status CatchUp(data::IteratorContext* ctx, bool* end_of_sequence)
@@ -601,6 +749,14 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     std::shared_ptr<const CacheEntry::Elements> snapshot_ TF_GUARDED_BY(mu_);
     int64_t snapshot_base_ TF_GUARDED_BY(mu_) = 0;
     bool filling_ TF_GUARDED_BY(mu_) = false;
+    // When the epoch began (after the files' check), and what the check
+    // took; 0 when restored from a checkpoint.
+    int64_t epoch_start_us_ TF_GUARDED_BY(mu_) = 0;
+    int64_t check_us_ TF_GUARDED_BY(mu_) = 0;
+    // No element of this epoch came from the entry.
+    bool input_only_ TF_GUARDED_BY(mu_) = true;
+    // Counted among the entry's readers (CacheEntry::AddReader).
+    bool reading_ = false;
     std::shared_ptr<TuningSession> session_;
   };
 
@@ -616,10 +772,15 @@ void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,
                                        data::DatasetBase* input,
                                        data::DatasetBase** output) {
   std::string key;
+  std::unordered_set<std::string> candidates;
   std::vector<std::string> files;
   std::shared_ptr<CacheEntry> entry;
-  if (KeyAndFiles(ctx, input, &key, &files).ok()) {
+  if (KeyAndCandidates(ctx, input, &key, &candidates).ok()) {
     entry = CacheStore::Global()->Get(key, /*ordered=*/unordered_.empty());
+    if (!entry->GetFiles(&files)) {
+      files = Files(candidates);
+      entry->SetFiles(files);
+    }
   }
   *output = new Dataset(ctx, input, point_, unordered_, std::move(entry),
                         std::move(files));

@@ -3,19 +3,66 @@
 #include <algorithm>
 #include <utility>
 
+#include "tensorflow/core/framework/variant.h"
+#include "tensorflow/core/framework/variant_tensor_data.h"
+
 namespace tensorflow {
 namespace intune {
 
-int64_t ElementBytes(const std::vector<Tensor>& element) {
-  int64_t bytes = 0;
-  for (const Tensor& t : element) {
-    bytes += t.TotalBytes();
-    if (t.dtype() == DT_STRING) {
-      const auto strings = t.flat<tstring>();
-      for (int64_t i = 0; i < strings.size(); ++i) bytes += strings(i).size();
+namespace {
+
+// Variants inside variants (a list of ragged tensors) are counted this deep.
+constexpr int kMaxVariantDepth = 8;
+// Variant values whose tensors the cache counts through Encode, which
+// copies only their tensors' handles.
+constexpr char kRaggedVariant[] = "RaggedTensorVariant";
+constexpr char kTensorListVariant[] = "tensorflow::TensorList";
+
+int64_t TensorBytes(const Tensor& t, int depth, std::string* uncounted) {
+  // A string tensor's bytes count its strings (tensor.cc, TotalBytes).
+  int64_t bytes = t.TotalBytes();
+  if (t.dtype() != DT_VARIANT) return bytes;
+  const auto values = t.flat<Variant>();
+  for (int64_t i = 0; i < values.size(); ++i) {
+    const Variant& v = values(i);
+    if (v.is_empty()) continue;
+    if (depth >= kMaxVariantDepth) {
+      if (uncounted->empty()) *uncounted = v.TypeName();
+      continue;
+    }
+    if (const Tensor* inner = v.get<Tensor>()) {
+      bytes += TensorBytes(*inner, depth + 1, uncounted);
+      continue;
+    }
+    const std::string type = v.TypeName();
+    if (type != kRaggedVariant && type != kTensorListVariant) {
+      if (uncounted->empty()) *uncounted = type;
+      continue;
+    }
+    VariantTensorData data;
+    v.Encode(&data);
+    bytes += data.metadata_string().size();
+    for (const Tensor& inner : data.tensors()) {
+      bytes += TensorBytes(inner, depth + 1, uncounted);
     }
   }
   return bytes;
+}
+
+}  // namespace
+
+int64_t ElementBytes(const std::vector<Tensor>& element,
+                     std::string* uncounted) {
+  std::string unknown;
+  int64_t bytes = 0;
+  for (const Tensor& t : element) bytes += TensorBytes(t, 0, &unknown);
+  if (uncounted != nullptr) *uncounted = unknown;
+  return bytes;
+}
+
+CacheEntry::~CacheEntry() {
+  mutex_lock l(mu_);
+  if (store_ != nullptr) store_->Release(bytes_);
 }
 
 void CacheEntry::set_point(const std::string& point) {
@@ -37,6 +84,40 @@ bool CacheEntry::CheckFiles(const std::string& signature) {
   return changed;
 }
 
+bool CacheEntry::GetFiles(std::vector<std::string>* files) const {
+  mutex_lock l(mu_);
+  if (!has_files_) return false;
+  *files = files_;
+  return true;
+}
+
+void CacheEntry::SetFiles(std::vector<std::string> files) {
+  mutex_lock l(mu_);
+  files_ = std::move(files);
+  has_files_ = true;
+}
+
+void CacheEntry::RecordInputEpoch(int64_t us) {
+  mutex_lock l(mu_);
+  input_epoch_us_ = std::max<int64_t>(us, 1);
+}
+
+int64_t CacheEntry::input_epoch_us() const {
+  mutex_lock l(mu_);
+  return input_epoch_us_;
+}
+
+void CacheEntry::Decline(const std::string& reason) {
+  mutex_lock l(mu_);
+  ClearLocked();
+  declined_ = reason;
+}
+
+std::string CacheEntry::declined() const {
+  mutex_lock l(mu_);
+  return declined_;
+}
+
 bool CacheEntry::Get(int64_t index, std::vector<Tensor>* out) const {
   mutex_lock l(mu_);
   if (index < 0 || index >= static_cast<int64_t>(elements_->size())) {
@@ -50,13 +131,15 @@ bool CacheEntry::Append(int64_t index, const std::vector<Tensor>& element,
                         int64_t upstream_us, const void* filler) {
   mutex_lock l(mu_);
   if (!ordered_ && (filler == nullptr || filler != filler_)) return false;
-  if (complete_ || stopped_ ||
+  if (complete_ || stopped_ || !declined_.empty() ||
       index != static_cast<int64_t>(elements_->size()) ||
       (failed_at_ >= 0 && index >= failed_at_)) {
     return false;
   }
-  const int64_t bytes = ElementBytes(element);
-  if (bytes_ + bytes > limit_) {
+  std::string uncounted;
+  const int64_t bytes = ElementBytes(element, &uncounted);
+  if (!uncounted.empty() || bytes_ + bytes > limit_ ||
+      (store_ != nullptr && !store_->Reserve(bytes))) {
     stopped_ = true;
     if (!ordered_) {
       // A part of an unordered epoch is never served: let it go.
@@ -153,6 +236,30 @@ int64_t CacheEntry::SetLimit(int64_t bytes) {
   return dropped;
 }
 
+int64_t CacheEntry::Shrink(int64_t bytes) {
+  mutex_lock l(mu_);
+  int64_t dropped = 0;
+  if (!ordered_ && bytes > 0 && bytes_ > 0) {
+    // Part of an unordered epoch is worth nothing (SetLimit).
+    dropped = bytes_;
+    dropped_ += elements_->size();
+    needed_bytes_ = std::max(needed_bytes_, bytes_);
+    filler_ = nullptr;
+    ClearLocked();
+    stopped_ = true;
+    limit_ = 0;
+    return dropped;
+  }
+  while (dropped < bytes && !elements_->empty()) {
+    dropped += DropLastLocked();
+    complete_ = false;
+    stopped_ = true;
+    ++dropped_;
+  }
+  limit_ = std::min(limit_, bytes_);
+  return dropped;
+}
+
 int64_t CacheEntry::size() const {
   mutex_lock l(mu_);
   return elements_->size();
@@ -191,10 +298,12 @@ int64_t CacheEntry::DropLastLocked() {
   elements_->pop_back();
   element_bytes_.pop_back();
   bytes_ -= last;
+  if (store_ != nullptr) store_->Release(last);
   return last;
 }
 
 void CacheEntry::ClearLocked() {
+  if (store_ != nullptr) store_->Release(bytes_);
   // A new vector: a snapshot of the old one stays whole.
   elements_ = std::make_shared<Elements>();
   element_bytes_.clear();
@@ -222,7 +331,7 @@ std::shared_ptr<CacheEntry> CacheStore::Get(const std::string& key,
   }
   std::shared_ptr<CacheEntry> entry = entries_[key].lock();
   if (entry == nullptr) {
-    entry = std::make_shared<CacheEntry>(key, ordered);
+    entry = std::make_shared<CacheEntry>(key, this, ordered);
     entries_[key] = entry;
   }
   return entry;
@@ -235,6 +344,78 @@ std::vector<std::shared_ptr<CacheEntry>> CacheStore::List() const {
     if (auto entry = weak.lock()) entries.push_back(std::move(entry));
   }
   return entries;
+}
+
+void CacheStore::SetProcessBudget(int64_t bytes) {
+  {
+    mutex_lock l(mu_);
+    process_budget_ = std::max<int64_t>(bytes, 0);
+  }
+  Balance();
+}
+
+void CacheStore::SetBuffered(int64_t session, int64_t bytes) {
+  {
+    mutex_lock l(mu_);
+    if (bytes < 0) {
+      buffered_.erase(session);
+    } else {
+      buffered_[session] = bytes;
+    }
+  }
+  Balance();
+}
+
+int64_t CacheStore::process_budget() const {
+  mutex_lock l(mu_);
+  return process_budget_;
+}
+
+int64_t CacheStore::buffered() const {
+  mutex_lock l(mu_);
+  int64_t total = 0;
+  for (const auto& [unused, bytes] : buffered_) total += bytes;
+  return total;
+}
+
+bool CacheStore::Reserve(int64_t bytes) {
+  int64_t held = bytes_.load();
+  do {
+    if (held + bytes > room_.load()) return false;
+  } while (!bytes_.compare_exchange_weak(held, held + bytes));
+  return true;
+}
+
+void CacheStore::Release(int64_t bytes) { bytes_.fetch_sub(bytes); }
+
+void CacheStore::Balance() {
+  std::vector<std::shared_ptr<CacheEntry>> entries;
+  {
+    mutex_lock l(mu_);
+    int64_t room = std::numeric_limits<int64_t>::max();
+    if (process_budget_ > 0) {
+      room = process_budget_;
+      for (const auto& [unused, bytes] : buffered_) room -= bytes;
+      room = std::max<int64_t>(room, 0);
+    }
+    room_.store(room);
+    if (bytes_.load() <= room) return;
+    for (const auto& [unused, weak] : entries_) {
+      if (auto entry = weak.lock()) entries.push_back(std::move(entry));
+    }
+  }
+  // Idle entries first, the largest first in each group.
+  std::sort(entries.begin(), entries.end(),
+            [](const std::shared_ptr<CacheEntry>& a,
+               const std::shared_ptr<CacheEntry>& b) {
+              if (a->idle() != b->idle()) return a->idle();
+              return a->bytes() > b->bytes();
+            });
+  for (const auto& entry : entries) {
+    const int64_t over = bytes_.load() - room_.load();
+    if (over <= 0) break;
+    entry->Shrink(over);
+  }
 }
 
 }  // namespace intune

@@ -4,9 +4,9 @@
 // tf.data's own cache lives in a resource made with its dataset. InTune's
 // cache is added when the iterator is made, and `model.fit` makes one
 // iterator per epoch: its elements live in a process-wide store, one entry
-// per key (the cached pipeline's graph and the tensors it holds), with the
-// size and modification time of the pipeline's files, checked by each new
-// iterator (a file rewritten between epochs empties the entry).
+// per key (the cached pipeline's graph and the tensors it holds), with a
+// signature of the pipeline's files, checked by each new iterator (a file
+// changed between epochs empties the entry).
 //
 // An entry holds a prefix of the epoch: the elements 0..size-1, appended in
 // order by whichever iterator reads element `size` from its input, up to a
@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -37,12 +38,17 @@
 namespace tensorflow {
 namespace intune {
 
+class CacheStore;
+
 class CacheEntry {
  public:
   using Elements = std::vector<std::vector<Tensor>>;
 
-  explicit CacheEntry(std::string key, bool ordered = true)
-      : key_(std::move(key)), ordered_(ordered) {}
+  // `store` (may be null) counts the entry's bytes against the process's
+  // budget.
+  CacheEntry(std::string key, CacheStore* store, bool ordered = true)
+      : key_(std::move(key)), store_(store), ordered_(ordered) {}
+  ~CacheEntry();
 
   const std::string& key() const { return key_; }
   // Whether the input gives its elements in one order every epoch.
@@ -51,10 +57,22 @@ class CacheEntry {
   void set_point(const std::string& point) TF_LOCKS_EXCLUDED(mu_);
   std::string point() const TF_LOCKS_EXCLUDED(mu_);
 
-  // Empties the entry unless its files' signature is `signature` (the size
-  // and modification time of each file), then keeps `signature`. Returns
-  // whether it was emptied.
+  // Empties the entry unless its files' signature is `signature` (what
+  // says each file is unchanged), then keeps `signature`. Returns whether it
+  // was emptied.
   bool CheckFiles(const std::string& signature) TF_LOCKS_EXCLUDED(mu_);
+  // The files the entry's pipeline may read, found once per entry (its key
+  // fixes the strings that may name them): false until set.
+  bool GetFiles(std::vector<std::string>* files) const TF_LOCKS_EXCLUDED(mu_);
+  void SetFiles(std::vector<std::string> files) TF_LOCKS_EXCLUDED(mu_);
+  // An epoch read whole from the input took `us` microseconds (the last
+  // such epoch is kept); 0 until one did.
+  void RecordInputEpoch(int64_t us) TF_LOCKS_EXCLUDED(mu_);
+  int64_t input_epoch_us() const TF_LOCKS_EXCLUDED(mu_);
+  // The entry holds nothing from now on, for `reason` (a "no cache: ..."
+  // line); empty while it is not declined.
+  void Decline(const std::string& reason) TF_LOCKS_EXCLUDED(mu_);
+  std::string declined() const TF_LOCKS_EXCLUDED(mu_);
 
   // Element `index`, if held.
   bool Get(int64_t index, std::vector<Tensor>* out) const
@@ -89,6 +107,14 @@ class CacheEntry {
   // Sets the byte limit, dropping elements from the end above it. Returns
   // the bytes dropped.
   int64_t SetLimit(int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
+  // Drops elements from the end until `bytes` are freed (or none is left),
+  // and lowers the limit to what is left. Returns the bytes dropped.
+  int64_t Shrink(int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
+  // Iterators reading the entry now: an entry that none reads is idle, and
+  // goes first when the process's caches must shrink.
+  void AddReader() { readers_.fetch_add(1); }
+  void RemoveReader() { readers_.fetch_sub(1); }
+  bool idle() const { return readers_.load() <= 0; }
 
   int64_t size() const TF_LOCKS_EXCLUDED(mu_);
   int64_t bytes() const TF_LOCKS_EXCLUDED(mu_);
@@ -108,7 +134,9 @@ class CacheEntry {
   int64_t DropLastLocked() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string key_;
+  CacheStore* const store_;
   const bool ordered_;
+  std::atomic<int64_t> readers_{0};
   mutable mutex mu_;
   // Unordered entries: the iterator filling it (compared, never used).
   const void* filler_ TF_GUARDED_BY(mu_) = nullptr;
@@ -118,6 +146,10 @@ class CacheEntry {
   std::string point_ TF_GUARDED_BY(mu_);
   std::string signature_ TF_GUARDED_BY(mu_);
   bool has_signature_ TF_GUARDED_BY(mu_) = false;
+  std::vector<std::string> files_ TF_GUARDED_BY(mu_);
+  bool has_files_ TF_GUARDED_BY(mu_) = false;
+  int64_t input_epoch_us_ TF_GUARDED_BY(mu_) = 0;
+  std::string declined_ TF_GUARDED_BY(mu_);
   // Replaced, never changed, once complete: snapshots share it.
   std::shared_ptr<Elements> elements_ TF_GUARDED_BY(mu_) =
       std::make_shared<Elements>();
@@ -136,9 +168,32 @@ class CacheEntry {
 // lives while a dataset that caches with its key does (each
 // IntuneCacheDataset holds its entry), so the elements go with the last
 // dataset that could read them, as tf.data's own cache goes with its dataset.
+//
+// The store also keeps every entry's bytes, with or without an iterator,
+// inside the process's RAM budget (the default budget the tuner resolves on
+// the machine, `SetProcessBudget`): the caches hold at most that budget less
+// the bytes that the live sessions' buffers hold (`SetBuffered`). An element
+// that would pass it is not appended; when the budget falls or the buffers
+// grow, the caches are shrunk, idle entries first.
 class CacheStore {
  public:
   static CacheStore* Global();
+
+  // The process's budget for its caches and buffers, in bytes (0: none).
+  void SetProcessBudget(int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
+  // Session `session`'s buffers hold `bytes` now (< 0: the session is gone).
+  void SetBuffered(int64_t session, int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
+  // Takes `bytes` of the caches' room, if there is that much; Release gives
+  // them back.
+  bool Reserve(int64_t bytes);
+  void Release(int64_t bytes);
+  // Bytes the entries hold, and the most they may hold (INT64_MAX with no
+  // budget).
+  int64_t bytes() const { return bytes_.load(); }
+  int64_t room() const { return room_.load(); }
+  int64_t process_budget() const TF_LOCKS_EXCLUDED(mu_);
+  // Bytes the live sessions' buffers hold, as they last said.
+  int64_t buffered() const TF_LOCKS_EXCLUDED(mu_);
 
   // The entry of `key`, made if there is none alive (`ordered`: see
   // CacheEntry::ordered; the key holds the graph, so one key, one order).
@@ -148,14 +203,26 @@ class CacheStore {
   std::vector<std::shared_ptr<CacheEntry>> List() const TF_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Sets the room from the budget and the buffers, then shrinks the
+  // entries (idle ones first) until they fit it.
+  void Balance() TF_LOCKS_EXCLUDED(mu_);
+
   mutable mutex mu_;
   std::unordered_map<std::string, std::weak_ptr<CacheEntry>> entries_
       TF_GUARDED_BY(mu_);
+  int64_t process_budget_ TF_GUARDED_BY(mu_) = 0;
+  std::unordered_map<int64_t, int64_t> buffered_ TF_GUARDED_BY(mu_);
+  std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> room_{std::numeric_limits<int64_t>::max()};
 };
 
-// Bytes of an element as the cache counts them: its tensors' buffers, and
-// the strings' bytes.
-int64_t ElementBytes(const std::vector<Tensor>& element);
+// Bytes of an element as the cache counts them: its tensors' buffers, their
+// strings' bytes, and the tensors held by their variants (sparse and ragged
+// tensors, tensor lists). `uncounted` (may be null) is set to the type of
+// the first variant value whose size is not known (a nested dataset), ""
+// when there is none: an element holding one is never cached.
+int64_t ElementBytes(const std::vector<Tensor>& element,
+                     std::string* uncounted = nullptr);
 
 }  // namespace intune
 }  // namespace tensorflow

@@ -1,10 +1,12 @@
 // Control ops: reach the live tuning sessions from Python.
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/kernels/settings.h"
 #include "intune_tf/cc/layout.h"
@@ -321,6 +323,22 @@ class IntuneSetDefaultRamBudgetOp : public OpKernel {
   }
 };
 
+class IntuneProcessCachesOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    CacheStore* store = CacheStore::Global();
+    const int64_t room = store->room();
+    const int64_t figures[] = {
+        static_cast<int64_t>(store->List().size()), store->bytes(),
+        room == std::numeric_limits<int64_t>::max() ? -1 : room,
+        store->process_budget(), store->buffered()};
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({5}), &out));
+    for (int i = 0; i < 5; ++i) out->vec<int64_t>()(i) = figures[i];
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name("IntuneListSessions").Device(DEVICE_CPU),
                         IntuneListSessionsOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneModelProto").Device(DEVICE_CPU),
@@ -341,6 +359,8 @@ REGISTER_KERNEL_BUILDER(Name("IntuneSetRamBudget").Device(DEVICE_CPU),
                         IntuneSetRamBudgetOp);
 REGISTER_KERNEL_BUILDER(Name("IntuneSetDefaultRamBudget").Device(DEVICE_CPU),
                         IntuneSetDefaultRamBudgetOp);
+REGISTER_KERNEL_BUILDER(Name("IntuneProcessCaches").Device(DEVICE_CPU),
+                        IntuneProcessCachesOp);
 
 }  // namespace
 }  // namespace intune

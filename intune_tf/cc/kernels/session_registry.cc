@@ -22,8 +22,11 @@ std::shared_ptr<TuningSession> SessionRegistry::Create(
 }
 
 void SessionRegistry::SetDefaultRamBudget(int64_t bytes) {
-  mutex_lock l(mu_);
-  default_ram_budget_ = bytes;
+  {
+    mutex_lock l(mu_);
+    default_ram_budget_ = bytes;
+  }
+  CacheStore::Global()->SetProcessBudget(bytes);
 }
 
 void SessionRegistry::Remove(int64_t id) {

@@ -30,7 +30,8 @@ class SessionRegistry {
       TF_LOCKS_EXCLUDED(mu_);
   // The budget of sessions made from now on without one of their own: the
   // tuner's budget service resolves it from this process's machine and
-  // re-sets it as memory changes.
+  // re-sets it as memory changes. It is also the process's budget for all
+  // its caches and buffers (CacheStore::SetProcessBudget).
   void SetDefaultRamBudget(int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
   void Remove(int64_t id) TF_LOCKS_EXCLUDED(mu_);
   // Live sessions, oldest first.

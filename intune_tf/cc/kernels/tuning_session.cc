@@ -46,6 +46,8 @@ TuningSession::TuningSession(int64_t id, std::string tag, int64_t ram_budget,
       created_us_(static_cast<int64_t>(Env::Default()->NowMicros())),
       ram_budget_(ram_budget) {}
 
+TuningSession::~TuningSession() { CacheStore::Global()->SetBuffered(id_, -1); }
+
 // Called under mu_: a walk and the sync pass that reads it are one step, so
 // that a pass never reads a walk older than the last pass's.
 std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
@@ -290,6 +292,7 @@ void TuningSession::EnforceBudget(bool thorough, const Proposal* proposal) {
   while (total > peak && !peak_buffered_bytes_.compare_exchange_weak(peak, total)) {
   }
   const int64_t budget = ram_budget_.load();
+  CacheStore::Global()->SetBuffered(id_, total);
   LimitCaches(budget, total);
   // Bounded interleave buffers by the interleave's node. One below its cap
   // needs a thorough pass.

@@ -84,6 +84,7 @@ class TuningSession {
  public:
   TuningSession(int64_t id, std::string tag, int64_t ram_budget,
                 ModelPtr tf_model);
+  ~TuningSession();
 
   int64_t id() const { return id_; }
   const std::string& tag() const { return tag_; }

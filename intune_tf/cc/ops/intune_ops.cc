@@ -334,6 +334,20 @@ Sets a session's RAM budget (bytes, >= 0; 0: no guard); with `pin`, as the
 user's, which the tuner then keeps.
 )doc");
 
+REGISTER_OP("IntuneProcessCaches")
+    .Output("figures: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(5));
+      return OkStatus();
+    })
+    .Doc(R"doc(
+The process's caches (every entry alive, with an iterator or without one):
+[entries, bytes held, the most they may hold (-1: no budget), the process's
+budget for caches and buffers (0: none), bytes the live sessions' buffers
+hold].
+)doc");
+
 REGISTER_OP("IntuneSetDefaultRamBudget")
     .Input("ram_budget: int64")
     .SetIsStateful()
