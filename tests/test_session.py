@@ -329,8 +329,10 @@ def test_an_unset_budget_is_resolved_where_the_iterator_is_made(monkeypatch):
   monkeypatch.setattr(host, "available_memory", lambda: 2 * gib)
   it = iter(ds)
   next(it)
-  # Half of the 2 GiB (options.DEFAULT_RAM_SHARE), or a share of that half.
-  assert 0 < intune_tf.session_of(it).counters()["ram_budget"] <= gib
+  # Half of the 2 GiB (options.DEFAULT_RAM_SHARE), or a share of that half;
+  # what this process's caches and buffers hold counts as available (a few
+  # KB, from the tests before), far from the 50 GiB of the graph's machine.
+  assert 0 < intune_tf.session_of(it).counters()["ram_budget"] <= 1.01 * gib
   del it
   gc.collect()
 

@@ -76,6 +76,9 @@ inline constexpr int64_t kMaxCheckPercent = 1;
 // gives no modification time.
 inline constexpr size_t kFingerprintChunk = 1 << 20;
 inline constexpr char kFileScheme[] = "file://";
+// The most CPU time spent finding which of a pipeline's strings name files
+// (once per cache entry) before the cache is declined.
+inline constexpr int64_t kMaxScanCpuUs = 2000000;
 inline constexpr char kSplitsReason[] =
     "no cache: the pipeline reads splits that tf.data service's dispatcher "
     "hands out (processing_mode distributed_epoch), different each epoch";
@@ -223,12 +226,32 @@ Status KeyAndCandidates(OpKernelContext* ctx, const data::DatasetBase* input,
   return OkStatus();
 }
 
-// The candidates that name files now, in order.
-std::vector<std::string> Files(const std::unordered_set<std::string>& candidates) {
+// CPU time of the calling thread: the check's cost, apart from the waits
+// of a busy machine.
+int64_t ThreadCpuMicros() {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// The candidates that name files now, in order. Sets `why_not` when
+// looking at them all takes over kMaxScanCpuUs.
+std::vector<std::string> Files(const std::unordered_set<std::string>& candidates,
+                               std::string* why_not) {
   Env* env = Env::Default();
   std::vector<std::string> files;
+  const int64_t start = ThreadCpuMicros();
+  int64_t looked = 0;
   for (const std::string& path : candidates) {
     if (IsFile(env, path)) files.push_back(path);
+    if (++looked % 1024 == 0 && ThreadCpuMicros() - start > kMaxScanCpuUs) {
+      *why_not = absl::StrCat(
+          "no cache: the pipeline holds ", candidates.size(),
+          " strings that may name files, and looking at ", looked,
+          " of them took over ", kMaxScanCpuUs / 1000000,
+          " s of CPU: its files could not all be checked");
+      return {};
+    }
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -273,14 +296,6 @@ std::string FilesSignature(const std::vector<std::string>& files) {
     AppendFileSignature(env, path, &signature);
   }
   return signature;
-}
-
-// CPU time of the calling thread: the check's cost, apart from the waits
-// of a busy machine.
-int64_t ThreadCpuMicros() {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
-  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
 // Why checking `files` in `check_us` of CPU costs too much against an epoch of
@@ -777,9 +792,11 @@ void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,
   std::shared_ptr<CacheEntry> entry;
   if (KeyAndCandidates(ctx, input, &key, &candidates).ok()) {
     entry = CacheStore::Global()->Get(key, /*ordered=*/unordered_.empty());
-    if (!entry->GetFiles(&files)) {
-      files = Files(candidates);
+    if (!entry->GetFiles(&files) && entry->declined().empty()) {
+      std::string why_not;
+      files = Files(candidates, &why_not);
       entry->SetFiles(files);
+      if (!why_not.empty()) entry->Decline(why_not);
     }
   }
   *output = new Dataset(ctx, input, point_, unordered_, std::move(entry),
