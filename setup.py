@@ -146,7 +146,7 @@ setuptools.setup(
               "intune_tf.live", "intune_tf.tfdata",
               "intune_tf.agent", "intune_tf.sim", "intune_tf.observe",
               "intune_tf.bench", "intune_tf.tfx", "intune_tf.rewrites",
-              "intune_tf.criteo"],
+              "intune_tf.criteo", "intune_tf.service"],
     package_dir={
         "intune_tf": "intune_tf",
         "intune_tf.rewrites": "rewrites",

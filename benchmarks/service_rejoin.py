@@ -1,7 +1,7 @@
 """How soon a worker restarted on a vacated port serves, after a shrink.
 
 A trainer reads a repeated dataset, `distributed_epoch`, from a local pool
-of 2 (`scalers.LocalWorkers`, a warm standby) under an in-process
+of 2 (`workers.LocalWorkers`, a warm standby) under an in-process
 dispatcher; each batch carries the pid of the worker that made it. The pool
 shrinks to 1 for `--gap` seconds, then grows back to 2, and the new worker
 takes the stopped one's port. Reported: the seconds from the growth to the
@@ -24,7 +24,7 @@ import time
 import tensorflow as tf
 
 from intune_tf import arguments
-from intune_tf import scalers
+from intune_tf.service import workers
 
 
 def _pid_of_worker(x):
@@ -47,7 +47,7 @@ def rejoin(gap_s: float, keep: bool) -> float:
   dispatcher = tf.data.experimental.service.DispatchServer(
       tf.data.experimental.service.DispatcherConfig(port=0))
   address = dispatcher.target.split("://")[1]
-  pool = scalers.LocalWorkers(
+  pool = workers.LocalWorkers(
       address, 1, 2, log_dir=tempfile.mkdtemp(prefix="intune-rejoin-"),
       worker_args=("--heartbeat-interval-ms", "500"), standby=1,
       standby_delay_s=0.0, keep_addresses=keep)

@@ -21,7 +21,7 @@ a positive integer; pass 1 or more."), before the command does any work.
 - `names_in`: comma-separated names, each among the valid ones (policies,
   scenarios);
 - `parsed_by(parse, name)`: a value of a format another module owns and
-  parses (a worker pool, `intune_tf.scalers.parse_pool_spec`), its
+  parses (a worker pool, `intune_tf.service.scalers.parse_pool_spec`), its
   ValueError the flag's error.
 
 A leaf: the modules that add commands (`intune_tf.cli`'s `_COMMANDS` and

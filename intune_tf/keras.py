@@ -29,6 +29,7 @@ from intune_tf import records
 from intune_tf.agent import warmstart
 from intune_tf.live import observation as observation_lib
 from intune_tf.live import tuner as tuner_lib
+from intune_tf.service import consumer as service_consumer
 from intune_tf.tfdata.hooks import tune  # noqa: F401  intune_tf.keras.tune, as documented
 
 # Seconds between two readings of the session (counters and knobs): each
@@ -354,3 +355,33 @@ class IntuneCallback(keras.callbacks.Callback):
       logging.warning("IntuneCallback: could not save the warm-start state: "
                       "%s", e)
       return None
+
+
+class PoolCallback(keras.callbacks.Callback):
+  """Adds a tf.data service dispatcher's worker pool to the logs at each
+  epoch's end: `intune/pool_size`, `intune/pool_serving`, `intune/pool_lost`
+  and `intune/pool_changes` (resizes so far), when the dispatcher reports a
+  pool (`intune_tf.service.dispatcher_pool`).
+
+      model.fit(ds, callbacks=[intune_tf.keras.PoolCallback("HOST:PORT")])
+
+  Args:
+    dispatcher: the dispatcher's HOST:PORT.
+    status_dir: the status dir it writes to. Default None: the default one.
+  """
+
+  def __init__(self, dispatcher: str, status_dir: str | None = None):
+    super().__init__()
+    self.dispatcher = dispatcher
+    self.status_dir = status_dir
+
+  def on_epoch_end(self, epoch, logs=None):
+    del epoch
+    info = service_consumer.dispatcher_pool(self.dispatcher, self.status_dir)
+    if info is None or logs is None:
+      return
+    logs["intune/pool_size"] = info.get("size", 0)
+    logs["intune/pool_serving"] = info.get("serving", 0)
+    logs["intune/pool_lost"] = info.get("lost", 0)
+    logs["intune/pool_changes"] = sum(
+        1 for d in info.get("decisions", []) if not d.get("error"))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from intune_tf import cli
-from intune_tf import pool
+from intune_tf.service import controllers
 from intune_tf.sim import cluster
 
 
@@ -36,7 +36,8 @@ def test_start_up_delay_is_paid_and_waited_for():
   # the controller asks for 2; the second serves from 15 s. Seconds 0-14:
   # 100 rows each (1500 rows, 0.5 s waits); then 200 rows/s: 1500 rows in
   # 8 s. Time 23 s, waits 7.5 s, worker-seconds 10 x 1 + 13 x 2 = 36.
-  always_two = lambda reading: pool.Decision(2, "two", reading.asked != 2)
+  always_two = lambda reading: controllers.Decision(2, "two",
+                                                   reading.asked != 2)
   r = cluster.run(_job([100.0, 100.0], ((3000.0, 200.0),)), always_two)
   assert r.run_time_s == 23
   assert r.stall_fraction == pytest.approx(7.5 / 23)
@@ -51,7 +52,8 @@ def test_a_warm_standby_serves_at_once_by_hand():
   # waits: 5.5 s); then 200 rows/s: 1900 rows in 10 steps. Time 21 s,
   # worker-seconds 10 x 1 + 11 x 2 = 32; the standby is kept while the pool
   # is below its MAX of 2: 10 s.
-  always_two = lambda reading: pool.Decision(2, "two", reading.asked != 2)
+  always_two = lambda reading: controllers.Decision(2, "two",
+                                                   reading.asked != 2)
   r = cluster.run(_job([100.0, 100.0], ((3000.0, 200.0),)), always_two,
                   standby=1)
   assert r.run_time_s == 21
@@ -70,7 +72,7 @@ def test_standbys_are_not_kept_at_max_and_load_again_by_hand():
   # step 59, at 60 s. (Had the standby been kept, up at 51: 58 s.)
   def decide(reading):
     size = 1 if 40 <= reading.time_s < 50 else 2
-    return pool.Decision(size, "schedule", size != reading.asked)
+    return controllers.Decision(size, "schedule", size != reading.asked)
   r = cluster.run(_job([100.0, 100.0], ((9300.0, 200.0),), startup=15.0),
                   decide, standby=1)
   assert r.sizes == [(0.0, 1), (10.0, 2), (40.0, 1), (50.0, 2)]

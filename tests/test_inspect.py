@@ -22,13 +22,14 @@ import tensorflow as tf
 import intune_tf
 from intune_tf import arbiter
 from intune_tf import files
-from intune_tf import pool
 from intune_tf import records
-from intune_tf import scalers
 from intune_tf.bench import demo
 from intune_tf.live import registry
 from intune_tf.observe import inspect as inspect_lib
 from intune_tf.observe import status
+from intune_tf.service import controllers
+from intune_tf.service import manager as manager_lib
+from intune_tf.service import scalers
 from intune_tf.tuning import policies
 
 _TIMEOUT_S = 240.0
@@ -314,12 +315,12 @@ def test_inspect_shows_the_pool_a_dispatcher_sizes(tmp_path):
   def scale(n):
     if fail[0]:
       raise OSError("cluster API unreachable")
-  manager = scalers.PoolManager(
-      pool.IntuneController(1, 8),
+  manager = manager_lib.PoolManager(
+      controllers.IntuneController(1, 8),
       scalers.CallbackScaler(scale, 1, 8, initial=2))
   # 2 workers of 100 rows/s, 500 asked: the controller wants 6.
   reading = functools.partial(
-      pool.PoolReading, workers=2, wait_share=0.6, consumer_rate=500.0,
+      controllers.PoolReading, workers=2, wait_share=0.6, consumer_rate=500.0,
       worker_capacities=(100.0, 100.0))
   manager.step(reading(time_s=0.0))
   # A failed change is shown with its error.

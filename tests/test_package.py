@@ -195,13 +195,14 @@ _LAYERS = (
     ("intune_tf.live",),
     # The option in tf.data: the hooks and the root dataset.
     ("intune_tf.tfdata",),
-    # The tf.data service worker pool's controllers (numpy only) and its
-    # scalers, which the simulator and the dispatcher drive.
-    ("intune_tf.pool",),
-    ("intune_tf.scalers", "intune_tf.sim"),
+    # tf.data service: its servers, the trainer's meter and the worker
+    # pool's controllers (numpy only) and scalers; the simulator drives
+    # the same controllers and standby rule.
+    ("intune_tf.service",),
+    ("intune_tf.sim",),
     # Users of the public API.
     ("intune_tf.keras", "intune_tf.bench", "intune_tf.criteo"),
-    ("intune_tf.tfx", "intune_tf.service"),
+    ("intune_tf.tfx",),
     ("intune_tf.cli", "intune_tf.__main__"),
 )
 
@@ -415,7 +416,8 @@ _NUMPY_ONLY = ("intune_tf", "intune_tf.records", "intune_tf.options",
                "intune_tf.tuning.mdp", "intune_tf.tuning.env",
                "intune_tf.tuning.change", "intune_tf.observe.inspect",
                "intune_tf.live.registry", "intune_tf.host",
-               "intune_tf.arbiter")
+               "intune_tf.arbiter", "intune_tf.service",
+               "intune_tf.service.controllers")
 
 
 @pytest.mark.parametrize("module", _NUMPY_ONLY)

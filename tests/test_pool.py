@@ -1,4 +1,4 @@
-"""Tests of intune_tf.pool: the worker-pool controllers, by hand."""
+"""Tests of intune_tf.service.controllers: the pool controllers, by hand."""
 
 import dataclasses
 import functools
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from intune_tf import pool
+from intune_tf.service import controllers
 
 
 @pytest.mark.parametrize("values,expected", [
@@ -20,7 +20,7 @@ from intune_tf import pool
     ([7, 7, 7], [7, 7, 7]),  # sd 0: every value is the mean
 ])
 def test_replace_outliers_by_hand(values, expected):
-  assert pool.replace_outliers(values) == pytest.approx(expected)
+  assert controllers.replace_outliers(values) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("consumers,workers,expected", [
@@ -33,7 +33,7 @@ def test_replace_outliers_by_hand(values, expected):
     ([100], [], None),
 ])
 def test_tf_formula_estimate_by_hand(consumers, workers, expected):
-  assert pool.tf_formula_estimate(consumers, workers) == expected
+  assert controllers.tf_formula_estimate(consumers, workers) == expected
 
 
 @pytest.mark.parametrize("estimate,current,expected", [
@@ -43,7 +43,7 @@ def test_tf_formula_estimate_by_hand(consumers, workers, expected):
     (3, 10, 3),  # shrinking is not capped
 ])
 def test_cap_growth_by_hand(estimate, current, expected):
-  assert pool.cap_growth(estimate, current) == expected
+  assert controllers.cap_growth(estimate, current) == expected
 
 
 @pytest.mark.parametrize("demand,per_worker,headroom,expected", [
@@ -52,7 +52,7 @@ def test_cap_growth_by_hand(estimate, current, expected):
     (1, 300, 0.0, 1),
 ])
 def test_workers_needed_by_hand(demand, per_worker, headroom, expected):
-  assert pool.workers_needed(demand, per_worker, headroom) == expected
+  assert controllers.workers_needed(demand, per_worker, headroom) == expected
 
 
 @pytest.mark.parametrize("bounds,message", [
@@ -64,10 +64,10 @@ def test_workers_needed_by_hand(demand, per_worker, headroom, expected):
 ])
 def test_bad_bounds_raise(bounds, message):
   with pytest.raises(ValueError, match=message):
-    pool.check_bounds(*bounds)
-  for name in pool.CONTROLLERS:
+    controllers.check_bounds(*bounds)
+  for name in controllers.CONTROLLERS:
     with pytest.raises(ValueError, match=message):
-      pool.make_controller(name, *bounds)
+      controllers.make_controller(name, *bounds)
 
 
 class _ToyPool:
@@ -103,7 +103,7 @@ class _ToyPool:
     got = pace * (1 - wait)
     rates = ((got / delivering,) * delivering if delivering else ()) + (
         (0.0,) * len(self.warming))
-    return pool.PoolReading(
+    return controllers.PoolReading(
         time_s=10.0 * (self.i + 1), workers=self.serving,
         starting=len(self.starting), wait_share=wait, consumer_rate=pace,
         worker_rates=rates,
@@ -136,7 +136,7 @@ def test_intune_grows_once_to_the_model_size_and_confirms():
   # 2 workers of 100 rows/s, a consumer of 500 rows/s: the trainer waits
   # 60%; the model asks ceil(500 x 1.05 / 100) = 6 at once, and the next
   # readings (no wait) confirm it.
-  toy = _ToyPool(2).drive(pool.IntuneController(1, 64), [500.0] * 20)
+  toy = _ToyPool(2).drive(controllers.IntuneController(1, 64), [500.0] * 20)
   assert toy.sizes[0] == 6
   assert set(toy.sizes) == {6}
   assert toy.changes == 1
@@ -157,8 +157,8 @@ def test_intune_measures_one_more_only_once_an_unexplained_wait_persists(
     waits, grown_at):
   # 2 workers reporting 100 rows/s each, a consumer of 190 rows/s: the
   # model says ceil(190 x 1.05 / 100) = 2 suffice.
-  c = pool.IntuneController(1, 4, min_interval_s=0.0)
-  sizes = [c.decide(pool.PoolReading(
+  c = controllers.IntuneController(1, 4, min_interval_s=0.0)
+  sizes = [c.decide(controllers.PoolReading(
       time_s=10.0 * i, workers=2, wait_share=w, consumer_rate=190.0,
       worker_rates=(95.0 * (1 - w),) * 2,
       worker_capacities=(100.0, 100.0))).size for i, w in enumerate(waits)]
@@ -175,10 +175,10 @@ def test_intune_bears_a_small_wait_one_more_worker_would_barely_use(
   # 14.3: the model's headroom asks ceil(14.3 x 1.05 / 7.15) = 3, but the
   # shortfall is max(14.3 - 2 x 7.15, 14.3 x 0.035) = 0.50 rows/s, 7% of a
   # third worker; a 3.5% wait is borne, a 6% one (over 5%) is not.
-  c = pool.IntuneController(1, 4, min_interval_s=0.0)
+  c = controllers.IntuneController(1, 4, min_interval_s=0.0)
   sizes = []
   while len(sizes) < 5 and 3 not in sizes:
-    sizes.append(c.decide(pool.PoolReading(
+    sizes.append(c.decide(controllers.PoolReading(
         time_s=10.0 * len(sizes), workers=2, wait_share=wait,
         consumer_rate=14.3, worker_capacities=(7.15, 7.15))).size)
   assert sizes == ([3] if grows else [2] * 5)
@@ -192,8 +192,8 @@ def test_intune_bears_a_small_wait_one_more_worker_would_barely_use(
     (0.30, 6), (0.45, 5), (0.50, 4)])
 def test_intune_keeps_the_added_workers_that_delivered_their_part(
     after, keep):
-  c = pool.IntuneController(1, 64, min_interval_s=0.0)
-  reading = functools.partial(pool.PoolReading, consumer_rate=800.0,
+  c = controllers.IntuneController(1, 64, min_interval_s=0.0)
+  reading = functools.partial(controllers.PoolReading, consumer_rate=800.0,
                               worker_capacities=(100.0,) * 4)
   assert c.decide(reading(time_s=0.0, workers=4, wait_share=0.5)).size == 9
   c.decide(reading(time_s=10.0, workers=9, wait_share=after))  # measuring
@@ -208,8 +208,8 @@ def test_intune_takes_back_a_third_worker_that_removed_a_fraction_of_wait():
   # 2 -> 3 predicts min(7.15, 14.3 x 0.06) = 0.86 rows/s. The wait falls to
   # 4.5%: +0.21 rows/s, under half, and 0.21 / 0.86 + 0.5 < 1 keeps none:
   # back to 2. (A ceil of 0.21 / 7.15 kept the third.)
-  c = pool.IntuneController(1, 4, min_interval_s=0.0)
-  reading = functools.partial(pool.PoolReading, consumer_rate=14.3,
+  c = controllers.IntuneController(1, 4, min_interval_s=0.0)
+  reading = functools.partial(controllers.PoolReading, consumer_rate=14.3,
                               worker_capacities=(7.15,) * 2)
   assert c.decide(reading(time_s=0.0, workers=2, wait_share=0.06)).size == 3
   c.decide(reading(time_s=10.0, workers=3, wait_share=0.045))
@@ -233,8 +233,8 @@ def test_intune_measures_a_growth_that_fell_short_once_more(second, size,
   # 23.1%; 2 workers match the pace with nothing to spare and the first
   # period after the growth still waits 25.9% (+-0 of +2.8 predicted). One
   # period decides nothing: the second is measured before the verdict.
-  c = pool.IntuneController(1, 2, min_interval_s=0.0)
-  reading = functools.partial(pool.PoolReading, consumer_rate=12.0)
+  c = controllers.IntuneController(1, 2, min_interval_s=0.0)
+  reading = functools.partial(controllers.PoolReading, consumer_rate=12.0)
   grown = c.decide(reading(time_s=0.0, workers=1, wait_share=0.231,
                            worker_rates=(6.0,)))
   assert grown.size == 2
@@ -257,8 +257,8 @@ def test_intune_learns_nothing_from_a_period_the_pace_moved_in():
   # straddles both paces and is not learned, so the model asks
   # ceil(14.3 x 1.05 / 8) = 2, not ceil(15.0 / 7) = 3 as the mean of 8 and
   # 6 would.
-  c = pool.IntuneController(1, 4, min_interval_s=0.0)
-  reading = functools.partial(pool.PoolReading, workers=1)
+  c = controllers.IntuneController(1, 4, min_interval_s=0.0)
+  reading = functools.partial(controllers.PoolReading, workers=1)
   c.decide(reading(time_s=0.0, consumer_rate=8.0, worker_rates=(8.0,)))
   c.decide(reading(time_s=10.0, consumer_rate=3.6, worker_rates=(3.6,)))
   assert c.per_worker == 8.0
@@ -270,8 +270,8 @@ def test_intune_learns_nothing_from_a_period_the_pace_moved_in():
 def test_intune_grows_at_once_where_the_model_asks_for_more():
   # Same workers, a consumer of 250 rows/s waiting 4%: ceil(262.5 / 100) =
   # 3, asked at the first reading.
-  c = pool.IntuneController(1, 4, min_interval_s=0.0)
-  assert c.decide(pool.PoolReading(
+  c = controllers.IntuneController(1, 4, min_interval_s=0.0)
+  assert c.decide(controllers.PoolReading(
       time_s=0.0, workers=2, wait_share=0.04, consumer_rate=250.0,
       worker_capacities=(100.0, 100.0))).size == 3
 
@@ -281,7 +281,7 @@ def test_intune_takes_back_a_growth_that_does_not_deliver():
   # trainer (800 rows/s) waits 50%; the model asks ceil(840 / 100) = 9; the
   # 5 more workers deliver +0 of the +400 predicted, so the controller goes
   # back to 4 and holds there (a ceiling), though the trainer still waits.
-  toy = _ToyPool(4, ceiling=400.0).drive(pool.IntuneController(1, 64),
+  toy = _ToyPool(4, ceiling=400.0).drive(controllers.IntuneController(1, 64),
                                          [800.0] * 50)
   # 0: grow; 1: the workers serve, measuring; 2: the measurement, short:
   # measured once more; 3: the judgement.
@@ -301,7 +301,7 @@ def test_intune_judges_a_growth_once_its_workers_deliver(warmup):
   # predicted and be taken back; it is held until they deliver, for one
   # reading more, then confirmed.
   toy = _ToyPool(2, warmup=warmup).drive(
-      pool.IntuneController(1, 64, first_rows_s=60.0), [500.0] * 20)
+      controllers.IntuneController(1, 64, first_rows_s=60.0), [500.0] * 20)
   assert set(toy.sizes) == {6}, toy.reasons
   assert toy.changes == 1
   # 0: grow; 1: serving, measuring (no rows yet); 2 .. warmup: no rows;
@@ -318,7 +318,7 @@ def test_intune_judges_a_growth_whose_workers_never_deliver_in_time():
   # 10 s apart) has passed since they registered (reading 1), the growth
   # is judged (reading 3), measured once more and taken back (reading 4).
   toy = _ToyPool(2, warmup=100).drive(
-      pool.IntuneController(1, 64, first_rows_s=20.0), [500.0] * 8)
+      controllers.IntuneController(1, 64, first_rows_s=20.0), [500.0] * 8)
   assert toy.sizes == [6, 6, 6, 6, 2, 2, 2, 2], toy.reasons
   assert toy.reasons[2] == "waiting for the new workers' first rows"
   assert ("gave +0 rows/s of +300 predicted (wait 60.0% -> 60.0%): back to 2"
@@ -328,7 +328,7 @@ def test_intune_judges_a_growth_whose_workers_never_deliver_in_time():
 def test_intune_shrinks_after_patience_to_the_largest_need():
   # 10 workers, the consumer needs 300 rows/s: no wait. Three calm rounds
   # propose ceil(315 / 100) = 4, ceil(105 / 100) = 2 and 4: the largest, 4.
-  toy = _ToyPool(10).drive(pool.IntuneController(1, 64),
+  toy = _ToyPool(10).drive(controllers.IntuneController(1, 64),
                            [300.0, 100.0, 300.0] + [300.0] * 10)
   assert toy.sizes[:3] == [10, 10, 4]
   assert set(toy.sizes[3:]) == {4}
@@ -340,7 +340,7 @@ def test_intune_takes_back_a_shrink_after_which_the_trainer_waits():
   # workers give 240 of the 300 rows/s asked (wait 20%), so the shrink is
   # taken back to 10, which then holds as a floor.
   toy = _ToyPool(10, capacity=60.0, reported=100.0).drive(
-      pool.IntuneController(1, 64), [300.0] * 40)
+      controllers.IntuneController(1, 64), [300.0] * 40)
   assert toy.sizes[:5] == [10, 10, 4, 4, 10]
   assert set(toy.sizes[4:]) == {10}
   assert toy.changes == 2
@@ -355,17 +355,17 @@ def test_intune_undoes_a_shrink_the_trainer_stalls_after(wait, delivering,
                                                        regrows):
   # 4 workers that could each give 100 rows/s, a consumer of 150 rows/s:
   # three calm rounds propose ceil(157.5 / 100) = 2; the pool shrinks to 2.
-  controller = pool.IntuneController(1, 4, min_interval_s=0.0)
+  controller = controllers.IntuneController(1, 4, min_interval_s=0.0)
   for i in range(3):
-    decision = controller.decide(pool.PoolReading(
+    decision = controller.decide(controllers.PoolReading(
         time_s=10.0 * i, workers=4, consumer_rate=150.0,
         worker_rates=(37.5,) * 4, worker_capacities=(100.0,) * 4))
   assert (decision.size, decision.change) == (2, True)
   # The shrink takes effect (measuring), then the reading under test.
-  controller.decide(pool.PoolReading(
+  controller.decide(controllers.PoolReading(
       time_s=30.0, workers=2, consumer_rate=150.0, worker_rates=(75.0,) * 2,
       worker_capacities=(100.0,) * 2))
-  decision = controller.decide(pool.PoolReading(
+  decision = controller.decide(controllers.PoolReading(
       time_s=40.0, workers=2, wait_share=wait, consumer_rate=150.0,
       worker_rates=(37.5,) * 2 if delivering else (0.0, 0.0),
       worker_capacities=(100.0,) * 2))
@@ -380,7 +380,7 @@ def test_intune_undoes_a_shrink_the_trainer_stalls_after(wait, delivering,
 def test_intune_waits_for_starting_workers_and_the_minimum_interval():
   # Workers take 3 readings to start: no decision meanwhile; after the
   # change is confirmed, a new need waits out 30 s (3 readings).
-  controller = pool.IntuneController(1, 64, min_interval_s=30.0)
+  controller = controllers.IntuneController(1, 64, min_interval_s=30.0)
   toy = _ToyPool(2, startup=3).drive(controller, [500.0] * 8 + [900.0] * 8)
   # 0: ask 6; 1, 2: starting; 3: serving (measuring); 4: confirmed.
   assert toy.sizes[:8] == [6] * 8
@@ -390,19 +390,17 @@ def test_intune_waits_for_starting_workers_and_the_minimum_interval():
   # 900 rows/s from reading 8 on; the change took effect at reading 3, so
   # the interval is over: it grows at once to ceil(945 / 100) = 10.
   assert first_regrow == 8 and toy.sizes[8] == 10
-  # Asked at 10 s, serving at 40 s; asked at 90 s, serving at 120 s.
-  assert controller.startup_s == [30.0, 30.0]
 
 
 @pytest.mark.parametrize("name", ["intune", "tf-formula", "cachew"])
 @pytest.mark.parametrize("bounds", [(1, 1), (2, 5), (3, 64)])
 def test_pool_never_leaves_min_max(name, bounds):
   rng = np.random.default_rng(0)
-  controller = pool.make_controller(name, *bounds)
+  controller = controllers.make_controller(name, *bounds)
   lo, hi = bounds
   for i in range(400):
     workers = int(rng.integers(0, hi + 3))
-    reading = pool.PoolReading(
+    reading = controllers.PoolReading(
         time_s=10.0 * i, workers=workers,
         starting=int(rng.integers(0, 3)) * int(rng.random() < 0.2),
         wait_share=float(rng.choice([0.0, 0.005, 0.2, 0.9])),
@@ -418,7 +416,7 @@ def test_intune_grows_no_further_than_the_cpus_its_workers_can_use():
   # ceil(500 x 1.05 / 100) = 6, but the host gives 3 CPUs; after 10
   # readings it gives 8 (CPUs that arrived), and the pool grows to the 6.
   cpus = [3]
-  controller = pool.IntuneController(1, 64, cpu_cap=lambda: cpus[0])
+  controller = controllers.IntuneController(1, 64, cpu_cap=lambda: cpus[0])
   toy = _ToyPool(2).drive(controller, [500.0] * 10)
   assert max(toy.sizes) == 3, toy.sizes
   assert "at the 3 CPUs its workers can use (3)" in toy.reasons[-1]
@@ -432,7 +430,7 @@ def test_intune_grows_no_further_than_the_cpus_its_workers_can_use():
     (16, (1, 4), 4),  # MAX holds below it
 ])
 def test_intune_cpu_cap_keeps_min_and_max(cpus, bounds, size):
-  controller = pool.IntuneController(*bounds, cpu_cap=lambda: cpus)
+  controller = controllers.IntuneController(*bounds, cpu_cap=lambda: cpus)
   toy = _ToyPool(bounds[0]).drive(controller, [5000.0] * 10)
   assert max(toy.sizes) == size and min(toy.sizes) >= bounds[0], toy.sizes
 
@@ -443,10 +441,10 @@ def test_a_flapping_consumer_does_not_make_intune_flap():
   # fast pace and stays; TF's formula, applied as if it scaled, follows
   # every flip.
   paces = [500.0, 100.0] * 100
-  toy = _ToyPool(3, startup=2).drive(pool.IntuneController(1, 64), paces)
+  toy = _ToyPool(3, startup=2).drive(controllers.IntuneController(1, 64), paces)
   assert toy.changes <= 2, toy.reasons
   assert min(toy.sizes[10:]) >= 5  # the fast pace needs 5
-  formula = _ToyPool(3, startup=2).drive(pool.TfFormulaController(1, 64),
+  formula = _ToyPool(3, startup=2).drive(controllers.TfFormulaController(1, 64),
                                          paces)
   assert formula.changes >= 50
 
@@ -456,7 +454,7 @@ def test_cachew_climbs_one_worker_at_a_time_by_hand():
   # batch time (s per row) 1/100, 1/200, 1/300, 1/350 improves > 7% at each
   # +1; 1/350 again at 5 does not: back to 4; then -1 (probe) to 3 costs
   # 1/300 vs 1/350 = +16.7% >= 3%: back to 4, stable.
-  toy = _ToyPool(1).drive(pool.CachewController(1, 64), [350.0] * 40)
+  toy = _ToyPool(1).drive(controllers.CachewController(1, 64), [350.0] * 40)
   changes = [s for i, s in enumerate(toy.sizes)
              if i == 0 or s != toy.sizes[i - 1]]
   assert changes == [2, 3, 4, 5, 4, 3, 4]
@@ -468,26 +466,26 @@ def test_cachew_stops_climbing_where_one_worker_is_under_7_percent():
   # n -> n + 1 workers cuts the batch time by 1 / (n + 1): 12 -> 13 by
   # 7.7%, 13 -> 14 by 7.1%, 14 -> 15 by 6.7% < 7% (taken back). Cachew's
   # rule stops at 14 although the consumer asks for 30 workers.
-  toy = _ToyPool(12).drive(pool.CachewController(1, 64), [3000.0] * 40)
+  toy = _ToyPool(12).drive(controllers.CachewController(1, 64), [3000.0] * 40)
   assert toy.sizes[:3] == [13, 14, 15]
   assert toy.sizes[-1] == 14
 
 
 def test_tf_formula_caps_growth_and_follows_the_estimate():
-  controller = pool.TfFormulaController(1, 64)
+  controller = controllers.TfFormulaController(1, 64)
   # ceil(1000 / 100) = 10, capped at 4 x 2 = 8.
-  decision = controller.decide(pool.PoolReading(
+  decision = controller.decide(controllers.PoolReading(
       time_s=0, workers=2, consumer_rate=1000.0,
       worker_capacities=(100.0, 100.0)))
   assert (decision.size, decision.change) == (8, True)
   # Without reports it holds.
-  decision = controller.decide(pool.PoolReading(time_s=1, workers=3))
+  decision = controller.decide(controllers.PoolReading(time_s=1, workers=3))
   assert (decision.size, decision.change) == (3, False)
 
 
 def test_fixed_controller_holds_its_size():
-  controller = pool.FixedController(3)
-  decision = controller.decide(pool.PoolReading(time_s=0, workers=1,
+  controller = controllers.FixedController(3)
+  decision = controller.decide(controllers.PoolReading(time_s=0, workers=1,
                                                 wait_share=0.9,
                                                 consumer_rate=1e6))
   assert (decision.size, decision.change) == (3, True)
@@ -495,12 +493,12 @@ def test_fixed_controller_holds_its_size():
 
 def test_unknown_controller_raises():
   with pytest.raises(ValueError, match="unknown pool controller 'x'"):
-    pool.make_controller("x", 1, 2)
+    controllers.make_controller("x", 1, 2)
 
 
 def test_intune_asks_again_after_a_rejected_change():
-  controller = pool.IntuneController(1, 64)
-  reading = pool.PoolReading(time_s=10, workers=2, wait_share=0.6,
+  controller = controllers.IntuneController(1, 64)
+  reading = controllers.PoolReading(time_s=10, workers=2, wait_share=0.6,
                              consumer_rate=500.0,
                              worker_capacities=(100.0, 100.0))
   decision = controller.decide(reading)

@@ -1,4 +1,4 @@
-"""Tests of intune_tf.scalers: commands, callbacks, local worker processes."""
+"""Tests of intune_tf.service scalers, manager and local worker processes."""
 
 import logging
 import os
@@ -14,8 +14,11 @@ from _waiting import poll_for
 from _waiting import wait_until
 import pytest
 
-from intune_tf import pool
-from intune_tf import scalers
+from intune_tf.service import addresses
+from intune_tf.service import controllers
+from intune_tf.service import manager as manager_lib
+from intune_tf.service import scalers
+from intune_tf.service import workers
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -23,7 +26,7 @@ from intune_tf import scalers
     (" local:2-2 ", (2, 2)),
 ])
 def test_parse_local_spec(text, expected):
-  assert scalers.parse_local_spec(text) == expected
+  assert scalers.parse_pool_spec(text, ("local",))[1:] == expected
 
 
 @pytest.mark.parametrize("text,message", [
@@ -36,7 +39,7 @@ def test_parse_local_spec(text, expected):
 ])
 def test_parse_local_spec_rejects(text, message):
   with pytest.raises(ValueError, match=message):
-    scalers.parse_local_spec(text)
+    scalers.parse_pool_spec(text, ("local",))[1:]
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -68,7 +71,7 @@ def test_parse_local_spec_refuses_a_command_pool():
   with pytest.raises(ValueError, match=r"must be local:MIN-MAX with 1 <= "
                      r"MIN <= MAX \(for example local:1-4\), got "
                      "'command:1-4'"):
-    scalers.parse_local_spec("command:1-4")
+    scalers.parse_pool_spec("command:1-4", ("local",))
 
 
 def test_check_template():
@@ -153,7 +156,8 @@ def test_workers_a_command_asked_for_that_never_serve_count_as_failed():
   # pool stops waiting for them, says so, and counts a failure.
   s = scalers.CommandScaler("true {n}", 1, 3, initial=0,
                             serving=lambda: 0, start_timeout_s=0.3)
-  manager = scalers.PoolManager(pool.make_controller("intune", 1, 3), s)
+  manager = manager_lib.PoolManager(
+      controllers.make_controller("intune", 1, 3), s)
   s.resize(1)
   assert manager.give_up_unstarted(1.0) == 0  # within its start timeout
   missing = wait_until(lambda: manager.give_up_unstarted(2.0), timeout=10,
@@ -212,7 +216,7 @@ def test_callback_scaler():
 def _reading(i, workers, pace, capacity=100.0):
   supply = workers * capacity
   wait = max(0.0, 1 - supply / pace)
-  return pool.PoolReading(time_s=10.0 * i, workers=workers,
+  return controllers.PoolReading(time_s=10.0 * i, workers=workers,
                           wait_share=wait, consumer_rate=pace,
                           worker_capacities=(capacity,) * workers)
 
@@ -225,7 +229,7 @@ def test_manager_records_a_failed_resize_and_keeps_the_pool():
     calls.append(n)
     if fail[0]:
       raise OSError("cluster API unreachable")
-  manager = scalers.PoolManager(pool.IntuneController(1, 8),
+  manager = manager_lib.PoolManager(controllers.IntuneController(1, 8),
                                 scalers.CallbackScaler(scale, 1, 8,
                                                        initial=2))
   # 2 workers of 100 rows/s, 500 asked: the controller wants 6.
@@ -241,8 +245,8 @@ def test_manager_records_a_failed_resize_and_keeps_the_pool():
 
 
 def test_manager_reports_the_pool_for_the_status_file():
-  manager = scalers.PoolManager(
-      pool.IntuneController(1, 8),
+  manager = manager_lib.PoolManager(
+      controllers.IntuneController(1, 8),
       scalers.CallbackScaler(lambda n: None, 1, 8, initial=2))
   assert manager.report() == {
       "kind": "callback", "min": 1, "max": 8, "size": 2, "serving": 2,
@@ -254,13 +258,13 @@ def test_manager_reports_the_pool_for_the_status_file():
                                   "reason": decision.reason, "error": None}]
   # The last REPORTED_DECISIONS only.
   manager.history *= 12
-  assert len(manager.report()["decisions"]) == scalers.REPORTED_DECISIONS
+  assert len(manager.report()["decisions"]) == manager_lib.REPORTED_DECISIONS
 
 
 def test_manager_under_a_flapping_consumer_does_not_flap():
   calls = []
   scaler = scalers.CallbackScaler(calls.append, 1, 64, initial=3)
-  manager = scalers.PoolManager(pool.IntuneController(1, 64), scaler)
+  manager = manager_lib.PoolManager(controllers.IntuneController(1, 64), scaler)
   for i in range(200):
     manager.step(_reading(i, scaler.size(), 500.0 if i % 2 else 100.0))
   assert len(calls) <= 2, manager.history
@@ -269,7 +273,7 @@ def test_manager_under_a_flapping_consumer_does_not_flap():
 
 def test_manager_logs_each_change_and_a_hold_once_per_wording(caplog):
   scaler = scalers.CallbackScaler(lambda n: None, 1, 8, initial=2)
-  manager = scalers.PoolManager(pool.IntuneController(1, 8), scaler)
+  manager = manager_lib.PoolManager(controllers.IntuneController(1, 8), scaler)
   reasons = []
   with caplog.at_level(logging.INFO, logger="absl"):
     manager.hold("no consumer report (ConsumerMeter)")
@@ -301,18 +305,18 @@ def test_manager_logs_each_change_and_a_hold_once_per_wording(caplog):
     ("calm", "calm"),
 ])
 def test_hold_wording_masks_the_figures(reason, wording):
-  assert scalers.hold_wording(reason) == wording
+  assert manager_lib.hold_wording(reason) == wording
 
 
 @pytest.mark.parametrize("reading, text", [
-    (pool.PoolReading(0.0, 2, wait_share=0.4, consumer_rate=177.0,
+    (controllers.PoolReading(0.0, 2, wait_share=0.4, consumer_rate=177.0,
                       worker_rates=(100.0, 108.0)),
      "wait 40%, pace 177 rows/s, 2 serving at 104 rows/s"),  # (100+108)/2
-    (pool.PoolReading(0.0, 1, starting=1, consumer_rate=50.4),
+    (controllers.PoolReading(0.0, 1, starting=1, consumer_rate=50.4),
      "wait 0%, pace 50 rows/s, 1 serving, 1 starting"),
 ])
 def test_describe_reading(reading, text):
-  assert scalers.describe_reading(reading) == text
+  assert manager_lib.describe_reading(reading) == text
 
 
 # A stand-in for `intune service worker` (LocalWorkers' `program`): takes
@@ -339,7 +343,7 @@ sys.stdin.read()
 
 def _stand_ins(tmp_path, min_workers, max_workers, **kwargs):
   """LocalWorkers whose workers are `_STAND_IN` processes."""
-  return scalers.LocalWorkers("127.0.0.1:1", min_workers, max_workers,
+  return workers.LocalWorkers("127.0.0.1:1", min_workers, max_workers,
                               log_dir=str(tmp_path),
                               program=(sys.executable, "-c", _STAND_IN),
                               **kwargs)
@@ -351,9 +355,9 @@ def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):
     busy.bind(("127.0.0.1", 0))
     busy.listen()
     taken = busy.getsockname()[1]
-    free_1, free_2 = scalers.free_port(), scalers.free_port()
+    free_1, free_2 = addresses.free_port(), addresses.free_port()
     s.vacated = [taken, free_1, free_2]
-    assert not scalers.port_is_free(taken)
+    assert not addresses.port_is_free(taken)
     try:
       # The busy port is passed over (and dropped), the oldest free one
       # used.
@@ -397,7 +401,7 @@ def _service(*args, log):
 
 @pytest.fixture
 def dispatcher(tmp_path):
-  port = scalers.free_port()
+  port = addresses.free_port()
   log = open(tmp_path / "dispatcher.log", "wb")
   proc = _service("dispatcher", "--port", str(port), "--worker-timeout-ms",
                   "2000", log=log)
@@ -423,7 +427,7 @@ def test_local_workers_start_stop_and_a_dead_one_leaves_the_pool(
   # A user who silenced TensorFlow's INFO lines: the workers still tell
   # when they registered.
   monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-  s = scalers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
+  s = workers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
                            env={"INTUNE_STATUS_DIR": str(tmp_path),
                                 "TF_CPP_MIN_LOG_LEVEL": "1"},
                            worker_args=("--heartbeat-interval-ms", "500",
@@ -459,7 +463,7 @@ def test_local_workers_start_stop_and_a_dead_one_leaves_the_pool(
 @pytest.mark.slow
 def test_a_standby_worker_joins_on_its_port_and_is_replaced(dispatcher,
                                                            tmp_path):
-  s = scalers.LocalWorkers(dispatcher, 1, 3, log_dir=str(tmp_path),
+  s = workers.LocalWorkers(dispatcher, 1, 3, log_dir=str(tmp_path),
                            env={"INTUNE_STATUS_DIR": str(tmp_path)},
                            worker_args=("--heartbeat-interval-ms", "500",
                                         "--dispatcher-wait", "120"),
@@ -499,7 +503,7 @@ def test_a_pool_at_max_keeps_no_standby_and_a_bad_count_is_refused(
     tmp_path):
   with pytest.raises(ValueError, match="standby must be a count of 0 or "
                      "more processes, got -1"):
-    scalers.LocalWorkers("127.0.0.1:1", 1, 2, standby=-1)
+    workers.LocalWorkers("127.0.0.1:1", 1, 2, standby=-1)
   s = _stand_ins(tmp_path, 2, 2)
   try:
     s.resize(2)  # at MAX: a standby would never be taken
@@ -634,7 +638,7 @@ _HELD = "StatusCode.DEADLINE_EXCEEDED: "
 def test_a_keeper_holds_each_call_then_answers_unavailable(hold_s):
   # Held, a call costs TF's client one retry (its back-off grows with each)
   # per hold instead of one per round trip.
-  keeper = scalers.AddressKeeper("127.0.0.1", scalers.free_port(), hold_s)
+  keeper = workers.AddressKeeper("127.0.0.1", addresses.free_port(), hold_s)
   try:
     answer, seconds = _worker_answer(keeper.port)
     assert answer.startswith(_KEPT.format(keeper.port)), answer
@@ -644,7 +648,7 @@ def test_a_keeper_holds_each_call_then_answers_unavailable(hold_s):
 
 
 def test_a_closing_keeper_answers_the_calls_it_holds_at_once():
-  keeper = scalers.AddressKeeper("127.0.0.1", scalers.free_port())
+  keeper = workers.AddressKeeper("127.0.0.1", addresses.free_port())
   answers = []
   call = threading.Thread(
       target=lambda: answers.append(_worker_answer(keeper.port, 20.0)))
@@ -656,7 +660,7 @@ def test_a_closing_keeper_answers_the_calls_it_holds_at_once():
   (answer, seconds), = answers
   assert answer.startswith(_KEPT.format(keeper.port)), answer
   assert time.monotonic() - closed < 1.5 and seconds < 3.0
-  assert scalers.port_is_free(keeper.port)
+  assert addresses.port_is_free(keeper.port)
 
 
 def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
@@ -671,7 +675,7 @@ def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
     # The address stays up: a client's channel is not refused (nor backs
     # off); each call is held until the address is handed over.
     assert list(s.keepers) == [stopped.port] == s.vacated
-    assert not scalers.port_is_free(stopped.port)
+    assert not addresses.port_is_free(stopped.port)
     assert _worker_answer(stopped.port, 0.5)[0].startswith(_HELD)
     s.resize(2)  # the kept port is the new worker's, handed over
     joined = s.workers[1]
@@ -685,7 +689,7 @@ def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
     gate.write_text("")  # the stand-ins say they registered
     call.join(10)
     assert answers[0][0].startswith(_KEPT.format(joined.port)), answers
-    wait_until(lambda: scalers.port_is_free(joined.port), timeout=5,
+    wait_until(lambda: addresses.port_is_free(joined.port), timeout=5,
                what="the keeper to close once the new worker registered")
   finally:
     s.close()
@@ -717,7 +721,7 @@ def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
   # The worker binds beside the keeper (told `PORT kept` or --port-kept;
   # without, it refused the busy port and exited), serves the trainer, and
   # the keeper is gone. How soon it serves: benchmarks/service_rejoin.py.
-  s = scalers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
+  s = workers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
                            env={"INTUNE_STATUS_DIR": str(tmp_path)},
                            worker_args=("--heartbeat-interval-ms", "500",
                                         "--dispatcher-wait", "120"),

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from typing import Any
 
 from _waiting import wait_until
 from absl import logging
@@ -30,10 +31,12 @@ import tensorflow as tf
 
 import intune_tf
 from intune_tf import cli
-from intune_tf import scalers
+from intune_tf import keras as intune_keras
 from intune_tf import service
 from intune_tf.bench import demo
 from intune_tf.observe import status as intune_status
+from intune_tf.service import scalers
+from intune_tf.service import workers
 from intune_tf.tuning import policies
 
 # Starting a process that imports TensorFlow takes a minute on this 2-core
@@ -150,6 +153,77 @@ class _Cluster:
     for w in self.workers:
       w.stop()
     self.dispatcher.stop()
+
+
+# What each processing mode promises when workers join and leave
+# (docs/service.md).
+VISITATION = {
+    "distributed_epoch": (
+        "at most once: the elements of the splits a worker held when it "
+        "left (stopped or killed) are lost; TensorFlow cannot drain a "
+        "worker"),
+    "parallel_epochs": (
+        "every worker produces the whole dataset: a worker joining adds a "
+        "full pass, one leaving takes the rest of its pass; nothing per "
+        "element"),
+}
+
+
+class EpochTally:
+  """Counts the elements a consumer received in one epoch of a
+  distributed dataset against the elements its source holds.
+
+  With `distributed_epoch` (at most once) `lost` is what workers that left
+  took with them; an element received twice breaks the promise and is
+  counted in `extra`. An epoch that lost a worker ends (and can be
+  reported) only once a worker serves again at that worker's address
+  (docs/service.md).
+
+  Args:
+    expected: the elements of one epoch (e.g. the source's cardinality
+      before `distribute`).
+    mode: the processing mode. Default "distributed_epoch".
+
+  Raises:
+    ValueError: a negative count or an unknown mode.
+  """
+
+  def __init__(self, expected: int, mode: str = "distributed_epoch"):
+    if isinstance(expected, bool) or not isinstance(expected, int) or (
+        expected < 0):
+      raise ValueError(f"expected must be a count of 0 or more, got "
+                       f"{expected!r}.")
+    if mode not in VISITATION:
+      raise ValueError(f"unknown processing mode {mode!r}; known: "
+                       f"{', '.join(VISITATION)}.")
+    self.expected = expected
+    self.mode = mode
+    self.received = 0
+
+  def add(self, elements: int = 1) -> None:
+    """Counts `elements` more received."""
+    self.received += elements
+
+  @property
+  def lost(self) -> int:
+    return max(0, self.expected - self.received)
+
+  @property
+  def extra(self) -> int:
+    return max(0, self.received - self.expected)
+
+  def report(self) -> dict[str, Any]:
+    """{"mode", "promise", "expected", "received", "lost", "extra"}; logs a
+    warning when elements were lost or received more than once."""
+    result = {"mode": self.mode, "promise": VISITATION[self.mode],
+              "expected": self.expected, "received": self.received,
+              "lost": self.lost, "extra": self.extra}
+    if self.lost or self.extra:
+      logging.warning(
+          "tf.data service epoch (%s): %d of %d elements received, %d lost, "
+          "%d extra (%s).", self.mode, self.received, self.expected,
+          self.lost, self.extra, VISITATION[self.mode])
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +410,7 @@ def test_killed_worker_epoch_ends_when_its_address_serves_again(cluster):
   # the splits used up and finishes it (docs/service.md, "Workers joining
   # and leaving").
   n = 10_000
-  tally = service.EpochTally(n)
+  tally = EpochTally(n)
   seen = []
   it = iter(_distribute(_pipeline(n, name="epoch"), "distributed_epoch",
                         cluster))
@@ -567,7 +641,7 @@ def test_cli_no_dispatcher_exits_1():
 @pytest.mark.parametrize("received,lost,extra", [(10, 0, 0), (7, 3, 0),
                                                  (12, 0, 2), (0, 10, 0)])
 def test_epoch_tally_by_hand(received, lost, extra):
-  tally = service.EpochTally(10)
+  tally = EpochTally(10)
   tally.add(received)
   report = tally.report()
   assert (report["lost"], report["extra"]) == (lost, extra)
@@ -581,7 +655,7 @@ def test_epoch_tally_by_hand(received, lost, extra):
 ])
 def test_epoch_tally_rejects(expected, mode, message):
   with pytest.raises(ValueError, match=message):
-    service.EpochTally(expected, mode)
+    EpochTally(expected, mode)
 
 
 def _consumer_file(status_dir, name, **data):
@@ -758,7 +832,7 @@ def test_consumer_meter_reports_wait_share_and_pace(tmp_path):
 def test_a_wait_under_way_is_reported_while_it_lasts(tmp_path, monkeypatch):
   # A trainer stuck on a worker that a shrink stopped sent no report, so
   # the controller never saw it wait and the epoch never ended.
-  monkeypatch.setattr(service, "CONSUMER_REPORT_PERIOD_S", 0.2)
+  monkeypatch.setattr(service.consumer, "CONSUMER_REPORT_PERIOD_S", 0.2)
   meter = service.ConsumerMeter("127.0.0.1:5050", str(tmp_path))
   meter.record(0.0, 0.5, 10)  # a pace of 10 / 0.5 = 20 elements/s
   meter.report()
@@ -888,7 +962,7 @@ def test_bad_pool_flags_stop_the_dispatcher_at_parsing(flags, message,
 def test_pool_flags_that_do_not_go_together_exit_2_before_anything_starts(
     flags, message, capsys, monkeypatch):
   started = []
-  monkeypatch.setattr(service, "run_dispatcher",
+  monkeypatch.setattr(service.dispatcher, "run_dispatcher",
                       lambda *a, **k: started.append(a) or 0)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050", *flags])
   assert args.func(args) == 2
@@ -924,7 +998,7 @@ def test_run_dispatcher_refuses_what_does_not_go_together(kwargs, message):
 
 def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
   started = []
-  monkeypatch.setattr(service, "run_dispatcher",
+  monkeypatch.setattr(service.dispatcher, "run_dispatcher",
                       lambda *a, standby, scale_out: started.append(
                           (*a, standby, scale_out)) or 0)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
@@ -932,7 +1006,7 @@ def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
                          _K8S])
   assert args.func(args) == 0
   assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0, "intune",
-                            scalers.DEFAULT_STANDBY, None)
+                            workers.DEFAULT_STANDBY, None)
   args = cli.parse_args(["service", "dispatcher", "--port", "5050",
                          "--workers", "command:2-8", "--scale-command",
                          _K8S, "--scale-timeout", "2.5"])
@@ -954,7 +1028,7 @@ def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
                          "--scale-command", _K8S, "--scale-timeout", "9"])
   args.func(args)
   assert started[4][4:] == ((1, 2), 10.0, 30.0, _K8S, 9.0, "intune",
-                            scalers.DEFAULT_STANDBY, 16)
+                            workers.DEFAULT_STANDBY, 16)
 
 
 @pytest.mark.slow
@@ -992,7 +1066,8 @@ def test_dispatcher_starts_its_local_pool_at_min_and_stops_it(tmp_path):
     model.compile("sgd", "mse")
     history = model.fit(
         np.zeros((8, 2)), np.zeros((8, 1)), epochs=2, verbose=0,
-        callbacks=[service.pool_callback(f"127.0.0.1:{port}", status_dir)])
+        callbacks=[intune_keras.PoolCallback(f"127.0.0.1:{port}",
+                                              str(status_dir))])
     assert history.history["intune/pool_size"] == [1, 1]
     assert history.history["intune/pool_serving"] == [1, 1]
     # A local worker killed is replaced at its address within a period,

@@ -83,7 +83,7 @@ POOL_HEADERS = ("worker pool", "size", "serving", "standby", "MIN-MAX",
 
 def pool_table(info: Mapping[str, Any]) -> list[str]:
   """The worker pool a dispatcher sizes (its status file's `pool`, from
-  `scalers.PoolManager.report`), as lines: a one-row table (the scaler's
+  `service.manager.PoolManager.report`), as lines: a one-row table (the scaler's
   kind, the workers asked for and serving, the warm standbys, MIN-MAX,
   workers lost, failed resizes), the last decision's reason, then the last
   change (with its reason when that is not the last one) or the last failed

@@ -598,7 +598,7 @@ _STAGE_FIELDS = {
     "cpu_share": _OPTIONAL_NUMBER, "utilization": _OPTIONAL_NUMBER,
 }
 
-# The fields of a dispatcher's worker pool (`scalers.PoolManager.report`)
+# The fields of a dispatcher's worker pool (`service.manager.PoolManager.report`)
 # that `intune inspect` reads, and of each of its last decisions.
 _POOL_FIELDS = {
     "kind": (str,), "min": (int,), "max": (int,), "size": (int,),

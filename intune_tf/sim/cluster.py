@@ -1,7 +1,7 @@
 """A tf.data service job at cluster scale: a pool of 1-512 workers.
 
 `intune simulate --service --workers N --seed S` scores the pool controllers
-of `intune_tf.pool` on it: `intune`, `tf-formula`, `cachew`, and
+of `intune_tf.service.controllers` on it: `intune`, `tf-formula`, `cachew`, and
 `fixed-best` (the best constant pool in hindsight), and `intune-standby`:
 InTune's controller with `standby_count(N)` warm workers kept ready.
 
@@ -27,10 +27,10 @@ were starting), `worker_hours` (workers asked for, serving or starting,
 integrated over the run), `standby_hours` (warm standbys kept, likewise),
 `changes` (pool resizes), `run_time_s`.
 
-A standby (`scalers.LocalWorkers(standby=...)`, live) is a worker that has
+A standby (`workers.LocalWorkers(standby=...)`, live) is a worker that has
 started and loaded but serves nothing: a growth that takes one has that
 worker up `WARM_START_S` later instead of after a start-up delay, and its
-replacement starts `scalers.DEFAULT_STANDBY_DELAY_S` after and is warm one
+replacement starts `workers.DEFAULT_STANDBY_DELAY_S` after and is warm one
 start-up delay later. Standbys are kept while the pool is below MAX and
 paid for all that time (on a cluster a warm pod costs what a serving one
 does).
@@ -53,8 +53,8 @@ from typing import Callable
 
 import numpy as np
 
-from intune_tf import pool
-from intune_tf import scalers
+from intune_tf.service import controllers
+from intune_tf.service import workers
 
 # Rows/s of one InTune-tuned worker of the busy-UDF pipeline, median of 5
 # repeats on this machine (docs/service.md, `benchmarks/service.py`).
@@ -181,7 +181,8 @@ def standby_count(workers: int) -> int:
 
 
 def run(sc: ClusterScenario,
-        decide: Callable[[pool.PoolReading], pool.Decision] | None,
+        decide: Callable[[controllers.PoolReading],
+                         controllers.Decision] | None,
         max_time_factor: float = 6.0, standby: int = 0) -> RunResult:
   """Runs the job under a controller's `decide` (None: the initial pool
   stays).
@@ -246,7 +247,7 @@ def run(sc: ClusterScenario,
     n_serving = len(serving)
     err = lambda size: np.exp(meas.normal(0.0, sc.noise, size))
     share = caps[serving] / max(caps[serving].sum(), 1e-9)
-    reading = pool.PoolReading(
+    reading = controllers.PoolReading(
         time_s=now, workers=n_serving, starting=asked - n_serving,
         wait_share=p_wait / period,
         consumer_rate=float(p_pace / period * err(1)[0]),
@@ -255,7 +256,7 @@ def run(sc: ClusterScenario,
         worker_capacities=tuple((caps[serving] * err(n_serving)).tolist()))
     p_wait = p_rows = p_pace = 0.0
     decision = decide(reading)
-    size = pool.clamp(decision.size, sc.min_workers, n_max)
+    size = controllers.clamp(decision.size, sc.min_workers, n_max)
     if size == asked:
       continue
     changes += 1
@@ -272,7 +273,7 @@ def run(sc: ClusterScenario,
             if warm < ready_at[i]:
               ready_at[i] = warm
               # Its replacement loads as a cold start would.
-              warm_at[j] = now + scalers.DEFAULT_STANDBY_DELAY_S + delay
+              warm_at[j] = now + workers.DEFAULT_STANDBY_DELAY_S + delay
     else:
       ready_at[size:asked] = np.inf
       if asked == n_max:
@@ -334,7 +335,7 @@ def run_controllers(workers: int, seed: int,
       size, r = fixed_best(sc)
       out[name] = dict(r.summary(), size=size)
       continue
-    controller = pool.make_controller(name.removesuffix("-standby"),
+    controller = controllers.make_controller(name.removesuffix("-standby"),
                                       sc.min_workers, sc.max_workers)
     r = run(sc, controller.decide, standby=(
         standby_count(workers) if name.endswith("-standby") else 0))

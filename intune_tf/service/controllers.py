@@ -3,7 +3,7 @@
 Every control period a controller reads a `PoolReading` (the trainer's
 share of time spent waiting for input, the consumer's pace, the rows/s each
 worker's tuner reports) and returns a `Decision`: the pool size it wants and
-why. Scalers (`intune_tf.scalers`) carry the decision out; the simulator
+why. Scalers (`intune_tf.service.scalers`) carry the decision out; the simulator
 (`intune_tf.sim.cluster`) scores the controllers at cluster scale.
 
 Controllers (`CONTROLLERS`):
@@ -53,6 +53,9 @@ STALL_WAIT = 0.95
 # The consumer's pace moved by more than this share since the last reading:
 # the period's rates are not learned from (`IntuneController`).
 PACE_MOVED = 0.25
+# The pace moved by more than this share under a change: the measurement
+# says nothing about the change (`IntuneController`).
+CHANGE_PACE_MOVED = 0.1
 # TensorFlow's AutoScaler: rates further than this many standard deviations
 # from the mean are replaced by the median; the estimate may grow the pool by
 # at most this factor and this many workers at once.
@@ -73,6 +76,13 @@ def check_bounds(min_workers: int, max_workers: int) -> None:
   if min_workers > max_workers:
     raise ValueError(f"the pool's MIN ({min_workers}) is above its MAX "
                      f"({max_workers}).")
+
+
+def moved(now: float, before: float, share: float) -> bool:
+  """Whether a pace moved from `before` to `now` by more than `share` of
+  `before`: moved(130, 100, 0.25) is True (30 > 25), moved(120, 100,
+  0.25) False."""
+  return abs(now - before) > share * before
 
 
 def clamp(size: int, min_workers: int, max_workers: int) -> int:
@@ -432,9 +442,7 @@ class IntuneController(PoolController):
     # (size, demand when learned, time learned)
     self.ceiling: tuple[int, float, float] | None = None
     self.floor: tuple[int, float, float] | None = None
-    self.startup_s: list[float] = []  # measured start-up delays
     self._asked_at: float | None = None  # when the last change was asked
-    self._grew = False
     # The pace at which an aged-out ceiling was learned: probe small there.
     self._small_probe: float | None = None
     # The size before the pool last shrank, until it is that size again.
@@ -487,8 +495,8 @@ class IntuneController(PoolController):
       if limit is None:
         continue
       _, demand, since = limit
-      moved = abs(reading.consumer_rate - demand) > 0.25 * demand
-      if moved or reading.time_s - since > self.limit_ttl_s:
+      if (moved(reading.consumer_rate, demand, PACE_MOVED) or
+          reading.time_s - since > self.limit_ttl_s):
         setattr(self, which, None)
         # A ceiling that only aged out is probed again in a small step,
         # while the pace stays where it was.
@@ -503,8 +511,6 @@ class IntuneController(PoolController):
     if self._asked_at is not None:
       # The last change is in effect from this period on; the next period
       # is the first measured wholly with it.
-      if self._grew:
-        self.startup_s.append(reading.time_s - self._asked_at)
       self._asked_at = None
       self.settled_at = reading.time_s
       if self.pending is not None:
@@ -522,8 +528,7 @@ class IntuneController(PoolController):
         return confirmed
       self.settled_at = None  # the pace moved: decide afresh, now
     last, self._last_pace = self._last_pace, reading.consumer_rate
-    if last is None or abs(reading.consumer_rate - last) <= (
-        PACE_MOVED * last):
+    if last is None or not moved(reading.consumer_rate, last, PACE_MOVED):
       # A period in which the pace moved straddles two paces: its rates
       # measure neither (a worker that served the slow pace for half of it
       # reads as half as fast).
@@ -547,7 +552,7 @@ class IntuneController(PoolController):
       if want is None or want <= n:
         want = self._limit(n + 1)  # the model says enough; measure one more
       probe = self._small_probe
-      if probe is not None and abs(demand - probe) <= 0.25 * probe:
+      if probe is not None and not moved(demand, probe, PACE_MOVED):
         want = min(want, n + max(1, n // 10))
       if want <= n:
         cpus = self.cpu_cap() if self.cpu_cap is not None else None
@@ -629,7 +634,6 @@ class IntuneController(PoolController):
   def _ask(self, reading: PoolReading, size: int, reason: str) -> Decision:
     decision = self._to(reading, size, reason)
     self._asked_at = reading.time_s
-    self._grew = decision.size > reading.asked
     if decision.size < reading.asked:
       self._shrunk_from = max(self._shrunk_from or 0, reading.asked)
     elif self._shrunk_from is not None and decision.size >= self._shrunk_from:
@@ -663,7 +667,7 @@ class IntuneController(PoolController):
     p, self.pending = self.pending, None
     self._small_probe = None
     n = reading.workers
-    if abs(reading.consumer_rate - p.demand) > 0.1 * p.demand:
+    if moved(reading.consumer_rate, p.demand, CHANGE_PACE_MOVED):
       return None
     if p.after > p.before and p.wait_share > self.grow_wait:
       added = p.after - p.before
@@ -717,6 +721,13 @@ CONTROLLERS = {
 }
 
 
+def check_name(name: str) -> None:
+  """Raises ValueError naming the known controllers if `name` is not one."""
+  if name not in CONTROLLERS:
+    raise ValueError(f"unknown pool controller {name!r}; known: "
+                     f"{', '.join(CONTROLLERS)}.")
+
+
 def make_controller(name: str, min_workers: int, max_workers: int,
                     **kwargs) -> PoolController:
   """The controller called `name` (`CONTROLLERS`) for a pool of
@@ -725,9 +736,7 @@ def make_controller(name: str, min_workers: int, max_workers: int,
   Raises:
     ValueError: an unknown name, or bad bounds (`check_bounds`).
   """
-  if name not in CONTROLLERS:
-    raise ValueError(f"unknown pool controller {name!r}; known: "
-                     f"{', '.join(CONTROLLERS)}.")
+  check_name(name)
   if name == "intune":
     return IntuneController(min_workers, max_workers, **kwargs)
   return CONTROLLERS[name](min_workers, max_workers)

@@ -1,0 +1,307 @@
+"""The trainer's side of pool sizing (`ConsumerMeter`) and the dispatcher's
+reading of it and of its workers (`pool_reading`, `worker_status`)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import pathlib
+import socket
+import threading
+import time
+from typing import Any
+
+from absl import logging
+
+from intune_tf import files
+from intune_tf.service import controllers
+from intune_tf.service.addresses import endpoints
+from intune_tf.service.addresses import names_dispatcher
+from intune_tf.service.addresses import parse_address
+
+# Seconds between a consumer meter's reports, and the age beyond which the
+# dispatcher ignores one.
+CONSUMER_REPORT_PERIOD_S = 1.0
+CONSUMER_REPORT_MAX_AGE_S = 30.0
+
+# The largest consumer report read (a report is about 200 bytes).
+_MAX_REPORT_BYTES = 64 << 10
+
+
+def _pool_dir(status_dir: str | os.PathLike | None) -> pathlib.Path:
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status  # noqa: PLC0415
+  base = pathlib.Path(status_dir) if status_dir else status.default_dir()
+  return base / "pool"
+
+
+class ConsumerMeter:
+  """The trainer's side of pool sizing: measures how long each step waits
+  for input and how long it computes, and reports them for the dispatcher
+  (`<status dir>/pool/<pid>@<host>.json`, every
+  `CONSUMER_REPORT_PERIOD_S`).
+
+      meter = service.ConsumerMeter("127.0.0.1:5050")
+      for batch in meter.iterate(distributed_ds):
+        train_step(batch)
+
+  While `iterate` waits for an element, a thread reports the wait so far
+  each period (with the last pace measured): a trainer stuck on a worker
+  that left still reads as waiting, so the dispatcher's controller takes a
+  shrink back and a worker serves at that address again, which is what ends
+  a `distributed_epoch` epoch (docs/service.md).
+
+  Args:
+    dispatcher: the dispatcher's HOST:PORT.
+    status_dir: the status dir the dispatcher reads. Default None: the
+      default status dir.
+    elements_per_item: elements (as the workers count them) per item the
+      iterator yields. Default 1.
+
+  Raises:
+    ServiceError: a malformed dispatcher address.
+  """
+
+  def __init__(self, dispatcher: str, status_dir: str | None = None,
+               elements_per_item: float = 1):
+    host, port = parse_address(dispatcher, "dispatcher")
+    if (isinstance(elements_per_item, bool) or
+        not isinstance(elements_per_item, numbers.Real) or
+        not math.isfinite(elements_per_item) or elements_per_item <= 0):
+      raise ValueError(
+          f"ConsumerMeter's elements_per_item is the elements (as the "
+          f"workers count them) in one item the iterator yields, a finite "
+          f"number above 0 (default 1; the batch size for batched "
+          f"elements), got {elements_per_item!r}.")
+    self.dispatcher = f"{host}:{port}"
+    self.path = _pool_dir(status_dir) / (
+        f"{os.getpid()}@{socket.gethostname()}.json")
+    self.elements_per_item = elements_per_item
+    self._lock = threading.Lock()
+    self._wait = self._compute = 0.0  # guarded by _lock
+    self._elements = 0.0  # guarded by _lock
+    self._pace = 0.0  # the last period's with compute; guarded by _lock
+    # When the wait under way began, or its part not yet reported; None
+    # while no wait is under way. Guarded by _lock.
+    self._waiting_since: float | None = None
+    self._last_report = time.monotonic()  # guarded by _lock
+    self._failing = False  # the last report could not be written
+
+  def record(self, wait_s: float, compute_s: float, elements: int) -> None:
+    """Counts one step: `wait_s` waiting for input, `compute_s` computing,
+    `elements` consumed; reports when a period is over."""
+    with self._lock:
+      self._wait += wait_s
+      self._compute += compute_s
+      self._elements += elements
+      now = time.monotonic()
+      if now - self._last_report >= CONSUMER_REPORT_PERIOD_S:
+        self._report_locked(now)
+
+  def report(self, now: float | None = None) -> dict[str, Any]:
+    """Writes the period's wait share and pace (the last pace measured
+    when the period had no compute); starts a new period. A wait under way
+    counts up to `now`, its rest in the next period."""
+    with self._lock:
+      return self._report_locked(time.monotonic() if now is None else now)
+
+  def _report_locked(self, now: float) -> dict[str, Any]:
+    if self._waiting_since is not None and now > self._waiting_since:
+      self._wait += now - self._waiting_since
+      self._waiting_since = now
+    busy = self._wait + self._compute
+    if self._compute > 0:
+      self._pace = self._elements / self._compute
+    data = {"dispatcher": self.dispatcher, "pid": os.getpid(),
+            "time": time.time(),
+            "wait_share": self._wait / busy if busy > 0 else 0.0,
+            "consumer_rate": self._pace, "elements": self._elements}
+    self._write(data)
+    self._wait = self._compute = 0.0
+    self._elements = 0.0
+    self._last_report = now
+    return data
+
+  def _write(self, data: dict[str, Any]) -> None:
+    """Writes a report; a failure (a status dir that cannot be used) warns
+    once, until writing works again: the training loop goes on without
+    pool sizing."""
+    try:
+      files.write_json(self.path, data)
+    except OSError as e:
+      if not self._failing:
+        logging.warning(
+            "ConsumerMeter: cannot write its report %s (%s); the dispatcher "
+            "sizes the pool without this trainer until it can (set "
+            "INTUNE_STATUS_DIR or status_dir to a writable folder).",
+            self.path, e)
+      self._failing = True
+    else:
+      self._failing = False
+
+  def _report_waits(self, stop: threading.Event) -> None:
+    """Reports each period in which a wait is under way (a thread of
+    `iterate`)."""
+    while not stop.wait(CONSUMER_REPORT_PERIOD_S / 2):
+      with self._lock:
+        now = time.monotonic()
+        if (self._waiting_since is not None and
+            now - self._last_report >= CONSUMER_REPORT_PERIOD_S):
+          self._report_locked(now)
+
+  def iterate(self, iterable):
+    """Yields from `iterable`, timing the wait in `next()` and the compute
+    between two of them; a thread reports a long wait while it lasts."""
+    it = iter(iterable)
+    stop = threading.Event()
+    reporter = threading.Thread(target=self._report_waits, args=(stop,),
+                                name="intune-consumer-meter", daemon=True)
+    reporter.start()
+    try:
+      while True:
+        with self._lock:
+          self._waiting_since = time.monotonic()
+        try:
+          item = next(it)
+        except StopIteration:
+          return
+        got = time.monotonic()
+        with self._lock:
+          waited = got - self._waiting_since  # its unreported part
+          self._waiting_since = None
+        yield item
+        self.record(waited, time.monotonic() - got, self.elements_per_item)
+    finally:
+      with self._lock:
+        self._waiting_since = None
+      stop.set()
+      reporter.join()
+
+  def close(self) -> None:
+    """Removes the report (if it can)."""
+    try:
+      self.path.unlink(missing_ok=True)
+    except OSError:
+      pass
+
+
+def _consumer_reports(directory: pathlib.Path) -> list[dict[str, Any]]:
+  """The consumer reports in `directory` that are JSON objects, each read
+  with the checked reader (`status.read_json_file`: a regular file of this
+  user, at most `_MAX_REPORT_BYTES`, opened without blocking); any other
+  file is skipped."""
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status  # noqa: PLC0415
+  reports = []
+  for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+    try:
+      data = status.read_json_file(path, max_bytes=_MAX_REPORT_BYTES)
+    except (OSError, ValueError):
+      continue
+    if isinstance(data, dict):
+      reports.append(data)
+  return reports
+
+
+def pool_reading(dispatcher: str, serving: int, starting: int,
+                 status_dir: str | os.PathLike | None = None,
+                 now: float | None = None,
+                 consumer_addresses: tuple[str, ...] = ()):
+  """The `controllers.PoolReading` of a dispatcher's pool from the
+  reports in the status dir: the consumers' fresh reports (their paces
+  summed, the largest wait share) and the rows/s of each of the
+  dispatcher's workers (the sum of its sessions' output rates). None when no
+  consumer reported within `CONSUMER_REPORT_MAX_AGE_S`. Consumers that name
+  the dispatcher by one of `consumer_addresses` count too, and so do
+  workers (default none); addresses match once their host names are
+  resolved (`endpoints`). A report that is not a small regular JSON file of
+  this user with numbers where numbers go is skipped.
+  """
+  now = time.time() if now is None else now
+  accepted = frozenset().union(
+      *(endpoints(a) for a in (dispatcher, *consumer_addresses)))
+  consumers = []
+  for data in _consumer_reports(_pool_dir(status_dir)):
+    try:
+      fresh = now - float(data["time"]) <= CONSUMER_REPORT_MAX_AGE_S
+      rate, wait = float(data["consumer_rate"]), float(data["wait_share"])
+    except (ValueError, KeyError, TypeError):
+      continue
+    if (names_dispatcher(data.get("dispatcher"), accepted) and fresh and
+        math.isfinite(rate) and rate >= 0 and 0 <= wait <= 1):
+      consumers.append((rate, wait))
+  if not consumers:
+    return None
+  # A pool's workers name the dispatcher by loopback or by its advertised
+  # address (`LocalFirst`'s tiers: one each).
+  rates = [sum(float(s.get("output_rate") or 0.0)
+               for s in w.get("sessions", []))
+           for w in worker_status(status_dir)
+           if names_dispatcher((w.get("service") or {}).get("dispatcher"),
+                               accepted)]
+  return controllers.PoolReading(
+      time_s=now, workers=serving, starting=starting,
+      wait_share=max(w for _, w in consumers),
+      consumer_rate=sum(r for r, _ in consumers),
+      worker_rates=tuple(rates[:serving]))
+
+
+def dispatcher_pool(dispatcher: str,
+                    status_dir: str | os.PathLike | None = None
+                    ) -> dict[str, Any] | None:
+  """The worker pool a live dispatcher started with `--workers` reports in
+  its status file (`manager.PoolManager.report`: "kind", "min", "max",
+  "size", "serving", "lost", "failures", "reason", "decisions"), or None (no
+  such dispatcher, or no pool).
+
+  Args:
+    dispatcher: its HOST:PORT (matched on the port).
+    status_dir: the status dir. Default None: the default one.
+  """
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status  # noqa: PLC0415
+
+  _, port = parse_address(dispatcher, "dispatcher")
+  for data in status.read_all(status_dir):
+    service = data.get("service") or {}
+    if data.get("role") == "dispatcher" and service.get("port") == port:
+      return data.get("pool")
+  return None
+
+
+def worker_status(status_dir: str | os.PathLike | None = None,
+                  dispatcher: str | None = None) -> list[dict[str, Any]]:
+  """Status of the live InTune tf.data service workers.
+
+  Args:
+    status_dir: where the workers write their status files. Default None:
+      `intune_tf.observe.status.default_dir()` (`$INTUNE_STATUS_DIR` or
+      ~/.cache/intune_tf/status); workers on other hosts are seen when all
+      use one shared directory.
+    dispatcher: only workers of this dispatcher (HOST:PORT). Default None:
+      every worker.
+
+  Returns:
+    One status dict per worker process (see `intune_tf.observe.status`): "pid",
+    "host", "service" ({"dispatcher", "worker_address", "port"}),
+    "sessions" (each with "knobs", "initial_knobs", "steps", "changes",
+    "output_rate", "stages", ...) and "ended_sessions".
+  """
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  from intune_tf.observe import status  # noqa: PLC0415
+
+  wanted = None
+  if dispatcher is not None:
+    parse_address(dispatcher, "dispatcher")
+    wanted = endpoints(dispatcher)
+  result = []
+  for data in status.read_all(status_dir):
+    service = data.get("service") or {}
+    if data.get("role") != "worker":
+      continue
+    if wanted is not None and not names_dispatcher(service.get("dispatcher"),
+                                                   wanted):
+      continue
+    result.append(data)
+  return result

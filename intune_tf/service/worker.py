@@ -1,0 +1,197 @@
+"""The worker: TensorFlow's `WorkerServer` tuned by InTune (`intune service
+worker`), cold or as a warm standby."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import IO
+
+from absl import logging
+
+from intune_tf import arguments
+from intune_tf.service import workers
+from intune_tf.service.addresses import ServiceError
+from intune_tf.service.addresses import check_port_free
+from intune_tf.service.addresses import parse_address
+from intune_tf.service.process import SECURITY_NOTE
+from intune_tf.service.process import start_tuner
+from intune_tf.service.process import wait_for_signal
+
+# Seconds a worker waits for its dispatcher to accept connections at start.
+DEFAULT_DISPATCHER_WAIT_S = 30.0
+# Seconds a worker gives a dispatcher's answer, whatever `--dispatcher-wait`.
+_MIN_ANSWER_WAIT_S = 5.0
+_GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
+
+
+def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
+  """Waits until a TCP connection to host:port succeeds.
+
+  Raises:
+    ServiceError: nothing accepted connections within `timeout_s`.
+  """
+  deadline = time.monotonic() + timeout_s
+  last: OSError | None = None
+  while True:
+    try:
+      with socket.create_connection((host.strip("[]"), port), timeout=2.0):
+        return
+    except OSError as e:
+      last = e
+    if time.monotonic() >= deadline:
+      raise ServiceError(
+          f"no dispatcher reachable at {host}:{port} after {timeout_s:g} s "
+          f"({last}). Start it first with `intune service dispatcher --port "
+          f"{port}`, or raise --dispatcher-wait.")
+    time.sleep(0.25)
+
+
+def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
+               dispatcher_wait_s: float = DEFAULT_DISPATCHER_WAIT_S,
+               heartbeat_interval_ms: int | None = None,
+               port_kept: bool = False,
+               ready_fd: int | None = None) -> int:
+  """Runs a tf.data service worker tuned by InTune until SIGTERM/SIGINT.
+
+  Args:
+    dispatcher: the dispatcher's HOST:PORT.
+    port: port to listen on (all interfaces: TensorFlow's choice).
+    host: the address the worker advertises to the dispatcher and clients
+      (`worker_address` HOST:PORT). Default "127.0.0.1".
+    dispatcher_wait_s: seconds the dispatcher has to accept connections
+      and answer (at least 5 s for the answer); then the worker gives up.
+      Default `DEFAULT_DISPATCHER_WAIT_S` (30).
+    heartbeat_interval_ms: how often the worker reports to the dispatcher
+      (keep it below the dispatcher's worker timeout). Default None:
+      TensorFlow's default.
+    port_kept: the port is held by a local pool's `AddressKeeper`, which
+      closes once this worker registers: bind beside it rather than refuse
+      a busy port. Default False.
+    ready_fd: a file descriptor to write "registered PORT" to (then closed)
+      once the dispatcher has registered the worker. Default None.
+
+  Returns:
+    The exit code (0).
+
+  Raises:
+    ServiceError: bad dispatcher address, port in use, no dispatcher, or
+      something else at its address (no answer within `dispatcher_wait_s`,
+      at least 5 s).
+  """
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  import tensorflow as tf  # noqa: PLC0415
+
+  d_host, d_port = parse_address(dispatcher, "--dispatcher")
+  dispatcher = f"{d_host}:{d_port}"
+  if not port_kept:
+    check_port_free(port)
+  deadline = time.monotonic() + dispatcher_wait_s
+  wait_for_dispatcher(d_host, d_port, dispatcher_wait_s)
+  worker_address = f"{host}:{port}"
+  start_tuner("worker", dispatcher=dispatcher, worker_address=worker_address,
+               port=port)
+  config = tf.data.experimental.service.WorkerConfig(
+      dispatcher_address=dispatcher, worker_address=worker_address, port=port,
+      heartbeat_interval_ms=heartbeat_interval_ms)
+  _check_is_dispatcher(dispatcher, max(_MIN_ANSWER_WAIT_S,
+                                       deadline - time.monotonic()))
+  # Returns once the dispatcher registered the worker.
+  server = tf.data.experimental.service.WorkerServer(config)
+  logging.info("tf.data service worker with InTune at %s registered with "
+               "dispatcher %s (pid %d).", worker_address, dispatcher,
+               os.getpid())
+  if ready_fd is not None:
+    with open(ready_fd, "w", closefd=True) as ready:
+      ready.write(f"registered {port}\n")
+  logging.warning(SECURITY_NOTE.format(port=port))
+  name = wait_for_signal()
+  logging.info("Worker stopping (%s).", name)
+  server.stop()
+  return 0
+
+
+def _check_is_dispatcher(dispatcher: str, timeout_s: float) -> None:
+  """Asks the server at `dispatcher` for its tf.data service version (a
+  `WorkerServer` would retry for ever at anything that is not a
+  dispatcher, holding the interpreter).
+
+  Raises:
+    ServiceError: no dispatcher answered within `timeout_s`.
+  """
+  import grpc  # noqa: PLC0415  TensorFlow's own dependency, only needed here
+
+  with grpc.insecure_channel(dispatcher) as channel:
+    get_version = channel.unary_unary(_GET_VERSION)
+    try:
+      get_version(b"", timeout=timeout_s, wait_for_ready=True)
+    except grpc.RpcError as e:
+      what = ("a gRPC server that is not a tf.data service dispatcher"
+              if e.code() == grpc.StatusCode.UNIMPLEMENTED else
+              f"no tf.data service dispatcher answer ({e.code().name})")
+      raise ServiceError(
+          f"something accepts connections at {dispatcher} but gave "
+          f"{what} within {timeout_s:.3g} s: check the address (`intune "
+          "service dispatcher` listens there), or raise "
+          "--dispatcher-wait.") from None
+
+
+def exit_with_stdin() -> None:
+  """Stops this process (SIGTERM) at the end of stdin: the process that
+  started it and held the other end is gone, however it died."""
+
+  def watch():
+    try:
+      while sys.stdin.buffer.read1(4096):
+        pass
+    except (OSError, ValueError):
+      pass
+    logging.warning("Worker: stdin closed (whoever started it is gone); "
+                    "stopping.")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=watch, name="intune-stdin-watch",
+                   daemon=True).start()
+
+
+def standby_port(stream: IO[str]) -> tuple[int, bool] | None:
+  """The port a standby worker is asked to serve on, from one line of
+  `stream`: "PORT", or "PORT kept" when the pool's `AddressKeeper` holds it
+  (the worker binds beside it). None at the end of the stream (whoever
+  kept the standby no longer needs it).
+
+  Returns:
+    (port, kept), or None.
+
+  Raises:
+    ServiceError: the line is not a port (1-65535), optionally "kept".
+  """
+  line = stream.readline()
+  if not line:
+    return None
+  words = line.split()
+  kept = words[1:] == [workers.KEPT]
+  try:
+    if len(words) != 1 + kept:
+      raise argparse.ArgumentTypeError(
+          f"expected PORT or PORT {workers.KEPT}")
+    return arguments.port(words[0]), kept
+  except argparse.ArgumentTypeError as e:
+    raise ServiceError(f"a standby worker got {line.strip()!r} on stdin, "
+                       f"not a port: {e}") from e
+
+
+def warm_worker() -> None:
+  """What a worker loads before it has a port: TensorFlow, InTune and its
+  kernel library (most of a worker's start-up)."""
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  import tensorflow as tf  # noqa: PLC0415, F401
+
+  # Deferred with TensorFlow, which it loads.
+  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
+  _kernels.ops()
