@@ -174,7 +174,11 @@ class Knob:
     max: largest allowed value (that every instance accepts).
     display: the model nodes of the live instances, for display only:
       "ParallelMapV2(id:3)", comma-separated when there are several. Ids
-      change whenever a stage is re-created.
+      change whenever a stage is re-created. Empty when idle.
+    idle: its stage does not run now (it is below InTune's cache while the
+      cache serves the epoch): `value` is the one it comes back at, `set`
+      on it is applied when it runs again, and the tuner leaves it alone.
+      Default False.
   """
   name: str
   kind: str
@@ -182,6 +186,7 @@ class Knob:
   min: float
   max: float
   display: str = ""
+  idle: bool = False
 
   @property
   def stage(self) -> str:

@@ -130,7 +130,7 @@ def test_the_knobs_and_stages_are_named_as_without_the_cache(tmp_path):
   assert not any("IntuneCache" in n for n in names[True][1])
 
 
-def test_the_knobs_below_a_cache_that_serves_the_epoch_leave_it(tmp_path):
+def test_the_knobs_below_a_cache_that_serves_the_epoch_stay_idle(tmp_path):
   ds = _tuned(_pipelines(tmp_path)["random_map"]().prefetch(AUTOTUNE))
   knobs = []
   for _ in range(3):
@@ -138,19 +138,44 @@ def test_the_knobs_below_a_cache_that_serves_the_epoch_leave_it(tmp_path):
     session = intune_tf.session_of(it)
     for i, _ in enumerate(it):
       if i == 10:
-        knobs.append(sorted(k.name for k in session.knobs()))
+        knobs.append({k.name: (k.value, k.idle) for k in session.knobs()})
   below = "Prefetch.MapAndBatch.ParallelMapV2/parallelism"
-  assert knobs[0] == [below, "Prefetch/buffer_size"]
-  # Epochs 2 and 3 come from the cache: the map below it does not run.
-  assert knobs[1] == knobs[2] == ["Prefetch/buffer_size"]
+  assert sorted(knobs[0]) == [below, "Prefetch/buffer_size"]
+  assert not knobs[0][below][1]
+  # Epochs 2 and 3 come from the cache: the map below it does not run, and
+  # its knob stays, idle, at the value it had.
+  assert knobs[1] == knobs[2]
+  assert knobs[1][below] == (knobs[0][below][0], True)
+  assert sorted(knobs[1]) == sorted(knobs[0])
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_a_knob_set_below_a_cache_stays_and_can_be_set_again(cache):
+  # A map's knob, set to 1, then 200 more elements: the cache serves the
+  # second pass of the repeat, the map does not run.
+  ds = _tuned(tf.data.Dataset.range(100).map(
+      lambda x: x * 2, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+              .repeat(), cache=cache)
+  it = iter(ds)
+  next(it)
+  session = intune_tf.session_of(it)
+  below = next(k.name for k in session.knobs() if "ParallelMapV2" in k.name)
+  assert session.set({below: 1.0}) == {below: 1.0}
+  for _ in range(200):
+    next(it)
+  knob = next(k for k in session.knobs() if k.name == below)
+  assert knob.value == 1.0
+  assert knob.idle == cache
+  assert session.set({below: 2.0}) == {below: 2.0}
+  assert next(k for k in session.knobs() if k.name == below).value == 2.0
 
 
 @pytest.mark.slow
 def test_a_knob_below_the_cache_comes_back_at_its_value_when_it_shrinks():
   # The map below the cache runs in the first pass only. Set to 1 there, it
-  # leaves the knobs while the cache serves the second pass; memory
-  # pressure then drops most of the cache mid-pass, and the map runs again
-  # at 1, not at its start.
+  # stays in the knobs, idle, while the cache serves the second pass, and is
+  # set to 2 meanwhile; memory pressure then drops most of the cache
+  # mid-pass, and the map runs again at 2, not at its start.
   ds = _tuned(tf.data.Dataset.range(2000).map(
       lambda x: tf.fill([100], tf.cast(x, tf.float32)) * 1.5,
       num_parallel_calls=AUTOTUNE).repeat(2), ram_budget=64 << 20)
@@ -162,16 +187,18 @@ def test_a_knob_below_the_cache_comes_back_at_its_value_when_it_shrinks():
   for _ in range(2000 + 499):
     next(it)
   assert session.cache()["complete"]
-  assert below not in {k.name for k in session.knobs()}
+  idle = next(k for k in session.knobs() if k.name == below)
+  assert idle.idle and idle.value == 1.0
+  assert session.set({below: 2.0}) == {below: 2.0}
   session.set_ram_budget(300 * 400)
   assert wait_for(lambda: session.cache()["bytes"] <= 300 * 400)
   rest, values = [], {}
   for element in it:
     rest.append(int(element[0] / 1.5))
     values = values or {k.name: k.value for k in session.knobs()
-                        if k.name == below}
+                        if k.name == below and not k.idle}
   assert rest == list(range(500, 2000))
-  assert values == {below: 1.0}
+  assert values == {below: 2.0}
 
 
 def test_the_option_off_adds_no_cache(tmp_path):

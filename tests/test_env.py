@@ -37,6 +37,14 @@ def test_changes_keeps_only_known_knobs_that_move():
   assert env_lib.changes(knobs, {}) == {}
 
 
+def test_changes_leaves_idle_knobs_alone():
+  idle = records.Knob("c/parallelism", "parallelism", 2, 1, 8, idle=True)
+  knobs = [_knob("a/parallelism", 2), idle]
+  # a moves (2 -> 3); c would (2 -> 5) but its stage does not run.
+  wanted = {"a/parallelism": 3, "c/parallelism": 5}
+  assert env_lib.changes(knobs, wanted) == {"a/parallelism": 3}
+
+
 def test_step_in_force_and_changed():
   obs = _obs(_knob("a/parallelism", 2), _knob("b/parallelism", 3))
   moved = env_lib.Step(obs, {"a/parallelism": 5}, {"a/parallelism": 4.0})

@@ -160,9 +160,13 @@ def _make_knobs(names, values, mins, maxs, displays=None) -> list[Knob]:
   """Knobs of the kinds we tune, from the input stage to the output stage."""
   values, mins, maxs = (np.asarray(a, np.float64).tolist()
                         for a in (values, mins, maxs))
-  displays = ([d.decode() for d in displays] if displays is not None
+  listed = displays is not None
+  displays = ([d.decode() for d in displays] if listed
               else [""] * len(values))
-  return [Knob(name, kind, values[i], mins[i], maxs[i], displays[i])
+  # A listed knob with no live instance is idle (below the cache, which
+  # serves the epoch): the kernel lists it with no display.
+  return [Knob(name, kind, values[i], mins[i], maxs[i], displays[i],
+               listed and not displays[i])
           for i, name, kind in _knob_layout(tuple(names))]
 
 

@@ -89,8 +89,9 @@ class Step:
 def changes(knobs: tuple[Knob, ...] | list[Knob],
             wanted: Mapping[str, float]) -> dict[str, float]:
   """The values of `wanted` for knobs in `knobs` that differ from the value
-  in force; the rest is left out."""
-  current = {k.name: k.value for k in knobs}
+  in force; the rest is left out, idle knobs too (`Knob.idle`: their stage
+  does not run, so a change would be judged on what it does not do)."""
+  current = {k.name: k.value for k in knobs if not k.idle}
   return {name: value for name, value in wanted.items()
           if name in current and current[name] != value}
 

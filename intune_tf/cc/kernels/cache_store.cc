@@ -75,6 +75,19 @@ std::string CacheEntry::point() const {
   return point_;
 }
 
+void CacheEntry::RememberKnobs(const std::vector<KnobBelow>& knobs) {
+  mutex_lock l(mu_);
+  for (const KnobBelow& knob : knobs) knobs_below_[knob.name] = knob;
+}
+
+std::vector<CacheEntry::KnobBelow> CacheEntry::knobs_below() const {
+  mutex_lock l(mu_);
+  std::vector<KnobBelow> knobs;
+  knobs.reserve(knobs_below_.size());
+  for (const auto& [unused, knob] : knobs_below_) knobs.push_back(knob);
+  return knobs;
+}
+
 bool CacheEntry::CheckFiles(const std::string& signature) {
   mutex_lock l(mu_);
   const bool changed = has_signature_ && signature != signature_;

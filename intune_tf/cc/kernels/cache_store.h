@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -73,6 +74,20 @@ class CacheEntry {
   // line); empty while it is not declined.
   void Decline(const std::string& reason) TF_LOCKS_EXCLUDED(mu_);
   std::string declined() const TF_LOCKS_EXCLUDED(mu_);
+
+  // A knob of a stage below the cache, as the last session that ran it saw
+  // it: a session whose epochs the entry serves from the start lists it,
+  // idle, under the same name (TuningSession::AttachCache).
+  struct KnobBelow {
+    std::string name;
+    double value = 0;
+    double min = 0;
+    double max = 0;
+  };
+  // Remembers `knobs` (by name, over what was remembered).
+  void RememberKnobs(const std::vector<KnobBelow>& knobs)
+      TF_LOCKS_EXCLUDED(mu_);
+  std::vector<KnobBelow> knobs_below() const TF_LOCKS_EXCLUDED(mu_);
 
   // Element `index`, if held.
   bool Get(int64_t index, std::vector<Tensor>* out) const
@@ -162,6 +177,7 @@ class CacheEntry {
   int64_t failed_at_ TF_GUARDED_BY(mu_) = -1;
   int64_t upstream_us_ TF_GUARDED_BY(mu_) = 0;
   int64_t dropped_ TF_GUARDED_BY(mu_) = 0;
+  std::map<std::string, KnobBelow> knobs_below_ TF_GUARDED_BY(mu_);
 };
 
 // The process's entries, by key. The store does not own them: an entry

@@ -56,11 +56,14 @@ std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
   if (output == nullptr) return walk;
   const int64_t output_id = output->id();
   // A cache at the top: the pipeline's output is its input's.
+  bool top_cache = false;
   while (output->name() == rewrites::kCacheNode &&
          output->inputs().size() == 1) {
     output = output->inputs().front();
+    top_cache = true;
   }
   walk.push_back({std::move(output), -1, 0, 1, output_id});
+  walk.back().below_cache = top_cache;
   // Breadth first; `walk` grows while it is read.
   for (size_t i = 0; i < walk.size(); ++i) {
     std::list<std::shared_ptr<Node>> inputs = walk[i].node->inputs();
@@ -68,14 +71,17 @@ std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
     int position = 0;
     for (auto& input : inputs) {
       const int64_t id = input->id();
+      bool below_cache = walk[i].below_cache;
       while (input->name() == rewrites::kBufferReleaseNode ||
              input->name() == rewrites::kCacheNode) {
+        below_cache |= input->name() == rewrites::kCacheNode;
         std::list<std::shared_ptr<Node>> below = input->inputs();
         if (below.size() != 1) break;
         input = std::move(below.front());
       }
       walk.push_back(
           {std::move(input), static_cast<int>(i), position++, n, id});
+      walk.back().below_cache = below_cache;
     }
   }
   return walk;
@@ -114,6 +120,7 @@ void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
       KnownKnob& known = known_[absl::StrCat(*w.stage, "/", p->name)];
       known.min = KnobMin(*p);
       known.max = p->max;
+      known.below_cache = w.below_cache;
       if (known.has_value) {
         WriteValue(w.node.get(), p.get(), std::min(known.value, known.allowed));
       } else if (p->name == kBufferSize) {
@@ -161,6 +168,31 @@ std::vector<Knob> TuningSession::KnobsLocked(
         absl::StrAppend(&k.display, ",", w.node->long_name());
       }
     }
+  }
+  // The knobs below the cache whose stages do not run now (it serves the
+  // epoch): listed, idle, at the value they come back at. Those that run
+  // are told to the caches, for the sessions they serve from the start.
+  std::vector<CacheEntry::KnobBelow> below;
+  for (auto& [name, known] : known_) {
+    const auto live = by_name.find(name);
+    if (live != by_name.end()) {
+      known.has_last = true;
+      known.last = live->second.value;
+      if (known.below_cache) {
+        below.push_back({name, known.last, known.min, known.max});
+      }
+      continue;
+    }
+    if (!known.below_cache || !known.has_start) continue;
+    const double value = known.has_value ? known.value
+                         : known.has_last ? known.last
+                                          : known.start;
+    const size_t slash = name.rfind('/');
+    by_name[name] = {name,      name.substr(slash + 1), value, known.min,
+                     known.max, /*display=*/""};
+  }
+  if (!below.empty()) {
+    for (const auto& entry : Caches()) entry->RememberKnobs(below);
   }
   std::vector<Knob> knobs;
   knobs.reserve(by_name.size());
@@ -231,7 +263,12 @@ absl::StatusOr<std::vector<double>> TuningSession::SetKnobs(
       known.has_value = true;
       known.value = targets[i];
       auto instances = live.find(names[i]);
-      if (instances == live.end()) continue;
+      // Idle (no instance): its stage comes back at the value set, and the
+      // guard's next pass lowers it if the budget must.
+      if (instances == live.end()) {
+        known.allowed = std::numeric_limits<double>::infinity();
+        continue;
+      }
       for (const Instance& instance : instances->second) {
         proposal[instance.second.get()] = targets[i];
       }
@@ -524,6 +561,23 @@ void TuningSession::AttachCache(std::shared_ptr<CacheEntry> entry) {
       if (held == entry) return;
     }
     caches_.push_back(entry);
+  }
+  // The knobs below it that other sessions ran: known here, idle until the
+  // stages run (a session served from the cache from the start).
+  const std::vector<CacheEntry::KnobBelow> below = entry->knobs_below();
+  if (!below.empty()) {
+    mutex_lock l(mu_);
+    for (const CacheEntry::KnobBelow& knob : below) {
+      KnownKnob& known = known_[knob.name];
+      if (known.has_start) continue;
+      known.min = knob.min;
+      known.max = knob.max;
+      known.below_cache = true;
+      known.has_start = true;
+      known.start = knob.value;
+      known.has_last = true;
+      known.last = knob.value;
+    }
   }
   // Before its first element: no room until the guard gives it some.
   LimitCaches(ram_budget_.load(), -1);

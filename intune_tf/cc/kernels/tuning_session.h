@@ -93,7 +93,9 @@ class TuningSession {
   int64_t creator_thread() const { return creator_thread_; }
   const ModelPtr& tf_model() const { return model_; }
 
-  // The live knobs, sorted by name.
+  // The live knobs, and the idle ones below the cache (their stages do not
+  // run while it serves an epoch: `display` empty, `value` the one they
+  // come back at), sorted by name.
   std::vector<Knob> ListKnobs() TF_LOCKS_EXCLUDED(mu_);
 
   // Validates every (name, value) pair first; applies none unless all are
@@ -171,6 +173,7 @@ class TuningSession {
     int position;  // among the parent's inputs
     int siblings;  // the parent's number of inputs
     int64_t id;    // the node's id, or the id of the node left out above it
+    bool below_cache = false;  // InTune's cache is above it
     // Set by SyncLocked; valid only while mu_ is held (it points into
     // `nodes_`, whose entries a later SyncLocked erases).
     const std::string* stage = nullptr;
@@ -187,6 +190,12 @@ class TuningSession {
     double start = 0;
     // The most the guard allowed at its last pass (infinite before one).
     double allowed = std::numeric_limits<double>::infinity();
+    // Its stage runs below InTune's cache: while the cache serves an epoch
+    // it does not run, and the knob stays listed, idle, at `last` (its
+    // value when last seen live) or the value set since.
+    bool below_cache = false;
+    bool has_last = false;
+    double last = 0;
   };
   // A live node: its stage name, and the last pass that saw it.
   struct NodeEntry {
