@@ -849,3 +849,108 @@ def test_an_idle_cache_fits_the_process_budget_and_goes_with_its_dataset():
   gc.collect()
   assert wait_for(lambda: session_lib.process_caches()["entries"] <=
                   before["entries"])
+
+
+# Purity on the path production takes: the root rewrites the graph that
+# RewriteDataset serializes (captured variables and tables are placeholders
+# there), and the elements of 3 epochs, with the outside state changed
+# between them, are those of plain tf.data. Each case puts pure work below
+# the stage that reads or changes outside state, so that a cache is placed.
+def _work(n=40):
+  return tf.data.Dataset.range(n).map(
+      lambda x: x + tf.cast(tf.reduce_sum(tf.sin(tf.cast(
+          tf.range(x % 5 + 50), tf.float32))) * 0, tf.int64))
+
+
+def _purity_case(name, tmp_path):
+  """(a fresh dataset, a change of the outside state after each epoch, what
+  the epoch left outside the pipeline), for case `name`."""
+  tmp_path.mkdir(parents=True, exist_ok=True)
+  state = {"n": 0}
+  variable = tf.Variable(0, dtype=tf.int64)
+  table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, -1)
+  table.insert(tf.range(5, dtype=tf.int64), tf.zeros([5], tf.int64))
+
+  def change():
+    state["n"] += 10
+    variable.assign_add(100)
+    table.insert(tf.range(5, dtype=tf.int64),
+                 tf.fill([5], tf.constant(state["n"], tf.int64)))
+
+  def nothing_outside():
+    return None
+
+  def py_add(x):
+    return x + state["n"]
+
+  def generator():
+    for i in range(20):
+      yield i + state["n"]
+
+  log = tmp_path / f"{name}.log"
+  written = tmp_path / f"{name}-files"
+  written.mkdir()
+
+  def files():
+    return sorted((p.name, p.read_text()) for p in written.iterdir())
+
+  cases = {
+      "variable_read": (lambda: _work().map(lambda x: x + variable),
+                        nothing_outside),
+      "assign_add": (lambda: _work().map(
+          lambda x: x + variable.assign_add(1)), nothing_outside),
+      "mutable_table": (lambda: _work().map(
+          lambda x: x + table.lookup(x % 5)), nothing_outside),
+      "py_function": (lambda: _work().map(
+          lambda x: tf.py_function(py_add, [x], tf.int64)), nothing_outside),
+      "numpy_function": (lambda: _work().map(
+          lambda x: tf.numpy_function(py_add, [x], tf.int64)),
+                         nothing_outside),
+      "from_generator": (lambda: tf.data.Dataset.from_generator(
+          generator, output_signature=tf.TensorSpec([], tf.int64)).map(
+              lambda x: x * 3), nothing_outside),
+      "print": (lambda: _work().map(lambda x: _printed(x, log)),
+                lambda: log.read_text().split()),
+      "write_file": (lambda: _work().map(lambda x: _written(
+          x + variable, written)), files),
+  }
+  make, outside = cases[name]
+  return make, change, outside
+
+
+def _printed(x, log):
+  with tf.control_dependencies([tf.print(x, output_stream=f"file://{log}")]):
+    return tf.identity(x)
+
+
+def _written(x, directory):
+  path = tf.strings.join([str(directory), "/", tf.strings.as_string(x % 7)])
+  with tf.control_dependencies([tf.io.write_file(path, tf.strings.as_string(
+      x))]):
+    return tf.identity(x)
+
+
+PURITY_CASES = ("variable_read", "assign_add", "mutable_table", "py_function",
+                "numpy_function", "from_generator", "print", "write_file")
+
+
+@pytest.mark.parametrize("name", PURITY_CASES)
+def test_outside_state_is_seen_each_epoch_as_by_plain_tf_data(tmp_path, name):
+  runs = {}
+  for cache in (False, True):
+    make, change, outside = _purity_case(name, tmp_path / f"cache-{cache}")
+    ds = _tuned(make(), cache=cache)
+    epochs = []
+    for _ in range(3):
+      elements, stats = _epoch(ds)
+      epochs.append((elements, outside()))
+      change()
+    runs[cache] = epochs, stats
+  (plain, _), (cached, stats) = runs[False], runs[True]
+  assert cached == plain
+  # The state did change what the epochs gave or left.
+  assert plain[0] != plain[1] != plain[2]
+  if name != "from_generator":
+    # A cache was placed on the pure work below, not above the stage.
+    assert stats["point"], stats["reason"]
+    assert stats["complete"] and stats["hits"] > 0
