@@ -282,7 +282,7 @@ class TuningSession:
   def _remember(self, knobs: Sequence[Knob]) -> None:
     """Records a listing for `_known_values` and `_listed_names`."""
     self._values.update((k.name, k.value) for k in knobs)
-    self._listed = frozenset(k.name for k in knobs)
+    self._listed = frozenset(k.name for k in knobs if not k.idle)
 
   def _known_values(self) -> dict[str, float]:
     """The last value seen (`knobs`, `set`, each tuning step) of every knob
@@ -292,9 +292,9 @@ class TuningSession:
     return dict(self._values)
 
   def _listed_names(self) -> frozenset[str]:
-    """The knobs of the last listing (`knobs`, each tuning step): those
-    live then, known without an op call, so also once the session is
-    gone."""
+    """The knobs of the last listing (`knobs`, each tuning step) that were
+    live then (not idle), known without an op call, so also once the
+    session is gone."""
     return self._listed
 
   def _snapshot(self) -> "_Snapshot":

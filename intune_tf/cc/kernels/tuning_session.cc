@@ -104,6 +104,7 @@ std::string TuningSession::StageName(const std::vector<WalkNode>& walk,
 
 void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
   ++pass_;
+  std::vector<std::string> below;
   for (size_t i = 0; i < walk->size(); ++i) {
     WalkNode& w = (*walk)[i];
     auto [it, inserted] = nodes_.try_emplace(w.node->id());
@@ -121,6 +122,7 @@ void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
       known.min = KnobMin(*p);
       known.max = p->max;
       known.below_cache = w.below_cache;
+      if (w.below_cache) below.push_back(absl::StrCat(*w.stage, "/", p->name));
       if (known.has_value) {
         WriteValue(w.node.get(), p.get(), std::min(known.value, known.allowed));
       } else if (p->name == kBufferSize) {
@@ -136,6 +138,7 @@ void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
       }
     }
   }
+  if (!below.empty()) TellCachesLocked(below);
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (it->second.pass != pass_) {
       it = nodes_.erase(it);
@@ -172,15 +175,13 @@ std::vector<Knob> TuningSession::KnobsLocked(
   // The knobs below the cache whose stages do not run now (it serves the
   // epoch): listed, idle, at the value they come back at. Those that run
   // are told to the caches, for the sessions they serve from the start.
-  std::vector<CacheEntry::KnobBelow> below;
+  std::vector<std::string> below;
   for (auto& [name, known] : known_) {
     const auto live = by_name.find(name);
     if (live != by_name.end()) {
       known.has_last = true;
       known.last = live->second.value;
-      if (known.below_cache) {
-        below.push_back({name, known.last, known.min, known.max});
-      }
+      if (known.below_cache) below.push_back(name);
       continue;
     }
     if (!known.below_cache || !known.has_start) continue;
@@ -191,13 +192,26 @@ std::vector<Knob> TuningSession::KnobsLocked(
     by_name[name] = {name,      name.substr(slash + 1), value, known.min,
                      known.max, /*display=*/""};
   }
-  if (!below.empty()) {
-    for (const auto& entry : Caches()) entry->RememberKnobs(below);
-  }
+  if (!below.empty()) TellCachesLocked(below);
   std::vector<Knob> knobs;
   knobs.reserve(by_name.size());
   for (auto& [unused, knob] : by_name) knobs.push_back(std::move(knob));
   return knobs;
+}
+
+void TuningSession::TellCachesLocked(const std::vector<std::string>& names) {
+  std::vector<CacheEntry::KnobBelow> below;
+  for (const std::string& name : names) {
+    const auto known = known_.find(name);
+    if (known == known_.end() || !known->second.below_cache) continue;
+    const KnownKnob& k = known->second;
+    const double value = k.has_value ? k.value
+                         : k.has_last ? k.last
+                                      : k.start;
+    below.push_back({name, value, k.min, k.max});
+  }
+  if (below.empty()) return;
+  for (const auto& entry : Caches()) entry->RememberKnobs(below);
 }
 
 std::vector<Knob> TuningSession::ListKnobs() {
@@ -258,6 +272,7 @@ absl::StatusOr<std::vector<double>> TuningSession::SetKnobs(
       }
       targets.push_back(Clamp(std::round(values[i]), lo, hi));
     }
+    std::vector<std::string> set_below;
     for (size_t i = 0; i < names.size(); ++i) {
       KnownKnob& known = known_[names[i]];
       known.has_value = true;
@@ -267,12 +282,14 @@ absl::StatusOr<std::vector<double>> TuningSession::SetKnobs(
       // guard's next pass lowers it if the budget must.
       if (instances == live.end()) {
         known.allowed = std::numeric_limits<double>::infinity();
-        continue;
       }
+      if (known.below_cache) set_below.push_back(names[i]);
+      if (instances == live.end()) continue;
       for (const Instance& instance : instances->second) {
         proposal[instance.second.get()] = targets[i];
       }
     }
+    if (!set_below.empty()) TellCachesLocked(set_below);
   }
   EnforceBudget(/*thorough=*/true, &proposal);
   std::vector<double> applied;

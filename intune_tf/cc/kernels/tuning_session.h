@@ -216,6 +216,10 @@ class TuningSession {
   std::string StageName(const std::vector<WalkNode>& walk, int index) const;
   std::vector<Knob> KnobsLocked(const std::vector<WalkNode>& walk)
       TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the caches the knobs of `names` that run below them, at the value
+  // they come back at (CacheEntry::RememberKnobs).
+  void TellCachesLocked(const std::vector<std::string>& names)
+      TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t id_;
   const std::string tag_;
