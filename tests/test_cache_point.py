@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
+import intune_tf
 from intune_tf import rewrites
 from intune_tf.ops import loader as _kernels
 
@@ -74,7 +75,8 @@ def _records(tmp_path, n_files=2):
   return files
 
 
-@pytest.mark.parametrize("make,op,stop", [
+# (a dataset, the op of its cache point, what ends the pure part).
+POINTS = [
     # Pure to the output: the cache goes right above the last stage that
     # works, below the prefetch.
     (lambda: tf.data.Dataset.range(10).map(_twice).prefetch(2),
@@ -112,7 +114,10 @@ def _records(tmp_path, n_files=2):
         tf.data.Dataset.range(10).map(_twice),
         tf.data.Dataset.range(10).map(_noise))),
      "MapDataset", "is random"),
-])
+]
+
+
+@pytest.mark.parametrize("make,op,stop", POINTS)
 def test_the_point_is_the_last_stage_that_repeats(make, op, stop):
   found, reason = _point(make())
   assert found == op
@@ -187,7 +192,8 @@ def test_images_are_cached_after_the_decode_and_before_the_random_crop(
   assert f"above it: {crop.name} " in point.reason
 
 
-@pytest.mark.parametrize("make,reason", [
+# (a dataset with no cache point, why).
+NO_POINTS = [
     # The user's own cache stays the only one.
     (lambda: tf.data.Dataset.range(10).map(_twice).cache().repeat(2),
      "its own cache"),
@@ -204,7 +210,10 @@ def test_images_are_cached_after_the_decode_and_before_the_random_crop(
     # A random source: no epoch repeats the last.
     (lambda: tf.data.Dataset.random(seed=1).take(10).map(_twice),
      "nothing repeats each epoch"),
-])
+]
+
+
+@pytest.mark.parametrize("make,reason", NO_POINTS)
 def test_no_point(make, reason):
   found, why = _point(make())
   assert found is None
@@ -294,3 +303,31 @@ def test_an_order_not_fixed_below_the_point_is_told(make, unordered):
   else:
     assert "only whole epochs are served" in reason
     assert unordered in reason
+
+
+def _production_point(ds):
+  """The cache point and reason of the root's own rewrite: the graph that
+  RewriteDataset serializes at iterator creation (captured variables and
+  tables are placeholders there), after TF's own static rewrites."""
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="manual", warm_start=False, cache=True)
+  it = iter(ds.with_options(options))
+  next(it)
+  cache = intune_tf.session_of(it).cache()
+  return cache["point"], cache["reason"]
+
+
+@pytest.mark.parametrize("make,op,stop", POINTS)
+def test_the_root_finds_what_ends_the_pure_part(make, op, stop):
+  del op  # TF's static rewrites change the ops (map_and_batch_fusion, ...)
+  point, reason = _production_point(make())
+  assert point, reason
+  assert stop in reason
+
+
+@pytest.mark.parametrize("make,reason", NO_POINTS)
+def test_the_root_finds_no_point(make, reason):
+  point, why = _production_point(make())
+  assert not point
+  assert reason in why
