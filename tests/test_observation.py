@@ -3,6 +3,8 @@
 import dataclasses
 import functools
 import gc
+import subprocess
+import sys
 import time
 import types
 
@@ -216,3 +218,36 @@ _SHARE_1 = arbiter.Share(cpus=1, cpu_share=1.0, ram=1 << 20, processes=2,
 def test_host_cpu_budget(kwargs, usable, share, expected):
   options = intune_tf.IntuneOptions(**kwargs)
   assert observation.host_cpu_budget(options, usable, share) == expected
+
+
+_PEAK_RSS = """
+import resource, sys, tensorflow as tf
+ds = tf.data.Dataset.range(20000).map(
+    lambda i: tf.strings.as_string(tf.range(16, dtype=tf.int64) + i),
+    num_parallel_calls=tf.data.AUTOTUNE).shuffle(1000).batch(256).prefetch(
+        tf.data.AUTOTUNE)
+for _ in ds:  # TensorFlow's own first-iterator costs, in both processes
+  pass
+if sys.argv[1] == "intune":
+  import intune_tf
+  ds = intune_tf.tune(ds, policy="even", cache=False)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for _ in range(2):
+  for _ in ds:
+    pass
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.slow
+def test_a_tuned_process_peaks_near_plain_tensorflow():
+  # The observation's one-time probes (the memory bandwidth copy) must not
+  # raise the process's peak: a 64 MB copy made every tuned process peak
+  # 128 MB above plain TF's on a pipeline of a few kB.
+  peaks = {}
+  for variant in ("plain", "intune"):
+    run = subprocess.run([sys.executable, "-c", _PEAK_RSS, variant],
+                         capture_output=True, text=True, timeout=300,
+                         check=True)
+    peaks[variant] = int(run.stdout.split()[-1]) / 1024  # KiB -> MB
+  assert peaks["intune"] - peaks["plain"] < 48, peaks

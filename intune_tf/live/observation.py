@@ -21,7 +21,7 @@ These are the InTune paper's factors, each with its source and unit:
 | `free_memory`, `total_memory` | bytes | /proc/meminfo `MemAvailable`, `MemTotal` (psutil where there is none), re-read every step, capped by the cgroup memory limit (re-read at most every `host.CGROUP_LIMITS_REFRESH_S`) |
 | `ram_budget`, `buffered_bytes` | bytes | root op |
 | `cpu_mhz` | MHz | psutil `cpu_freq()`, else /proc/cpuinfo, re-read every 10 s; 0 if unknown |
-| `dram_gbps` | GB/s | a 64 MB numpy copy, measured once per process |
+| `dram_gbps` | GB/s | an 8 MB numpy copy, measured once per process |
 | `model_step_s` | s | `report_step_time()` from a training loop; None if none reports |
 """
 
@@ -76,8 +76,17 @@ def model_step_time() -> float | None:
 
 
 @functools.cache
-def dram_bandwidth_gbps(megabytes: int = 64, repeats: int = 3) -> float:
-  """Copy bandwidth of main memory in GB/s, measured once per process."""
+def dram_bandwidth_gbps(megabytes: int = 8, repeats: int = 3) -> float:
+  """Copy bandwidth of memory in GB/s, measured once per process.
+
+  Args:
+    megabytes: size of the block copied; the process holds it twice for the
+      copy's few milliseconds. Default 8: past a core's L2, and a small
+      transient (64 MB gave every tuned process a 128 MB peak of RSS). The
+      state the policies see does not read it (`mdp.features`); it is
+      reported in the observation.
+    repeats: copies timed; the fastest counts. Default 3.
+  """
   src = np.ones(megabytes << 17, dtype=np.float64)  # megabytes MB
   dst = np.empty_like(src)
   best = float("inf")
