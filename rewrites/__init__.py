@@ -17,14 +17,15 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 
 from intune_tf.ops import loader as _kernels
 
-# rewrites/rewrite.h: kOptimizerName, kRootOp, kLegacyRootOp.
+# rewrites/rewrite.h: kOptimizerName; intune_tf/cc/op_names.h: kRootOp,
+# kLegacyRootOp, kIntuneOptionsOp.
 OPTIMIZER_NAME = "intune_rewrites"
 ROOT_OP = "IntuneRootDataset"
 LEGACY_ROOT_OP = "IntuneDataset"
 OPTIONS_OP = "IntuneOptionsDataset"
-# The wrapper of untrack_inner (rewrites/graph_utils.h: kUntrackedOp).
+# The wrapper of untrack_inner (intune_tf/cc/op_names.h: kUntrackedOp).
 UNTRACKED_OP = "IntuneUntrackedDataset"
-# The cache of insert_cache (rewrites/graph_utils.h: kCacheOp).
+# The cache of insert_cache (intune_tf/cc/op_names.h: kCacheOp).
 CACHE_OP = "IntuneCacheDataset"
 AUTOTUNE = -1
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
@@ -25,26 +26,6 @@ inline constexpr int64_t kAutotune = -1;
 inline constexpr char kPrefetchOp[] = "PrefetchDataset";
 // The attribute of a dataset op naming its function.
 inline constexpr char kFunctionAttr[] = "f";
-inline constexpr char kUntrackedOp[] = "IntuneUntrackedDataset";
-inline constexpr char kBufferReleaseOp[] = "IntuneBufferReleaseDataset";
-// The cache that insert_cache adds, and its attribute naming the node it
-// caches (for display).
-inline constexpr char kCacheOp[] = "IntuneCacheDataset";
-inline constexpr char kCachePointAttr[] = "cache_point";
-// Its attribute saying why the order of its input's elements may differ
-// between epochs (a stage with `deterministic=False` or `sloppy`, or
-// `options.deterministic=False`); empty when the order is fixed. Such a
-// cache serves only a whole epoch.
-inline constexpr char kCacheUnorderedAttr[] = "unordered";
-// Its node in the model, left out of stage names.
-inline constexpr char kBufferReleaseNode[] = "IntuneBufferRelease";
-// The cache's node in the model, left out of stage names too: a stage's name
-// is the same with the cache on or off.
-inline constexpr char kCacheNode[] = "IntuneCache";
-// Attrs of the bounded interleave buffers (kernels/bounded_buffers.h): the
-// group both ops share, and the interleave's records per input.
-inline constexpr char kBufferGroupAttr[] = "buffer_group";
-inline constexpr char kRecordsPerInputAttr[] = "records_per_input";
 inline constexpr char kOutputTypes[] = "output_types";
 inline constexpr char kOutputShapes[] = "output_shapes";
 inline constexpr char kLegacyAutotune[] = "legacy_autotune";

@@ -7,7 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "intune_tf/cc/kernels/tf_cc_symbols.h"
+#include "intune_tf/cc/tf_cc_symbols.h"
 #include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/custom_graph_optimizer.h"

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "intune_tf/cc/op_names.h"
 #include "intune_tf/cc/settings_fields.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
@@ -29,12 +30,8 @@ namespace intune {
 namespace rewrites {
 
 inline constexpr char kOptimizerName[] = "intune_rewrites";
-inline constexpr char kRootOp[] = "IntuneRootDataset";
-// The root's former name, which graphs saved by earlier releases carry: still
-// registered, with the same kernel, so that those graphs load and run.
-inline constexpr char kLegacyRootOp[] = "IntuneDataset";
-// The option, carried in the graph (intune_tf/cc/kernels/options_dataset_op.cc).
-inline constexpr char kIntuneOptionsOp[] = "IntuneOptionsDataset";
+// The root's op names (kRootOp, kLegacyRootOp) and the option's
+// (kIntuneOptionsOp) are in intune_tf/cc/op_names.h.
 
 struct Options {
   // False where the option is off: only strip_roots runs, so that the

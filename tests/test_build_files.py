@@ -35,6 +35,29 @@ def test_every_cc_file_is_listed():
                            _setup_list("KERNEL_HEADERS"))
 
 
+def _includes(directory: str) -> dict[str, list[str]]:
+  """{file: the project headers it includes} of the C++ under `directory`."""
+  files = [p for p in (ROOT / directory).rglob("*")
+           if p.suffix in (".cc", ".h")]
+  return {str(p.relative_to(ROOT)): re.findall(
+      r'^#include "((?:intune_tf|rewrites)/[^"]+)"', p.read_text(), re.M)
+          for p in files}
+
+
+def test_the_rewrites_and_the_kernels_do_not_include_each_other():
+  # The names both use are in intune_tf/cc/op_names.h; the kernels reach
+  # the rewrites only through rewrites/rewrite.h (the root runs the passes).
+  rewrites = _includes("rewrites")
+  kernels = _includes("intune_tf/cc/kernels")
+  assert {f: [h for h in hs if h.startswith("intune_tf/cc/kernels/")]
+          for f, hs in rewrites.items()} == {f: [] for f in rewrites}
+  assert {h for hs in kernels.values() for h in hs
+          if h.startswith("rewrites/")} == {"rewrites/rewrite.h"}
+  assert set(rewrites["rewrites/rewrite.h"]) <= {
+      "intune_tf/cc/op_names.h", "intune_tf/cc/settings_fields.h",
+      "intune_tf/cc/cache_decision.h"}
+
+
 def test_a_source_build_without_tensorflow_stops_at_once_saying_why():
   # As under pip's build isolation: TensorFlow cannot be imported.
   code = ("import runpy, sys; sys.modules['tensorflow'] = None; "

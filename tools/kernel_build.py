@@ -12,7 +12,7 @@ library links only `libtensorflow_framework.so.2`, and carries no run path:
 the two functions it needs from `libtensorflow_cc.so.2`
 (`data::RewriteDataset`, `data::CreateRewriterConfig`) are looked up at run
 time in the copy TensorFlow's Python module has already loaded
-(intune_tf/cc/kernels/tf_cc_symbols.cc), under their mangled names, which this
+(intune_tf/cc/tf_cc_symbols.cc), under their mangled names, which this
 module reads from a probe object compiled with the same flags (the names
 embed TF's abseil namespace, which changes between minors).
 """
@@ -49,7 +49,7 @@ KERNEL_SOURCES = [
     "intune_tf/cc/kernels/untracked_dataset_op.cc",
     "intune_tf/cc/kernels/options_dataset_op.cc",
     "intune_tf/cc/kernels/settings.cc",
-    "intune_tf/cc/kernels/tf_cc_symbols.cc",
+    "intune_tf/cc/tf_cc_symbols.cc",
     "intune_tf/cc/ops/intune_ops.cc",
     "intune_tf/cc/ops/rewrite_ops.cc",
     "rewrites/cache_point.cc",
@@ -74,11 +74,12 @@ KERNEL_HEADERS = [
     "intune_tf/cc/kernels/session_registry.h",
     "intune_tf/cc/kernels/settings.h",
     "intune_tf/cc/kernels/stage_names.h",
-    "intune_tf/cc/kernels/tf_cc_symbols.h",
     "intune_tf/cc/kernels/tf_compat.h",
     "intune_tf/cc/kernels/tuning_session.h",
     "intune_tf/cc/layout.h",
+    "intune_tf/cc/op_names.h",
     "intune_tf/cc/settings_fields.h",
+    "intune_tf/cc/tf_cc_symbols.h",
     "rewrites/graph_utils.h",
     "rewrites/optimizer.h",
     "rewrites/passes.h",
@@ -93,7 +94,7 @@ TF_CC_FUNCTIONS = {"RewriteDataset": "INTUNE_REWRITE_DATASET_SYMBOL",
                    "CreateRewriterConfig":
                        "INTUNE_CREATE_REWRITER_CONFIG_SYMBOL"}
 # The file given those macros.
-_TF_CC_SOURCE = "intune_tf/cc/kernels/tf_cc_symbols.cc"
+_TF_CC_SOURCE = "intune_tf/cc/tf_cc_symbols.cc"
 # The probe's references to those functions give their mangled names.
 _PROBE = ('#include "tensorflow/core/data/rewrite_utils.h"\n' + "".join(
     f"void* IntuneProbe{name}() {{ return reinterpret_cast<void*>("

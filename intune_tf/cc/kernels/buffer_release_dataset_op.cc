@@ -7,7 +7,7 @@
 
 #include "intune_tf/cc/kernels/bounded_buffers.h"
 #include "intune_tf/cc/kernels/pass_through.h"
-#include "rewrites/graph_utils.h"
+#include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/model.h"
 
@@ -21,11 +21,11 @@ class IntuneBufferReleaseDatasetOp : public data::UnaryDatasetOpKernel {
  public:
   explicit IntuneBufferReleaseDatasetOp(OpKernelConstruction* ctx)
       : UnaryDatasetOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(rewrites::kBufferGroupAttr, &group_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kBufferGroupAttr, &group_));
     OP_REQUIRES_OK(ctx,
-                   ctx->GetAttr(rewrites::kRecordsPerInputAttr, &records_));
+                   ctx->GetAttr(kRecordsPerInputAttr, &records_));
     OP_REQUIRES(ctx, records_ > 0,
-                errors::InvalidArgument(rewrites::kRecordsPerInputAttr,
+                errors::InvalidArgument(kRecordsPerInputAttr,
                                         " must be positive, got ", records_));
   }
 
@@ -69,8 +69,8 @@ class IntuneBufferReleaseDatasetOp::Dataset : public PassThroughDataset {
     b->BuildAttrValue(group_, &group);
     b->BuildAttrValue(records_, &records);
     return b->AddDataset(this, {input_node},
-                         {{rewrites::kBufferGroupAttr, group},
-                          {rewrites::kRecordsPerInputAttr, records}},
+                         {{kBufferGroupAttr, group},
+                          {kRecordsPerInputAttr, records}},
                          output);
   }
 
@@ -116,7 +116,7 @@ class IntuneBufferReleaseDatasetOp::Dataset : public PassThroughDataset {
     std::shared_ptr<model::Node> CreateNode(
         data::IteratorContext* ctx, model::Node::Args args) const override {
       // Left out of stage names (TuningSession::Walk).
-      args.name = rewrites::kBufferReleaseNode;
+      args.name = kBufferReleaseNode;
       return model::MakeKnownRatioNode(std::move(args), /*ratio=*/1);
     }
 
@@ -149,7 +149,7 @@ void IntuneBufferReleaseDatasetOp::MakeDataset(OpKernelContext* ctx,
   *output = new Dataset(ctx, input, group_, records_);
 }
 
-REGISTER_KERNEL_BUILDER(Name(rewrites::kBufferReleaseOp).Device(DEVICE_CPU),
+REGISTER_KERNEL_BUILDER(Name(kBufferReleaseOp).Device(DEVICE_CPU),
                         IntuneBufferReleaseDatasetOp);
 
 }  // namespace

@@ -42,7 +42,7 @@
 #include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/pass_through.h"
 #include "intune_tf/cc/kernels/session_registry.h"
-#include "rewrites/graph_utils.h"
+#include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/model.h"
@@ -317,9 +317,9 @@ class IntuneCacheDatasetOp : public data::UnaryDatasetOpKernel {
  public:
   explicit IntuneCacheDatasetOp(OpKernelConstruction* ctx)
       : UnaryDatasetOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(rewrites::kCachePointAttr, &point_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kCachePointAttr, &point_));
     OP_REQUIRES_OK(ctx,
-                   ctx->GetAttr(rewrites::kCacheUnorderedAttr, &unordered_));
+                   ctx->GetAttr(kCacheUnorderedAttr, &unordered_));
   }
 
  protected:
@@ -367,8 +367,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     AttrValue unordered;
     b->BuildAttrValue(unordered_, &unordered);
     return b->AddDataset(this, {input_node},
-                         {{rewrites::kCachePointAttr, point},
-                          {rewrites::kCacheUnorderedAttr, unordered}},
+                         {{kCachePointAttr, point},
+                          {kCacheUnorderedAttr, unordered}},
                          output);
   }
 
@@ -504,7 +504,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
    protected:
     std::shared_ptr<model::Node> CreateNode(
         data::IteratorContext* ctx, model::Node::Args args) const override {
-      args.name = rewrites::kCacheNode;
+      args.name = kCacheNode;
       return model::MakeKnownRatioNode(std::move(args), /*ratio=*/1);
     }
 
@@ -803,7 +803,7 @@ void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,
                         std::move(files));
 }
 
-REGISTER_KERNEL_BUILDER(Name(rewrites::kCacheOp).Device(DEVICE_CPU),
+REGISTER_KERNEL_BUILDER(Name(kCacheOp).Device(DEVICE_CPU),
                         IntuneCacheDatasetOp);
 
 }  // namespace

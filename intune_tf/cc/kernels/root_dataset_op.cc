@@ -16,8 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/kernels/settings.h"
-#include "intune_tf/cc/kernels/tf_cc_symbols.h"
 #include "intune_tf/cc/kernels/tf_compat.h"
+#include "intune_tf/cc/op_names.h"
+#include "intune_tf/cc/tf_cc_symbols.h"
 #include "rewrites/rewrite.h"
 #include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/framework/dataset.h"
@@ -403,9 +404,9 @@ void RootDatasetOp::MakeDataset(OpKernelContext* ctx,
                         find_settings_, std::move(report));
 }
 
-REGISTER_KERNEL_BUILDER(Name(rewrites::kRootOp).Device(DEVICE_CPU),
+REGISTER_KERNEL_BUILDER(Name(kRootOp).Device(DEVICE_CPU),
                         RootDatasetOp);
-REGISTER_KERNEL_BUILDER(Name(rewrites::kLegacyRootOp).Device(DEVICE_CPU),
+REGISTER_KERNEL_BUILDER(Name(kLegacyRootOp).Device(DEVICE_CPU),
                         RootDatasetOp);
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "intune_tf/cc/kernels/stage_names.h"
-#include "rewrites/graph_utils.h"
+#include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/model.pb.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -42,7 +42,7 @@ class IntuneStageNamesOp : public OpKernel {
     }
     const std::map<int64_t, NamedStage> named = NameModelStages(
         proto.output(), nodes, std::string(root.scalar<tstring>()()),
-        rewrites::kBufferReleaseNode, rewrites::kCacheNode);
+        kBufferReleaseNode, kCacheNode);
     const int64_t n = static_cast<int64_t>(named.size());
     Tensor *ids, *stages, *parents, *bounded;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &ids));

@@ -15,7 +15,7 @@
 #include "intune_tf/cc/kernels/bounded_buffers.h"
 #include "intune_tf/cc/kernels/budget_guard.h"
 #include "intune_tf/cc/kernels/stage_names.h"
-#include "rewrites/graph_utils.h"
+#include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/model.pb.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/platform/errors.h"
@@ -57,7 +57,7 @@ std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
   const int64_t output_id = output->id();
   // A cache at the top: the pipeline's output is its input's.
   bool top_cache = false;
-  while (output->name() == rewrites::kCacheNode &&
+  while (output->name() == kCacheNode &&
          output->inputs().size() == 1) {
     output = output->inputs().front();
     top_cache = true;
@@ -72,9 +72,9 @@ std::vector<TuningSession::WalkNode> TuningSession::Walk() const {
     for (auto& input : inputs) {
       const int64_t id = input->id();
       bool below_cache = walk[i].below_cache;
-      while (input->name() == rewrites::kBufferReleaseNode ||
-             input->name() == rewrites::kCacheNode) {
-        below_cache |= input->name() == rewrites::kCacheNode;
+      while (input->name() == kBufferReleaseNode ||
+             input->name() == kCacheNode) {
+        below_cache |= input->name() == kCacheNode;
         std::list<std::shared_ptr<Node>> below = input->inputs();
         if (below.size() != 1) break;
         input = std::move(below.front());

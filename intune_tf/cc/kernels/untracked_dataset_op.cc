@@ -16,7 +16,7 @@
 
 #include "intune_tf/cc/kernels/bounded_buffers.h"
 #include "intune_tf/cc/kernels/pass_through.h"
-#include "rewrites/graph_utils.h"
+#include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/dataset.h"
 #include "tensorflow/core/framework/model.h"
 
@@ -33,7 +33,7 @@ class IntuneUntrackedDatasetOp : public data::UnaryDatasetOpKernel {
   explicit IntuneUntrackedDatasetOp(OpKernelConstruction* ctx)
       : UnaryDatasetOpKernel(ctx) {
     OP_REQUIRES_OK(ctx,
-                   ctx->GetAttr(rewrites::kBufferGroupAttr, &buffer_group_));
+                   ctx->GetAttr(kBufferGroupAttr, &buffer_group_));
   }
 
  protected:
@@ -73,7 +73,7 @@ class IntuneUntrackedDatasetOp::Dataset : public PassThroughDataset {
     AttrValue group;
     b->BuildAttrValue(buffer_group_, &group);
     return b->AddDataset(this, {input_node},
-                         {{rewrites::kBufferGroupAttr, group}}, output);
+                         {{kBufferGroupAttr, group}}, output);
   }
 
  private:

@@ -1,7 +1,7 @@
 // Op registrations of the InTune kernel library (kernels live in kernels/).
 #include "intune_tf/cc/layout.h"
+#include "intune_tf/cc/op_names.h"
 #include "intune_tf/cc/settings_fields.h"
-#include "rewrites/rewrite.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -59,7 +59,7 @@ interleave_buffer: graph rewrite option (rewrites/rewrite.h); 0 keeps TF's.
 )doc");
 
 // The root, under its name and under its former name, which graphs saved by
-// earlier releases carry (rewrites/rewrite.h: kRootOp, kLegacyRootOp); one
+// earlier releases carry (op_names.h: kRootOp, kLegacyRootOp); one
 // kernel serves both.
 #define INTUNE_REGISTER_ROOT_OP(name, doc)                                 \
   REGISTER_OP(name)                                                        \
@@ -75,7 +75,7 @@ interleave_buffer: graph rewrite option (rewrites/rewrite.h); 0 keeps TF's.
       .SetShapeFn(shape_inference::ScalarShape)                            \
       .Doc(doc)
 
-INTUNE_REGISTER_ROOT_OP(rewrites::kRootOp, R"doc(
+INTUNE_REGISTER_ROOT_OP(kRootOp, R"doc(
 The root of a tuned tf.data pipeline, made when its iterator is made: rewrites
 its input by reference (TF's rewrite path), owns the autotuning model of the
 rewritten input and publishes it as a live tuning session.
@@ -86,7 +86,7 @@ find_settings: take the settings from the IntuneOptionsDataset in force below
   attributes are those of IntuneOptionsDataset.
 )doc");
 
-INTUNE_REGISTER_ROOT_OP(rewrites::kLegacyRootOp, R"doc(
+INTUNE_REGISTER_ROOT_OP(kLegacyRootOp, R"doc(
 IntuneRootDataset under its former name, kept so that saved graphs that carry
 it load and run.
 )doc");

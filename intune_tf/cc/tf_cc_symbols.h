@@ -7,8 +7,8 @@
 // that the build (tools/kernel_build.py) read for this TensorFlow minor.
 // Inside a TensorFlow Bazel workspace (BUILD), where no names are given, they
 // are the functions themselves.
-#ifndef INTUNE_TF_CC_KERNELS_TF_CC_SYMBOLS_H_
-#define INTUNE_TF_CC_KERNELS_TF_CC_SYMBOLS_H_
+#ifndef INTUNE_TF_CC_TF_CC_SYMBOLS_H_
+#define INTUNE_TF_CC_TF_CC_SYMBOLS_H_
 
 #include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/platform/status.h"
@@ -30,4 +30,4 @@ StatusOr<CreateRewriterConfigFn> FindCreateRewriterConfig();
 }  // namespace intune
 }  // namespace tensorflow
 
-#endif  // INTUNE_TF_CC_KERNELS_TF_CC_SYMBOLS_H_
+#endif  // INTUNE_TF_CC_TF_CC_SYMBOLS_H_

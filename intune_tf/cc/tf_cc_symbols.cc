@@ -1,4 +1,4 @@
-#include "intune_tf/cc/kernels/tf_cc_symbols.h"
+#include "intune_tf/cc/tf_cc_symbols.h"
 
 #include <dlfcn.h>
 
