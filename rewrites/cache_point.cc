@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "intune_tf/cc/graph_walk.h"
 #include "rewrites/graph_utils.h"
 #include "rewrites/passes.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
@@ -148,14 +149,13 @@ bool MapsElements(absl::string_view op) {
 class FileNames {
  public:
   explicit FileNames(const GraphDef& graph) {
-    for (const NodeDef& node : graph.node()) {
-      nodes_[node.name()] = &node;
-      AddCaller(node, nullptr);
-    }
+    for (const NodeDef& node : graph.node()) nodes_[node.name()] = &node;
     for (const FunctionDef& f : graph.library().function()) {
       functions_[f.signature().name()] = &f;
-      for (const NodeDef& node : f.node_def()) AddCaller(node, &f);
     }
+    ForEachNode(graph, [this](const NodeDef& node, const FunctionDef* f) {
+      AddCaller(node, f);
+    });
   }
 
   // Empty when `node` (of `function`, null for the graph) reads no file or
@@ -176,13 +176,8 @@ class FileNames {
 
   void AddCaller(const NodeDef& node, const FunctionDef* function) {
     if (!node.op().empty()) callers_[node.op()].push_back({&node, function});
-    for (const auto& [unused, attr] : node.attr()) {
-      if (attr.has_func()) {
-        callers_[attr.func().name()].push_back({&node, function});
-      }
-      for (const NameAttrList& f : attr.list().func()) {
-        callers_[f.name()].push_back({&node, function});
-      }
+    for (const std::string& called : AttrFunctions(node)) {
+      callers_[called].push_back({&node, function});
     }
   }
 
@@ -383,15 +378,10 @@ class Purity {
         return absl::StrCat(where, " is not known to repeat each epoch");
       }
     }
-    for (const auto& [unused, attr] : node.attr()) {
-      std::vector<std::string> called;
-      if (attr.has_func()) called.push_back(attr.func().name());
-      for (const NameAttrList& f : attr.list().func()) called.push_back(f.name());
-      for (const std::string& name : called) {
-        const std::string reason = FunctionReason(name);
-        if (!reason.empty()) {
-          return absl::StrCat(where, " calls ", name, ": ", reason);
-        }
+    for (const std::string& name : AttrFunctions(node)) {
+      const std::string reason = FunctionReason(name);
+      if (!reason.empty()) {
+        return absl::StrCat(where, " calls ", name, ": ", reason);
       }
     }
     // A call is as pure as what it calls (checked above), whether or not
@@ -464,28 +454,10 @@ const NodeDef* OutputNode(const GraphDef& graph, const Purity& purity) {
   return output;
 }
 
-bool HoldsOp(const GraphDef& graph, absl::string_view op) {
-  for (const NodeDef& node : graph.node()) {
-    if (node.op() == op) return true;
-  }
-  for (const FunctionDef& function : graph.library().function()) {
-    for (const NodeDef& node : function.node_def()) {
-      if (node.op() == op) return true;
-    }
-  }
-  return false;
-}
-
 bool HoldsUserCache(const GraphDef& graph) {
-  for (const NodeDef& node : graph.node()) {
-    if (IsUserCache(node.op())) return true;
-  }
-  for (const FunctionDef& function : graph.library().function()) {
-    for (const NodeDef& node : function.node_def()) {
-      if (IsUserCache(node.op())) return true;
-    }
-  }
-  return false;
+  return AnyNode(graph, [](const NodeDef& node, const FunctionDef*) {
+    return IsUserCache(node.op());
+  });
 }
 
 // Whether the pipeline below `name` does work worth caching: more than
@@ -562,11 +534,8 @@ std::string OrderReason(const GraphDef& graph, const std::string& name) {
     std::string reason = NodeOrderReason(node, options_unordered);
     if (!reason.empty()) return reason;
     if (functions.count(node.op()) > 0) pending_functions.push_back(node.op());
-    for (const auto& [unused, attr] : node.attr()) {
-      if (attr.has_func()) pending_functions.push_back(attr.func().name());
-      for (const NameAttrList& f : attr.list().func()) {
-        pending_functions.push_back(f.name());
-      }
+    for (std::string& called : AttrFunctions(node)) {
+      pending_functions.push_back(std::move(called));
     }
     return "";
   };
@@ -607,7 +576,7 @@ CachePoint FindCachePoint(const GraphDef& graph) {
   }
   // A global shuffle reads its input by index (random access), which the
   // cache does not serve.
-  if (HoldsOp(graph, "GlobalShuffleDataset")) {
+  if (HoldsOp(graph, kGlobalShuffleOp)) {
     point.reason = "a global shuffle reads the pipeline by index";
     return point;
   }

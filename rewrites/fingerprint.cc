@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "intune_tf/cc/graph_walk.h"
 #include "rewrites/graph_utils.h"
 #include "rewrites/passes.h"
 #include "tensorflow/core/platform/hash.h"
@@ -14,14 +15,11 @@ namespace rewrites {
 
 std::string GraphFingerprint(const GraphDef& graph) {
   std::map<std::string, int64_t> ops;
-  for (const NodeDef& node : graph.node()) {
-    if (!IsGrapplerSink(node)) ++ops[node.op()];
-  }
-  for (const FunctionDef& function : graph.library().function()) {
-    for (const NodeDef& node : function.node_def()) {
-      if (!IsFakeSink(node)) ++ops[node.op()];
+  ForEachNode(graph, [&ops](const NodeDef& node, const FunctionDef* function) {
+    if (function == nullptr ? !IsGrapplerSink(node) : !IsFakeSink(node)) {
+      ++ops[node.op()];
     }
-  }
+  });
   // One "<op> <count>" line per op type, in byte order: op names have no
   // spaces or newlines.
   std::string text;

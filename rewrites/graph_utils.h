@@ -24,6 +24,8 @@ namespace rewrites {
 
 inline constexpr int64_t kAutotune = -1;
 inline constexpr char kPrefetchOp[] = "PrefetchDataset";
+// A shuffle that reads its input by index (random access).
+inline constexpr char kGlobalShuffleOp[] = "GlobalShuffleDataset";
 // The attribute of a dataset op naming its function.
 inline constexpr char kFunctionAttr[] = "f";
 inline constexpr char kOutputTypes[] = "output_types";

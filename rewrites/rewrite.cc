@@ -11,6 +11,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "intune_tf/cc/graph_walk.h"
+#include "rewrites/graph_utils.h"
 #include "rewrites/optimizer.h"
 #include "rewrites/passes.h"
 #include "tensorflow/core/data/dataset_utils.h"
@@ -57,19 +59,6 @@ Status CheckUsable(const GraphDef& graph) {
   return OkStatus();
 }
 
-bool HoldsGlobalShuffle(const GraphDef& graph) {
-  constexpr char kGlobalShuffle[] = "GlobalShuffleDataset";
-  for (const NodeDef& node : graph.node()) {
-    if (node.op() == kGlobalShuffle) return true;
-  }
-  for (const FunctionDef& function : graph.library().function()) {
-    for (const NodeDef& node : function.node_def()) {
-      if (node.op() == kGlobalShuffle) return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 Status RunPasses(const Options& options, GraphDef* graph, Report* report,
@@ -80,7 +69,7 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
   *report = Report();
   TF_RETURN_IF_ERROR(CheckUsable(*graph));
   report->fingerprint = GraphFingerprint(*graph);
-  report->global_shuffle = HoldsGlobalShuffle(*graph);
+  report->global_shuffle = HoldsOp(*graph, kGlobalShuffleOp);
   RunPass(
       "strip_roots",
       [](GraphDef* g, bool*, Fixed*) { return StripRoots(g); },

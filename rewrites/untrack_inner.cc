@@ -3,11 +3,13 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "intune_tf/cc/graph_walk.h"
 #include "rewrites/graph_utils.h"
 #include "rewrites/passes.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
@@ -41,11 +43,8 @@ bool IsBufferingOp(absl::string_view op) {
 std::vector<std::string> CalledFunctions(const FunctionDef& function) {
   std::vector<std::string> names;
   for (const NodeDef& node : function.node_def()) {
-    for (const auto& [unused, attr] : node.attr()) {
-      if (attr.has_func()) names.push_back(attr.func().name());
-      for (const NameAttrList& f : attr.list().func()) {
-        names.push_back(f.name());
-      }
+    for (std::string& name : AttrFunctions(node)) {
+      names.push_back(std::move(name));
     }
   }
   return names;

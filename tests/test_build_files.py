@@ -45,8 +45,9 @@ def _includes(directory: str) -> dict[str, list[str]]:
 
 
 def test_the_rewrites_and_the_kernels_do_not_include_each_other():
-  # The names both use are in intune_tf/cc/op_names.h; the kernels reach
-  # the rewrites only through rewrites/rewrite.h (the root runs the passes).
+  # The names both use are in intune_tf/cc/op_names.h, the graph walk in
+  # intune_tf/cc/graph_walk.h; the kernels reach the rewrites only through
+  # rewrites/rewrite.h (the root runs the passes).
   rewrites = _includes("rewrites")
   kernels = _includes("intune_tf/cc/kernels")
   assert {f: [h for h in hs if h.startswith("intune_tf/cc/kernels/")]

@@ -41,6 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/pass_through.h"
+#include "intune_tf/cc/graph_walk.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/dataset.h"
@@ -76,6 +77,9 @@ inline constexpr int64_t kMaxCheckPercent = 1;
 // gives no modification time.
 inline constexpr size_t kFingerprintChunk = 1 << 20;
 inline constexpr char kFileScheme[] = "file://";
+// A constant's op and its attribute holding the tensor.
+inline constexpr char kConstOp[] = "Const";
+inline constexpr char kConstValueAttr[] = "value";
 // The most CPU time spent finding which of a pipeline's strings name files
 // (once per cache entry) before the cache is declined.
 inline constexpr int64_t kMaxScanCpuUs = 2000000;
@@ -208,20 +212,12 @@ Status KeyAndCandidates(OpKernelContext* ctx, const data::DatasetBase* input,
     return errors::Unimplemented("the pipeline holds tensors of a type the "
                                  "cache cannot key");
   }
-  for (const NodeDef& node : graph.node()) {
-    const auto value = node.attr().find("value");
-    if (node.op() != "Const" || value == node.attr().end()) continue;
+  ForEachNode(graph, [candidates](const NodeDef& node, const FunctionDef*) {
+    const auto value = node.attr().find(kConstValueAttr);
+    if (node.op() != kConstOp || value == node.attr().end()) return;
     Tensor t;
     if (t.FromProto(value->second.tensor())) AddCandidates(t, candidates);
-  }
-  for (const FunctionDef& function : graph.library().function()) {
-    for (const NodeDef& node : function.node_def()) {
-      const auto value = node.attr().find("value");
-      if (node.op() != "Const" || value == node.attr().end()) continue;
-      Tensor t;
-      if (t.FromProto(value->second.tensor())) AddCandidates(t, candidates);
-    }
-  }
+  });
   *key = absl::StrCat(absl::Hex(h, absl::kZeroPad16));
   return OkStatus();
 }
