@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 
 # Public name -> (module, attribute): loaded on first use (PEP 562).
 _PUBLIC = {
+    "CacheState": ("intune_tf.records", "CacheState"),
     "IntuneOptions": ("intune_tf.options", "IntuneOptions"),
     "Knob": ("intune_tf.records", "Knob"),
     "Observation": ("intune_tf.records", "Observation"),

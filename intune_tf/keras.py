@@ -98,10 +98,11 @@ class IntuneCallback(keras.callbacks.Callback):
     intune/<knob>: every knob's value (last reading), by knob name
       (`short_name`), e.g. "intune/Prefetch.ParallelMapV2/parallelism": the
       same keys in every epoch.
-    intune/cache_bytes, intune/cache_served, intune/cache_saved_s: with
-      `IntuneOptions(cache=True)`, the bytes InTune's cache holds, the
-      fraction of the epoch's elements it served, and the upstream seconds
-      that saved (`TuningSession.cache`); last reading.
+    intune/cache_bytes, intune/cache_served, intune/cache_saved_s: while
+      InTune's cache is placed (`TuningSession.cache()["state"]` is
+      `CacheState.PLACED`), the bytes it holds, the fraction of the epoch's
+      elements it served, and the upstream seconds that saved; last
+      reading. None of them when it is declined or off.
 
   Attributes:
     session: the session attached to (None before the first batch, or when
@@ -298,14 +299,15 @@ class IntuneCallback(keras.callbacks.Callback):
                     "intune/peak_buffered_bytes": float(
                         counters["peak_buffered_bytes"]),
                     **self._knob_values}
-    reads = counters["cache_hits"] + counters["cache_misses"]
-    if counters["cache_limit"] > 0 or reads and counters["cache_hits"]:
-      # InTune's cache (`TuningSession.cache`): bytes held, the share of
-      # this epoch's elements it served, the upstream seconds that saved.
-      self._latest.update({
-          "intune/cache_bytes": float(counters["cache_bytes"]),
-          "intune/cache_served": counters["cache_hits"] / max(reads, 1),
-          "intune/cache_saved_s": counters["cache_saved_us"] / 1e6})
+    if self.session.options.cache:
+      cache = self.session.cache()
+      if cache["state"] is records.CacheState.PLACED:
+        # InTune's cache (`TuningSession.cache`): bytes held, the share of
+        # this epoch's elements it served, the upstream seconds that saved.
+        self._latest.update({
+            "intune/cache_bytes": float(cache["bytes"]),
+            "intune/cache_served": cache["served"],
+            "intune/cache_saved_s": cache["saved_s"]})
     self.trace.append(TracePoint(now - self._train_start, self._epoch,
                                  self.session.id, rate * rows, knobs))
 

@@ -1,5 +1,6 @@
 """The plain data types of InTune and the names they carry: knob and stage
-names (`parse_stage`, `parse_knob`), `Knob`, `StageStats`, `Observation`.
+names (`parse_stage`, `parse_knob`), `Knob`, `StageStats`, `Observation`,
+`Decision`, `CacheState`.
 
 A leaf: no TensorFlow and no other intune_tf module, so the simulator and
 pretraining use them without loading TensorFlow.
@@ -8,6 +9,7 @@ pretraining use them without loading TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import re
 from typing import Collection, Sequence
@@ -409,3 +411,30 @@ class Decision:
     """The fields that are set (None left out), for a JSON line."""
     return {k: v for k, v in dataclasses.asdict(self).items()
             if v is not None}
+
+
+class CacheState(str, enum.Enum):
+  """What became of InTune's cache for a session's pipeline: the `state` of
+  `TuningSession.cache()`, and of the `cache` that the status file and the
+  decision log hold (there as its value, e.g. "placed").
+
+  The kernel decides it in one place (intune_tf/cc/cache_decision.h): where
+  the graph rewrite puts the cache, or why it puts none, then, while the
+  pipeline runs, why the cache gives up (too little room for an epoch, files
+  too costly to check, elements whose bytes it cannot count). The tuner's
+  log, the status file, the decision log, `intune inspect` and the Keras
+  logs all read it from `TuningSession.cache()`.
+
+  Attributes:
+    OFF: The `cache` option is off.
+    PLACED: A cache holds the elements of the node `point`; `reason` says
+      why there (what above it changes between epochs).
+    DECLINED: No cache; `reason` says why. `point` is where the cache was
+      placed before it gave up, or "" when no place was found.
+  """
+  OFF = "off"
+  PLACED = "placed"
+  DECLINED = "declined"
+
+  def __str__(self) -> str:
+    return self.value

@@ -566,35 +566,33 @@ std::string OrderReason(const GraphDef& graph, const std::string& name) {
   return "";
 }
 
+// No cache point, for `reason`.
+CachePoint NoPoint(std::string reason) {
+  CachePoint point;
+  point.decision = CacheDecision::Declined("", std::move(reason));
+  return point;
+}
+
 }  // namespace
 
 CachePoint FindCachePoint(const GraphDef& graph) {
-  CachePoint point;
-  if (HoldsUserCache(graph)) {
-    point.reason = "the pipeline has its own cache";
-    return point;
-  }
+  if (HoldsUserCache(graph)) return NoPoint("the pipeline has its own cache");
   // A global shuffle reads its input by index (random access), which the
   // cache does not serve.
   if (HoldsOp(graph, kGlobalShuffleOp)) {
-    point.reason = "a global shuffle reads the pipeline by index";
-    return point;
+    return NoPoint("a global shuffle reads the pipeline by index");
   }
   Purity purity(graph);
   const NodeDef* node = OutputNode(graph, purity);
-  if (node == nullptr) {
-    point.reason = "no single output dataset";
-    return point;
-  }
+  if (node == nullptr) return NoPoint("no single output dataset");
   // Down the pipeline from its output, through each dataset's first input,
   // to the first dataset that repeats each epoch.
   std::string stop;
   std::unordered_set<std::string> passed;
   while (true) {
     if (!passed.insert(node->name()).second) {
-      point.reason = absl::StrCat("the pipeline's inputs make a cycle at ",
-                                  node->name());
-      return point;
+      return NoPoint(absl::StrCat("the pipeline's inputs make a cycle at ",
+                                 node->name()));
     }
     const std::string reason = purity.NodeReason(node->name());
     if (reason.empty()) break;
@@ -604,8 +602,7 @@ CachePoint FindCachePoint(const GraphDef& graph) {
     const NodeDef* input =
         inputs.empty() ? nullptr : purity.Node(InputName(node->input(inputs[0])));
     if (input == nullptr || !IsDatasetOp(input->op())) {
-      point.reason = absl::StrCat("nothing repeats each epoch: ", stop);
-      return point;
+      return NoPoint(absl::StrCat("nothing repeats each epoch: ", stop));
     }
     node = input;
   }
@@ -613,8 +610,7 @@ CachePoint FindCachePoint(const GraphDef& graph) {
   // right above the last stage that works.
   std::unordered_set<std::string> seen;
   if (!DoesWork(purity, node->name(), &seen)) {
-    point.reason = absl::StrCat("nothing to save below ", node->name());
-    return point;
+    return NoPoint(absl::StrCat("nothing to save below ", node->name()));
   }
   passed.clear();
   while (IsWrapper(node->op()) && passed.insert(node->name()).second) {
@@ -625,39 +621,41 @@ CachePoint FindCachePoint(const GraphDef& graph) {
     if (input == nullptr || !DoesWork(purity, input->name(), &seen)) break;
     node = input;
   }
-  point.node = node->name();
-  point.reason = stop.empty() ? "the whole pipeline repeats each epoch"
-                              : absl::StrCat("above it: ", stop);
-  point.unordered = OrderReason(graph, point.node);
+  CachePoint point;
+  point.unordered = OrderReason(graph, node->name());
+  std::string reason = stop.empty() ? "the whole pipeline repeats each epoch"
+                                    : absl::StrCat("above it: ", stop);
   if (!point.unordered.empty()) {
-    absl::StrAppend(&point.reason, "; only whole epochs are served: ",
+    absl::StrAppend(&reason, "; only whole epochs are served: ",
                     point.unordered);
   }
+  point.decision = CacheDecision::Placed(node->name(), std::move(reason));
   return point;
 }
 
 Status InsertCache(GraphDef* graph, CachePoint* point, bool* structure_changed) {
   *point = FindCachePoint(*graph);
-  if (point->node.empty()) return OkStatus();
+  if (!point->decision.placed()) return OkStatus();
+  const std::string& node_name = point->decision.point;
   const auto nodes = NodesByName(graph);
-  const auto producer = nodes.find(point->node);
+  const auto producer = nodes.find(node_name);
   if (producer == nodes.end()) {
-    return errors::Internal("cache point ", point->node, " is not in the graph");
+    return errors::Internal("cache point ", node_name, " is not in the graph");
   }
   NodeNames names(*graph);
   NodeDef cache;
-  cache.set_name(names.Unique(absl::StrCat(point->node, "/intune_cache")));
+  cache.set_name(names.Unique(absl::StrCat(node_name, "/intune_cache")));
   cache.set_op(kCacheOp);
-  cache.add_input(point->node);
+  cache.add_input(node_name);
   TF_RETURN_IF_ERROR(CopyAttr(kOutputTypes, *producer->second, &cache));
   TF_RETURN_IF_ERROR(CopyAttr(kOutputShapes, *producer->second, &cache));
-  (*cache.mutable_attr())[kCachePointAttr].set_s(point->node);
+  (*cache.mutable_attr())[kCachePointAttr].set_s(node_name);
   if (!point->unordered.empty()) {
     (*cache.mutable_attr())[kCacheUnorderedAttr].set_s(point->unordered);
   }
   for (NodeDef& node : *graph->mutable_node()) {
     for (std::string& input : *node.mutable_input()) {
-      if (IsControlInput(input) || InputName(input) != point->node) continue;
+      if (IsControlInput(input) || InputName(input) != node_name) continue;
       input = cache.name();
     }
   }

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "intune_tf/cc/cache_decision.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/platform/status.h"
 
@@ -102,19 +103,20 @@ std::string GraphFingerprint(const GraphDef& graph);
 // node calls. A graph that holds a cache of its own (cache(), snapshot, or
 // InTune's) gets none, nor one with a global shuffle (it reads its input by
 // index, which the cache does not serve).
+// `decision`: placed above `decision.point`, with what ends the pure part;
+// or declined, with no point, and why there is none.
 // `unordered`: why the elements below the point may come in another order
 // each epoch (empty when their order is fixed); the cache then serves only a
 // whole epoch.
 struct CachePoint {
-  std::string node;       // empty: no cache point
-  std::string reason;     // what ends the pure part, or why there is none
-  std::string unordered;  // why the order below the point is not fixed
+  CacheDecision decision;
+  std::string unordered;
 };
 CachePoint FindCachePoint(const GraphDef& graph);
 
-// Puts an IntuneCacheDataset (kCacheOp) above FindCachePoint's node, if any:
-// every consumer of that node reads the cache instead. `*point` says where,
-// or why nowhere. Element values and order are unchanged.
+// Puts an IntuneCacheDataset (kCacheOp) above FindCachePoint's node, if it
+// placed one: every consumer of that node reads the cache instead. `*point`
+// says where, or why nowhere. Element values and order are unchanged.
 Status InsertCache(GraphDef* graph, CachePoint* point, bool* structure_changed);
 
 }  // namespace rewrites

@@ -97,8 +97,7 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
           CachePoint point;
           bool inserted = false;
           const Status status = InsertCache(g, &point, &inserted);
-          report->cache_point = point.node;
-          report->cache_reason = point.reason;
+          report->cache = point.decision;
           return status;
         },
         graph, report);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "intune_tf/cc/cache_decision.h"
 #include "intune_tf/cc/op_names.h"
 #include "intune_tf/cc/settings_fields.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
@@ -70,11 +71,9 @@ struct Report {
   // mapper, so they read in order (TF's TODO b/325112575); the root then
   // makes its input iterators without warm start.
   bool global_shuffle = false;
-  // Where insert_cache put InTune's cache (the node it caches; empty: none),
-  // and why there or why nowhere (FindCachePoint in passes.h). Empty reason:
-  // the pass did not run.
-  std::string cache_point;
-  std::string cache_reason;
+  // Where insert_cache put InTune's cache and why there, or why nowhere
+  // (FindCachePoint in passes.h); off when the pass did not run.
+  CacheDecision cache;
 };
 
 // Runs TF's data optimizations named in Options::tf_optimizations on a graph.

@@ -65,8 +65,8 @@ class IntuneRewriteGraphOp : public OpKernel {
     changed->scalar<bool>()() = report.structure_changed;
     SetScalar(ctx, 5, report.fingerprint);
     SetScalar(ctx, 6, MakeRewriterConfig(options_).SerializeAsString());
-    SetScalar(ctx, 7, report.cache_point);
-    SetScalar(ctx, 8, report.cache_reason);
+    SetScalar(ctx, 7, report.cache.point);
+    SetScalar(ctx, 8, report.cache.reason);
   }
 
  private:
@@ -102,7 +102,8 @@ class IntuneCachePointOp : public OpKernel {
     for (int i = 0; i < 2; ++i) {
       Tensor* out;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(i, TensorShape({}), &out));
-      out->scalar<tstring>()() = i == 0 ? point.node : point.reason;
+      out->scalar<tstring>()() =
+          i == 0 ? point.decision.point : point.decision.reason;
     }
   }
 };

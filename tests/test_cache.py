@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import intune_tf
+from intune_tf import CacheState
 from intune_tf.live import tuner as tuner_lib
 from intune_tf.ops import session as session_lib
 
@@ -205,6 +206,7 @@ def test_the_option_off_adds_no_cache(tmp_path):
   ds = _tuned(_pipelines(tmp_path)["filter"](), cache=False)
   _, stats = _epoch(ds)
   _, stats = _epoch(ds)
+  assert stats["state"] is CacheState.OFF
   assert stats["point"] == "" and stats["reason"] == ""
   assert stats["hits"] == stats["bytes"] == 0
 
@@ -260,6 +262,7 @@ def test_the_users_own_cache_is_the_only_one():
   ds = _tuned(tf.data.Dataset.range(30).map(lambda x: x * 2).cache())
   epochs = [_epoch(ds) for _ in range(2)]
   assert epochs[1][0] == [2 * i for i in range(30)]
+  assert epochs[1][1]["state"] is CacheState.DECLINED
   assert epochs[1][1]["point"] == ""
   assert "own cache" in epochs[1][1]["reason"]
 
@@ -397,6 +400,8 @@ def test_a_budget_too_small_for_any_element_caches_nothing(caplog):
     second, stats = _epoch(ds, TOLD_PAUSE_S)
     third, _ = _epoch(ds, TOLD_PAUSE_S)
   assert second == first == third
+  # Room for none of the epoch's 2,000 elements: declined at the first.
+  assert stats["state"] is CacheState.DECLINED
   assert stats["point"] and stats["bytes"] == 0 and stats["hits"] == 0
   assert len(_told(caplog, "no cache: the RAM budget")) == 1
   assert not _told(caplog, "cached after")
@@ -424,12 +429,13 @@ def test_a_cache_with_room_for_under_one_percent_of_a_known_epoch_is_left_out(
   assert (stats["hits"] > 0) == cached, stats
   told = _told(caplog, "no cache: the RAM budget leaves it room")
   if cached:
-    assert not told and not stats["reason"].startswith("no cache")
+    assert not told and stats["state"] is CacheState.PLACED
   else:
     # The room is what the buffers leave of the budget at the first
     # element: 10 elements with them empty, fewer with some held.
+    assert stats["state"] is CacheState.DECLINED
     room = re.fullmatch(
-        r"no cache: the RAM budget leaves it room for (\d+) of the epoch's "
+        r"the RAM budget leaves it room for (\d+) of the epoch's "
         r"2000 elements \(400 bytes each\), under 1%", stats["reason"])
     assert room and int(room.group(1)) <= 10, stats["reason"]
     assert len(told) == 1
@@ -729,8 +735,9 @@ def test_a_check_over_one_percent_of_the_epoch_leaves_the_cache_out(
     third, stats = _epoch(ds)
   assert first == second == third == [b"A-00000", b"A-00001"]
   assert stats["hits"] == 0 and stats["bytes"] == 0
+  assert stats["state"] is CacheState.DECLINED
   assert re.fullmatch(
-      r"no cache: checking the 4200 files the pipeline reads took "
+      r"checking the 4200 files the pipeline reads took "
       r"[\d.]+ ms of CPU, over 1% of an epoch \([\d.]+ ms\)",
       stats["reason"]), stats
   assert len(_told(caplog, told)) == 1
@@ -821,9 +828,10 @@ def test_elements_that_hold_datasets_are_not_cached():
     assert got == [i * 1000 * (i * 1000 - 1) for i in range(6)]
   stats = session.cache()
   assert stats["bytes"] == 0 and stats["hits"] == 0
+  assert stats["state"] is CacheState.DECLINED
   assert stats["reason"] == (
-      "no cache: the elements hold tensorflow::DatasetVariantWrapper values, "
-      "whose bytes the cache cannot count"), stats
+      "the elements hold tensorflow::DatasetVariantWrapper values, whose "
+      "bytes the cache cannot count"), stats
 
 
 def test_an_idle_cache_fits_the_process_budget_and_goes_with_its_dataset():

@@ -306,28 +306,29 @@ def test_an_order_not_fixed_below_the_point_is_told(make, unordered):
 
 
 def _production_point(ds):
-  """The cache point and reason of the root's own rewrite: the graph that
-  RewriteDataset serializes at iterator creation (captured variables and
-  tables are placeholders there), after TF's own static rewrites."""
+  """The cache's state, point and reason after the root's own rewrite: the
+  graph that RewriteDataset serializes at iterator creation (captured
+  variables and tables are placeholders there), after TF's own static
+  rewrites."""
   options = tf.data.Options()
   options.experimental_intune = intune_tf.IntuneOptions(
       policy="manual", warm_start=False, cache=True)
   it = iter(ds.with_options(options))
   next(it)
   cache = intune_tf.session_of(it).cache()
-  return cache["point"], cache["reason"]
+  return cache["state"], cache["point"], cache["reason"]
 
 
 @pytest.mark.parametrize("make,op,stop", POINTS)
 def test_the_root_finds_what_ends_the_pure_part(make, op, stop):
   del op  # TF's static rewrites change the ops (map_and_batch_fusion, ...)
-  point, reason = _production_point(make())
-  assert point, reason
+  state, point, reason = _production_point(make())
+  assert state is intune_tf.CacheState.PLACED and point, reason
   assert stop in reason
 
 
 @pytest.mark.parametrize("make,reason", NO_POINTS)
 def test_the_root_finds_no_point(make, reason):
-  point, why = _production_point(make())
-  assert not point
+  state, point, why = _production_point(make())
+  assert state is intune_tf.CacheState.DECLINED and not point
   assert reason in why

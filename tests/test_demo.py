@@ -184,12 +184,13 @@ def test_constant_knobs_are_those_with_one_value_in_every_run():
 
 
 @pytest.mark.parametrize("cache, line", [
-    ({"point": "ParallelMapDatasetV2/_5", "reason": "above it: a shuffle",
+    ({"state": "placed", "point": "ParallelMapDatasetV2/_5",
+      "reason": "above it: a shuffle",
       "bytes": 3 * 2**20, "served": 0.5, "saved_s": 1.25},
      "InTune's cache: after ParallelMapDatasetV2/_5, held 3.0 MB, served "
      "50% of the elements read there, saved 1.2 s of input work (above it: "
      "a shuffle)"),
-    ({"point": "", "reason": "the input never ends"},
+    ({"state": "declined", "point": "", "reason": "the input never ends"},
      "InTune's cache: none (the input never ends)"),
     ({}, "InTune's cache: none (no reading)"),
 ])

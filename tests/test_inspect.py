@@ -233,6 +233,7 @@ def test_inspect_and_the_decision_log_show_what_the_cache_gave(tmp_path):
     tuner.remove_listener(log)
     log.close()
     writer.close()
+  assert cache["state"] == "placed"
   assert cache["point"] and cache["point"] == session.cache()["point"]
   assert cache["complete"] and cache["elements"] == 64
   assert cache["bytes"] >= 64 * 4  # 64 float32 scalars at least
@@ -247,13 +248,92 @@ def test_inspect_and_the_decision_log_show_what_the_cache_gave(tmp_path):
   del it
 
 
+def _heavy(x):
+  return tf.reduce_sum(tf.sin(tf.cast(tf.range(x % 100 + 100), tf.float32)))
+
+
+# (pipeline, what became of its cache, whether it has a point, words of its
+# reason): placed; declined by the rewrite, which found no place for it;
+# declined by the cache itself at its first element, an epoch of 2**50
+# elements being far more than its room.
+_CACHE_STATES = [
+    (lambda: tf.data.Dataset.range(64).map(
+        _heavy, num_parallel_calls=tf.data.AUTOTUNE),
+     records.CacheState.PLACED, True, "the whole pipeline repeats each epoch"),
+    (lambda: tf.data.Dataset.range(64).map(
+        _heavy, num_parallel_calls=tf.data.AUTOTUNE).cache(),
+     records.CacheState.DECLINED, False, "the pipeline has its own cache"),
+    (lambda: tf.data.Dataset.range(2**50).map(
+        _heavy, num_parallel_calls=tf.data.AUTOTUNE),
+     records.CacheState.DECLINED, True, "the RAM budget leaves it room for "),
+]
+
+
+@pytest.mark.parametrize("make,state,has_point,reason", _CACHE_STATES,
+                         ids=["placed", "no_place", "declined_at_run_time"])
+def test_the_session_the_status_file_and_the_log_tell_one_cache_state(
+    tmp_path, make, state, has_point, reason):
+  writer = status.StatusWriter(tmp_path / "status", period_s=0.05)
+  writer.start()
+  tuner = intune_tf.global_tuner()
+  log = status.DecisionLog(tmp_path / "decisions.jsonl", tuner)
+  tuner.add_listener(writer)
+  tuner.add_listener(log)
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(
+      policy="manual", period_s=0.02, cache=True, warm_start=False)
+  it = iter(make().with_options(options))
+  session = intune_tf.session_of(it)
+  try:
+    for _ in range(8):
+      next(it)
+
+    def shown():
+      filed = [s.get("cache") for d in status.read_all(tmp_path / "status")
+               for s in d["sessions"] if s["id"] == session.id]
+      logged = [json.loads(line)["cache"] for line in
+                (tmp_path / "decisions.jsonl").read_text().splitlines()
+                if json.loads(line)["session"] == session.id]
+      done = (filed and filed[0] and filed[0]["state"] == state.value and
+              logged and logged[-1]["state"] == state.value)
+      return done and (filed[0], logged[-1])
+    filed, logged = _wait(shown, what="the cache's state in both files")
+    out = io.StringIO()
+    assert inspect_lib.inspect(tmp_path / "status", out=out) == 0
+  finally:
+    tuner.remove_listener(writer)
+    tuner.remove_listener(log)
+    log.close()
+    writer.close()
+  told = session.cache()
+  assert told["state"] is state
+  assert bool(told["point"]) == has_point, told
+  assert told["reason"].startswith(reason), told
+  for kept in (filed, logged):
+    assert {k: kept[k] for k in ("state", "point", "reason")} == {
+        "state": state.value, "point": told["point"],
+        "reason": told["reason"]}
+  line = inspect_lib.cache_line(filed)
+  assert line in out.getvalue()
+  said = (f"no cache: {told['reason']}" if state is records.CacheState.DECLINED
+          else f"cache after {told['point']}: ")
+  assert line.startswith(said), line
+  del it
+
+
 @pytest.mark.parametrize("cache,line", [
-    ({"point": "", "reason": "nothing to save below RangeDataset"},
+    ({"state": "declined", "point": "",
+      "reason": "nothing to save below RangeDataset"},
      "no cache: nothing to save below RangeDataset"),
+    # Declined where it was placed: the place is said.
+    ({"state": "declined", "point": "MapDataset/_2",
+      "reason": "the input never ends, so no share of an epoch fits"},
+     "no cache: the input never ends, so no share of an epoch fits (its "
+     "point: after MapDataset/_2)"),
     # 3 MiB of 1 GiB, 1.5 s saved; the epoch's first half only.
-    ({"point": "MapDataset/_2", "reason": "above it: a shuffle",
-      "bytes": 3 << 20, "limit": 1 << 30, "elements": 1200,
-      "complete": False, "served": 0.25, "saved_s": 1.5},
+    ({"state": "placed", "point": "MapDataset/_2",
+      "reason": "above it: a shuffle", "bytes": 3 << 20, "limit": 1 << 30,
+      "elements": 1200, "complete": False, "served": 0.25, "saved_s": 1.5},
      "cache after MapDataset/_2: 3.0 MB of 1.0 GB, 1,200 elements; 25% of "
      "this epoch's reads served from it, 1.50 s of upstream time saved "
      "(above it: a shuffle)"),

@@ -1,5 +1,9 @@
 """Tests of intune_tf.records: knob and stage names (no TensorFlow)."""
 
+import json
+import pathlib
+import re
+
 import pytest
 
 from intune_tf import records
@@ -144,3 +148,17 @@ def test_unlowerable_bytes_leave_out_bounded_stages(bounded, expected_mb):
             _stage("Prefetch.Shuffle.Interleave", buffered=20 * mb)]
   assert records.unlowerable_bytes(stages, bounded) == {
       name: held * mb for name, held in expected_mb.items()}
+
+
+def test_a_cache_state_is_written_and_read_as_its_value():
+  # The kernel spells the states as intune_tf/cc/cache_decision.h's
+  # CacheStateName; the status file and the decision log hold the value.
+  assert [s.value for s in records.CacheState] == ["off", "placed",
+                                                   "declined"]
+  for state in records.CacheState:
+    assert records.CacheState(json.loads(json.dumps(state))) is state
+    assert str(state) == f"{state}" == state.value
+  header = (pathlib.Path(__file__).resolve().parents[1] / "intune_tf" / "cc" /
+            "cache_decision.h").read_text()
+  spelled = re.findall(r'return "(\w+)";', header)
+  assert sorted(spelled) == sorted(s.value for s in records.CacheState)

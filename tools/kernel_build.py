@@ -77,6 +77,7 @@ KERNEL_HEADERS = [
     "intune_tf/cc/kernels/stage_names.h",
     "intune_tf/cc/kernels/tf_compat.h",
     "intune_tf/cc/kernels/tuning_session.h",
+    "intune_tf/cc/cache_decision.h",
     "intune_tf/cc/graph_walk.h",
     "intune_tf/cc/layout.h",
     "intune_tf/cc/op_names.h",

@@ -476,7 +476,7 @@ def table(result: DemoResult) -> str:
 
 def cache_line(cache: Mapping) -> str:
   """What InTune's cache held and saved, in one line (its last run's)."""
-  if not cache.get("point"):
+  if cache.get("state") != records.CacheState.PLACED:
     why = cache.get("reason") or "no reading"
     return f"InTune's cache: none ({why})"
   return (f"InTune's cache: after {cache['point']}, held "

@@ -45,6 +45,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from intune_tf import arguments
+from intune_tf import records
 
 AUTOTUNE = "autotune"
 NO_CACHE = "intune-no-cache"
@@ -368,7 +369,8 @@ def report(runs: Mapping[str, list[dict]], args) -> dict[str, Any]:
   order = sorted(range(len(runs[INTUNE])), key=lambda i: totals[INTUNE][i])
   middle = runs[INTUNE][order[len(order) // 2]]
   last = middle["cache"][-1] if middle["cache"] else {}
-  cache = {"point": last.get("point", ""), "reason": last.get("reason", ""),
+  cache = {"state": str(last.get("state", records.CacheState.OFF)),
+           "point": last.get("point", ""), "reason": last.get("reason", ""),
            "bytes": max((c.get("bytes", 0) for c in middle["cache"]),
                         default=0),
            "complete": last.get("complete", False),
@@ -401,15 +403,17 @@ def table(result: Mapping[str, Any]) -> str:
                  f"{v['peak_rss'] / 1e6:.0f} |")
   c = result["cache"]
   lines.append("")
-  if c["point"]:
+  placed = c.get("state") == records.CacheState.PLACED
+  if placed:
     served = ", ".join(f"{s:.0%}" for s in c["served"])
     held = "a whole epoch" if c["complete"] else "part of an epoch"
     lines.append(f"cache: after {c['point']}, held {_size(c['bytes'])}"
                  f" ({held}); elements served from it per epoch: {served}")
   else:
-    lines.append("cache: none placed")
+    lines.append("cache: none")
   if c["reason"]:
-    lines.append(f"  why there and not deeper: {c['reason']}")
+    why = "why there and not deeper" if placed else "why none"
+    lines.append(f"  {why}: {c['reason']}")
   knobs = result["variants"][INTUNE].get("knobs", {})
   lines.append("knobs InTune chose (last value seen): " + (", ".join(
       f"{k}={v:g}" for k, v in sorted(knobs.items())) or "none"))

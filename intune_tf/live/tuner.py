@@ -23,6 +23,7 @@ from intune_tf.live import observation as observation_lib
 from intune_tf.live import registry
 from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
+from intune_tf.records import CacheState
 from intune_tf.tuning import env as env_lib
 from intune_tf.tuning import policies
 
@@ -574,10 +575,12 @@ class Tuner:
   def _tell_cache(self, t: _Tuned) -> None:
     """Says, once per pipeline in the process (its cache point and
     options: `model.fit` makes a session per epoch), where InTune cached
-    (INFO, once the cache served elements), that it left out an epoch of
-    which it had room for too little (INFO), or that the RAM budget left it
-    no room for one element (one WARNING line). A session stops reading
-    once it is decided."""
+    (INFO, once the cache served elements), why the cache gave up where it
+    was placed (INFO: too little room for an epoch, files too costly to
+    check, elements it cannot count), or that the RAM budget left it no room
+    for one element (one WARNING line). A session stops reading once it is
+    decided. A pipeline given no place for a cache is not told here:
+    `TuningSession.cache()` and the status file say why."""
     if "cache" in t.told:
       return
     cache = t.session.cache()
@@ -585,12 +588,13 @@ class Tuner:
     if not cache["point"] or key in self._cache_told:
       t.told.add("cache")
       return
-    if cache["reason"].startswith("no cache:"):
+    if cache["state"] is CacheState.DECLINED:
       # The cache's own decision, at its first element (its point is kept).
       t.told.add("cache")
       self._cache_told.add(key)
-      logging.info("InTune %r: %s (its point: after %s); every epoch "
-                   "recomputes it.", t.session, cache["reason"], cache["point"])
+      logging.info("InTune %r: no cache: %s (its point: after %s); every "
+                   "epoch recomputes it.", t.session, cache["reason"],
+                   cache["point"])
     elif cache["hits"] > 0:
       t.told.add("cache")
       self._cache_told.add(key)

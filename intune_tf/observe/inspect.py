@@ -5,14 +5,14 @@ Reads the status files that tuned processes write
 pipeline stage: parallelism, buffer (and fill), elements/s, CPUs busy, CPU
 share, thread utilization and which stage is the bottleneck; with the
 `cache` option on, where InTune cached, the bytes it holds, the share of the
-epoch served from it and the upstream seconds saved. `--watch SECONDS`
-refreshes the table until Ctrl-C. Above the tables, how the host is split
-among the InTune processes that share it (`intune_tf.arbiter`): one
-line per process with its weight, CPU and RAM budgets and demand. A
-dispatcher that sizes its worker pool (`--workers`) shows the pool: its
-size, the workers serving, MIN-MAX, workers lost, failed resizes and the
-last decision's reason. With nothing running it says so and exits with
-status 1.
+epoch served from it and the upstream seconds saved, or why it has no
+cache. `--watch SECONDS` refreshes the table until Ctrl-C. Above the tables,
+how the host is split among the InTune processes that share it
+(`intune_tf.arbiter`): one line per process with its weight, CPU and RAM
+budgets and demand. A dispatcher that sizes its worker pool (`--workers`)
+shows the pool: its size, the workers serving, MIN-MAX, workers lost,
+failed resizes and the last decision's reason. With nothing running it says
+so and exits with status 1.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence, TextIO
 
 from intune_tf import arbiter as arbiter_lib
 from intune_tf import arguments
+from intune_tf import records
 from intune_tf.observe import status as status_lib
 
 NOTHING_RUNNING = "no running InTune job found (looked in {dir})"
@@ -162,8 +163,10 @@ def format_process(data: Mapping[str, Any], now: float | None = None,
 
 def cache_line(cache: Mapping[str, Any]) -> str:
   """What a session's `cache` (`status.cache_fields`) says, in one line."""
-  if not cache.get("point"):
-    return f"no cache: {cache.get('reason') or '?'}"
+  if cache.get("state") != records.CacheState.PLACED:
+    point = cache.get("point")
+    where = f" (its point: after {point})" if point else ""
+    return f"no cache: {cache.get('reason') or '?'}{where}"
   whole = ", a whole epoch" if cache.get("complete") else ""
   return (f"cache after {cache['point']}: {_bytes(cache.get('bytes'))} of "
           f"{_bytes(cache.get('limit'))}, {_num(cache.get('elements'))} "

@@ -17,8 +17,9 @@ time, command line, `role` and, for tf.data service workers, `service`) and
 one entry per session: options, steps, knob values (first seen and now),
 output rate, budgets, `unlowerable_bytes` (`{stage: bytes}` of the stages
 whose buffers the RAM budget guard cannot lower,
-`records.unlowerable_bytes`), with the `cache` option on, `cache` (where
-InTune cached and what it gave, `cache_fields`), and one row per pipeline
+`records.unlowerable_bytes`), with the `cache` option on, `cache` (whether
+InTune placed a cache or declined one, where, why, and what it gave,
+`cache_fields`), and one row per pipeline
 stage:
 
 | field | unit | meaning |
@@ -143,15 +144,16 @@ def stage_rows(obs) -> list[dict[str, Any]]:
 
 
 # What the status file and the decision log keep of `TuningSession.cache`.
-CACHE_FIELDS = ("point", "reason", "bytes", "limit", "elements", "complete",
-                "served", "saved_s")
+CACHE_FIELDS = ("state", "point", "reason", "bytes", "limit", "elements",
+                "complete", "served", "saved_s")
 
 
 def cache_fields(session: session_lib.TuningSession) -> dict[str, Any] | None:
-  """Where InTune cached `session`'s pipeline and what it gave, the
-  `CACHE_FIELDS` of `TuningSession.cache` (bytes held and allowed, elements,
+  """What became of `session`'s cache and what it gave, the `CACHE_FIELDS`
+  of `TuningSession.cache`: its state (a `records.CacheState` value,
+  "placed" or "declined"), where and why, bytes held and allowed, elements,
   whether it holds a whole epoch, the fraction of this session's reads it
-  served, the upstream seconds that saved); None when the session's `cache`
+  served, the upstream seconds that saved; None when the session's `cache`
   option is off or the session is gone (a listener may see its last step
   after its iterator went away)."""
   if not session.options.cache:
@@ -163,7 +165,9 @@ def cache_fields(session: session_lib.TuningSession) -> dict[str, Any] | None:
     cache = session.cache()
   except session_lib.SessionGoneError:
     return None
-  return {k: cache[k] for k in CACHE_FIELDS}
+  fields = {k: cache[k] for k in CACHE_FIELDS}
+  fields["state"] = records.CacheState(fields["state"]).value
+  return fields
 
 
 def _json_safe(value: Any) -> Any:
@@ -587,7 +591,7 @@ _SESSION_FIELDS = {
 }
 # The fields of a session's `cache` (`cache_fields`).
 _CACHE_FIELDS = {
-    "point": (str,), "reason": (str,), "bytes": _NUMBER, "limit": _NUMBER,
+    "state": (str,), "point": (str,), "reason": (str,), "bytes": _NUMBER, "limit": _NUMBER,
     "elements": _NUMBER, "complete": (bool,), "served": _NUMBER,
     "saved_s": _NUMBER,
 }

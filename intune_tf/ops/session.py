@@ -25,6 +25,7 @@ from tensorflow.python.eager import context
 from intune_tf.ops import loader as _kernels
 from intune_tf.options import IntuneOptions
 from intune_tf.records import KINDS
+from intune_tf.records import CacheState
 from intune_tf.records import Knob
 from intune_tf.records import StageStats
 from intune_tf.records import input_first
@@ -424,22 +425,26 @@ class TuningSession:
     """Where InTune cached this session's pipeline, and what it gave.
 
     Returns:
-      `point`: the node the cache holds the elements of ("" when none);
-      `reason`: why there, or why nowhere ("" when the `cache` option is
-      off); `bytes`, `limit` and `elements`: what the cache holds now and
-      may hold (the RAM budget the buffers leave it); `complete`: whether it
-      holds a whole epoch; `hits` and `misses`: elements this session read
-      from it and from its input; `served`: the fraction read from it;
+      `state`: a `CacheState`, `PLACED` while the pipeline has a cache,
+      `DECLINED` when it has none, `OFF` when the `cache` option is off;
+      `point`: the node the cache holds the elements of (for a declined
+      cache, where it was placed before it gave up; "" when no place was
+      found); `reason`: why there, or why no cache ("" when off); `bytes`,
+      `limit` and `elements`: what the cache holds now and may hold (the
+      RAM budget the buffers leave it); `complete`: whether it holds a whole
+      epoch; `hits` and `misses`: elements this session read from it and
+      from its input; `served`: the fraction read from it;
       `saved_s`: the upstream seconds the hits saved, at the rate measured
       as the cache filled (time between two elements read from the input,
       so wall time seen by the consumer, not CPU time); `shrunk_bytes`:
       bytes the guard dropped from it.
     """
-    point, reason = self._call(_kernels.ops().intune_session_cache)
+    state, point, reason = self._call(_kernels.ops().intune_session_cache)
     c = self._call(_kernels.ops().intune_session_counters).numpy()
     c = dict(zip(COUNTERS, (int(v) for v in c)))
     reads = c["cache_hits"] + c["cache_misses"]
-    return {"point": point.numpy().decode(), "reason": reason.numpy().decode(),
+    return {"state": CacheState(state.numpy().decode()),
+            "point": point.numpy().decode(), "reason": reason.numpy().decode(),
             "bytes": c["cache_bytes"], "limit": c["cache_limit"],
             "elements": c["cache_elements"],
             "complete": bool(c["cache_complete"]), "hits": c["cache_hits"],

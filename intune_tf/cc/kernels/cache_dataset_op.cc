@@ -13,6 +13,10 @@
 // entry. When checking them costs over kMaxCheckPercent of the time an epoch
 // took to read from the input, the entry is declined (no cache).
 //
+// The kernel's part of the cache's decision (cache_decision.h): each reason
+// it finds to decline is told to the session by Iterator::Decline, the one
+// place that does.
+//
 // An iterator returns element i from the entry while it holds it, and
 // otherwise reads its input (made only then, and brought to element i by
 // Skip), appending what it reads while the entry is a prefix ending at i.
@@ -39,6 +43,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "intune_tf/cc/cache_decision.h"
 #include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/pass_through.h"
 #include "intune_tf/cc/graph_walk.h"
@@ -83,9 +88,10 @@ inline constexpr char kConstValueAttr[] = "value";
 // The most CPU time spent finding which of a pipeline's strings name files
 // (once per cache entry) before the cache is declined.
 inline constexpr int64_t kMaxScanCpuUs = 2000000;
+// Why a pipeline that reads tf.data service's splits is not cached.
 inline constexpr char kSplitsReason[] =
-    "no cache: the pipeline reads splits that tf.data service's dispatcher "
-    "hands out (processing_mode distributed_epoch), different each epoch";
+    "the pipeline reads splits that tf.data service's dispatcher hands out "
+    "(processing_mode distributed_epoch), different each epoch";
 
 // The least share of an epoch of known size that a cache must have room
 // for: a smaller prefix saves too little to be worth its memory.
@@ -98,12 +104,12 @@ inline constexpr int64_t kMinEpochPercent = 1;
 std::string WhyNotWorthIt(int64_t limit, int64_t element_bytes,
                           int64_t epoch_elements) {
   if (epoch_elements == data::kInfiniteCardinality) {
-    return "no cache: the input never ends, so no share of an epoch fits";
+    return "the input never ends, so no share of an epoch fits";
   }
   if (epoch_elements <= 0) return "";
   const int64_t room = limit / std::max<int64_t>(element_bytes, 1);
   if (room * 100 >= epoch_elements * kMinEpochPercent) return "";
-  return absl::StrCat("no cache: the RAM budget leaves it room for ", room,
+  return absl::StrCat("the RAM budget leaves it room for ", room,
                       " of the epoch's ", epoch_elements, " elements (",
                       element_bytes, " bytes each), under ", kMinEpochPercent,
                       "%");
@@ -242,7 +248,7 @@ std::vector<std::string> Files(const std::unordered_set<std::string>& candidates
     if (IsFile(env, path)) files.push_back(path);
     if (++looked % 1024 == 0 && ThreadCpuMicros() - start > kMaxScanCpuUs) {
       *why_not = absl::StrCat(
-          "no cache: the pipeline holds ", candidates.size(),
+          "the pipeline holds ", candidates.size(),
           " strings that may name files, and looking at ", looked,
           " of them took over ", kMaxScanCpuUs / 1000000,
           " s of CPU: its files could not all be checked");
@@ -301,11 +307,9 @@ std::string WhyCheckCostsTooMuch(size_t files, int64_t check_us,
   if (epoch_us <= 0 || check_us * 100 <= epoch_us * kMaxCheckPercent) {
     return "";
   }
-  return absl::StrCat("no cache: checking the ", files,
-                      " files the pipeline reads took ",
+  return absl::StrCat("checking the ", files, " files the pipeline reads took ",
                       absl::StrFormat("%.1f", check_us / 1e3),
-                      " ms of CPU, over ",
-                      kMaxCheckPercent, "% of an epoch (",
+                      " ms of CPU, over ", kMaxCheckPercent, "% of an epoch (",
                       absl::StrFormat("%.1f", epoch_us / 1e3), " ms)");
 }
 
@@ -390,11 +394,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       // Split providers (tf.data service's distributed_epoch, on a worker):
       // the dispatcher hands out different splits each epoch.
       if (!ctx->split_providers().empty()) {
-        bypass_ = true;
-        if (session_ != nullptr) {
-          session_->SetCacheInfo("", kSplitsReason);
-          session_ = nullptr;
-        }
+        // No point: no place in such a pipeline could be cached.
+        Decline("", kSplitsReason);
         return OkStatus();
       }
       entry->set_point(dataset()->point_);
@@ -409,11 +410,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         if (!declined.empty()) entry->Decline(declined);
       }
       if (!declined.empty()) {
-        bypass_ = true;
-        if (session_ != nullptr) {
-          session_->SetCacheInfo(dataset()->point_, declined);
-          session_ = nullptr;
-        }
+        Decline(dataset()->point_, declined);
         return OkStatus();
       }
       entry->BeginEpoch();
@@ -477,16 +474,12 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         const int64_t bytes = ElementBytes(*out_tensors, &uncounted);
         const std::string why =
             !uncounted.empty()
-                ? absl::StrCat("no cache: the elements hold ", uncounted,
+                ? absl::StrCat("the elements hold ", uncounted,
                                " values, whose bytes the cache cannot count")
                 : WhyNotWorthIt(entry->limit(), bytes,
                                 dataset()->epoch_elements_);
         if (!why.empty()) {
-          bypass_ = true;
-          if (session_ != nullptr) {
-            session_->SetCacheInfo(dataset()->point_, why);
-            session_ = nullptr;
-          }
+          Decline(dataset()->point_, why);
           ++position_;
           return OkStatus();
         }
@@ -605,11 +598,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
                           dataset()->epoch_elements_);
         if (!why.empty()) {
           StopFilling();
-          bypass_ = true;
-          if (session_ != nullptr) {
-            session_->SetCacheInfo(dataset()->point_, why);
-            session_ = nullptr;
-          }
+          Decline(dataset()->point_, why);
           ++position_;
           return OkStatus();
         }
@@ -711,10 +700,18 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
           dataset()->files_.size(), check_us_, epoch_us);
       if (why.empty()) return;
       entry->Decline(why);
-      if (session_ != nullptr) {
-        session_->SetCacheInfo(dataset()->point_, why);
-        session_ = nullptr;
-      }
+      Decline(dataset()->point_, why);
+    }
+
+    // The cache is declined for `why` (where it was placed, `point`): this
+    // iterator reads its input alone from now on, and its session, told
+    // once, reads no more of it.
+    void Decline(const std::string& point, const std::string& why)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      bypass_ = true;
+      if (session_ == nullptr) return;
+      session_->DecideCache(CacheDecision::Declined(point, why));
+      session_ = nullptr;
     }
 
     // Brings a new input to element position_: skips what the entry holds,

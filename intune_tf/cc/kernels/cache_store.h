@@ -70,8 +70,8 @@ class CacheEntry {
   // such epoch is kept); 0 until one did.
   void RecordInputEpoch(int64_t us) TF_LOCKS_EXCLUDED(mu_);
   int64_t input_epoch_us() const TF_LOCKS_EXCLUDED(mu_);
-  // The entry holds nothing from now on, for `reason` (a "no cache: ..."
-  // line); empty while it is not declined.
+  // The entry holds nothing from now on, for `reason` (why the cache is
+  // declined, cache_decision.h); empty while it is not declined.
   void Decline(const std::string& reason) TF_LOCKS_EXCLUDED(mu_);
   std::string declined() const TF_LOCKS_EXCLUDED(mu_);
 

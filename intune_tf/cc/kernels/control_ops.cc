@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "intune_tf/cc/cache_decision.h"
 #include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/kernels/settings.h"
@@ -198,19 +199,22 @@ class IntuneSessionCountersOp : public OpKernel {
   }
 };
 
-// Where the rewrite put the session's cache, and why there or nowhere.
+// What became of the session's cache (cache_decision.h): its state, where,
+// and why there or why none.
 class IntuneSessionCacheOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     std::shared_ptr<TuningSession> session;
     if (!FindSession(ctx, &session)) return;
-    std::string point, reason;
-    if (session != nullptr) session->CacheInfo(&point, &reason);
-    for (int i = 0; i < 2; ++i) {
+    const CacheDecision decision =
+        session != nullptr ? session->cache_decision() : CacheDecision();
+    const std::string fields[] = {CacheStateName(decision.state),
+                                  decision.point, decision.reason};
+    for (int i = 0; i < 3; ++i) {
       Tensor* out;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(i, TensorShape({}), &out));
-      out->scalar<tstring>()() = i == 0 ? point : reason;
+      out->scalar<tstring>()() = fields[i];
     }
   }
 };

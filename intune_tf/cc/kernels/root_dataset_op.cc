@@ -212,8 +212,7 @@ class RootDatasetOp::Dataset : public data::DatasetBase {
         OwnedModels::Global()->Add(model_.get());
         session_ = SessionRegistry::Global()->Create(dataset()->tag_,
                                                      s.ram_budget, model_);
-        session_->SetCacheInfo(dataset()->report_.cache_point,
-                               dataset()->report_.cache_reason);
+        session_->DecideCache(dataset()->report_.cache);
       }
       data::IteratorContext input_ctx(CreateParams(ctx));
       Status status = dataset()->rewritten_->MakeIterator(

@@ -600,16 +600,14 @@ void TuningSession::AttachCache(std::shared_ptr<CacheEntry> entry) {
   LimitCaches(ram_budget_.load(), -1);
 }
 
-void TuningSession::SetCacheInfo(std::string point, std::string reason) {
+void TuningSession::DecideCache(CacheDecision decision) {
   mutex_lock l(cache_mu_);
-  cache_point_ = std::move(point);
-  cache_reason_ = std::move(reason);
+  cache_decision_ = std::move(decision);
 }
 
-void TuningSession::CacheInfo(std::string* point, std::string* reason) const {
+CacheDecision TuningSession::cache_decision() const {
   mutex_lock l(cache_mu_);
-  *point = cache_point_;
-  *reason = cache_reason_;
+  return cache_decision_;
 }
 
 std::vector<std::shared_ptr<CacheEntry>> TuningSession::Caches() const {

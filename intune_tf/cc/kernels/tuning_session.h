@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "intune_tf/cc/cache_decision.h"
 #include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/node_access.h"
 #include "tensorflow/core/framework/model.h"
@@ -157,11 +158,11 @@ class TuningSession {
   // An element read from a cache (`from_cache`, which saved
   // `upstream_us` of the input's time), or from the input.
   void RecordCacheRead(bool from_cache, double upstream_us);
-  // Where the rewrite put the cache and why (rewrites::Report).
-  void SetCacheInfo(std::string point, std::string reason)
-      TF_LOCKS_EXCLUDED(cache_mu_);
-  void CacheInfo(std::string* point, std::string* reason) const
-      TF_LOCKS_EXCLUDED(cache_mu_);
+  // What became of the pipeline's cache (cache_decision.h): the rewrite's
+  // decision when the session starts (IntuneRootDataset), replaced by the
+  // cache's kernel when it declines at run time. The last one stands.
+  void DecideCache(CacheDecision decision) TF_LOCKS_EXCLUDED(cache_mu_);
+  CacheDecision cache_decision() const TF_LOCKS_EXCLUDED(cache_mu_);
 
  private:
   // One node of a walk of the model, parents before children.
@@ -245,8 +246,7 @@ class TuningSession {
 
   mutable mutex cache_mu_;
   std::vector<std::shared_ptr<CacheEntry>> caches_ TF_GUARDED_BY(cache_mu_);
-  std::string cache_point_ TF_GUARDED_BY(cache_mu_);
-  std::string cache_reason_ TF_GUARDED_BY(cache_mu_);
+  CacheDecision cache_decision_ TF_GUARDED_BY(cache_mu_);
 
   // Serializes knob writes (SetKnobs, the sync pass, the guard), so that a
   // validated batch of values is applied and then enforced as one step, and

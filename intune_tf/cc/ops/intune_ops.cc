@@ -259,20 +259,24 @@ REGISTER_OP("IntuneSessionCounters")
 
 REGISTER_OP("IntuneSessionCache")
     .Input("session_id: int64")
+    .Output("state: string")
     .Output("point: string")
     .Output("reason: string")
     .Output("found: bool")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(InputRank(c, 0, 0));
-      c->set_output(0, c->Scalar());
-      c->set_output(1, c->Scalar());
-      c->set_output(2, c->Scalar());
+      for (int i = 0; i < 4; ++i) c->set_output(i, c->Scalar());
       return OkStatus();
     })
     .Doc(R"doc(
-Where the rewrite put the session's cache (the node it caches; empty: none)
-and why there, or why nowhere (empty: the option's cache is off).
+What became of the session's cache (intune_tf/cc/cache_decision.h).
+
+state: "placed", "declined" or "off" (the option's cache is off), as
+  intune_tf.CacheState spells them.
+point: the node the cache holds the elements of; for a declined cache, where
+  it was (empty when no place was found).
+reason: why there, or why no cache; empty when off.
 )doc");
 
 REGISTER_OP("IntuneObserve")
