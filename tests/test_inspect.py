@@ -1,5 +1,6 @@
 """Status files, `intune inspect` and the decision log."""
 
+import contextlib
 import functools
 import io
 import json
@@ -199,13 +200,26 @@ def test_inspect_prints_the_table_of_a_live_file(tmp_path):
   writer.close()
 
 
-def test_inspect_and_the_decision_log_show_what_the_cache_gave(tmp_path):
-  writer = status.StatusWriter(tmp_path / "status", period_s=0.05)
+@contextlib.contextmanager
+def _status_and_log(folder: pathlib.Path):
+  """The global tuner writes status files to `folder / "status"` and its
+  decision log to `folder / "decisions.jsonl"` inside the block."""
+  writer = status.StatusWriter(folder / "status", period_s=0.05)
   writer.start()
   tuner = intune_tf.global_tuner()
-  log = status.DecisionLog(tmp_path / "decisions.jsonl", tuner)
+  log = status.DecisionLog(folder / "decisions.jsonl", tuner)
   tuner.add_listener(writer)
   tuner.add_listener(log)
+  try:
+    yield
+  finally:
+    tuner.remove_listener(writer)
+    tuner.remove_listener(log)
+    log.close()
+    writer.close()
+
+
+def test_inspect_and_the_decision_log_show_what_the_cache_gave(tmp_path):
   ds = tf.data.Dataset.range(64).map(
       lambda x: tf.reduce_sum(tf.sin(tf.cast(tf.range(x + 100), tf.float32))),
       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
@@ -213,7 +227,7 @@ def test_inspect_and_the_decision_log_show_what_the_cache_gave(tmp_path):
   options.experimental_intune = intune_tf.IntuneOptions(
       policy="manual", period_s=0.02, cache=True, warm_start=False)
   ds = ds.with_options(options)
-  try:
+  with _status_and_log(tmp_path):
     assert len(list(ds)) == 64  # epoch 1 fills the cache
     it = iter(ds)  # epoch 2, a session of its own, is read from it
     session = intune_tf.session_of(it)
@@ -228,11 +242,6 @@ def test_inspect_and_the_decision_log_show_what_the_cache_gave(tmp_path):
     cache = _wait(shown, what="the second epoch's cache in the status file")
     out = io.StringIO()
     assert inspect_lib.inspect(tmp_path / "status", out=out) == 0
-  finally:
-    tuner.remove_listener(writer)
-    tuner.remove_listener(log)
-    log.close()
-    writer.close()
   assert cache["state"] == "placed"
   assert cache["point"] and cache["point"] == session.cache()["point"]
   assert cache["complete"] and cache["elements"] == 64
@@ -273,18 +282,12 @@ _CACHE_STATES = [
                          ids=["placed", "no_place", "declined_at_run_time"])
 def test_the_session_the_status_file_and_the_log_tell_one_cache_state(
     tmp_path, make, state, has_point, reason):
-  writer = status.StatusWriter(tmp_path / "status", period_s=0.05)
-  writer.start()
-  tuner = intune_tf.global_tuner()
-  log = status.DecisionLog(tmp_path / "decisions.jsonl", tuner)
-  tuner.add_listener(writer)
-  tuner.add_listener(log)
   options = tf.data.Options()
   options.experimental_intune = intune_tf.IntuneOptions(
       policy="manual", period_s=0.02, cache=True, warm_start=False)
-  it = iter(make().with_options(options))
-  session = intune_tf.session_of(it)
-  try:
+  with _status_and_log(tmp_path):
+    it = iter(make().with_options(options))
+    session = intune_tf.session_of(it)
     for _ in range(8):
       next(it)
 
@@ -300,11 +303,6 @@ def test_the_session_the_status_file_and_the_log_tell_one_cache_state(
     filed, logged = _wait(shown, what="the cache's state in both files")
     out = io.StringIO()
     assert inspect_lib.inspect(tmp_path / "status", out=out) == 0
-  finally:
-    tuner.remove_listener(writer)
-    tuner.remove_listener(log)
-    log.close()
-    writer.close()
   told = session.cache()
   assert told["state"] is state
   assert bool(told["point"]) == has_point, told
