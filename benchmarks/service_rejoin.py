@@ -5,9 +5,10 @@ of 2 (`workers.LocalWorkers`, a warm standby) under an in-process
 dispatcher; each batch carries the pid of the worker that made it. The pool
 shrinks to 1 for `--gap` seconds, then grows back to 2, and the new worker
 takes the stopped one's port. Reported: the seconds from the growth to the
-first batch the new worker serves, with the stopped worker's address kept
-answering (`LocalWorkers(keep_addresses=True)`, the default) and without,
-interleaved, `--repeats` times.
+first batch the regrown worker serves, for each way of shrinking
+(`VARIANTS`), interleaved, `--repeats` times: the stopped worker's address
+kept answering (`LocalWorkers(keep_addresses=True)`), not kept, or the
+worker paused (SIGSTOP) and resumed (`LocalWorkers(pause=True)`).
 
 Run: `python benchmarks/service_rejoin.py [--gap 40] [--repeats 3]` (about
 a minute per run).
@@ -42,7 +43,15 @@ def _wait(predicate, timeout: float, what: str):
   raise SystemExit(f"timed out waiting for {what}")
 
 
-def rejoin(gap_s: float, keep: bool) -> float:
+# The ways of shrinking compared: `LocalWorkers` arguments.
+VARIANTS = {
+    "address kept": {"keep_addresses": True},
+    "address not kept": {"keep_addresses": False},
+    "paused": {"pause": True},
+}
+
+
+def rejoin(gap_s: float, variant: dict[str, bool]) -> float:
   """Seconds from the growth to the regrown worker's first batch."""
   dispatcher = tf.data.experimental.service.DispatchServer(
       tf.data.experimental.service.DispatcherConfig(port=0))
@@ -50,7 +59,7 @@ def rejoin(gap_s: float, keep: bool) -> float:
   pool = workers.LocalWorkers(
       address, 1, 2, log_dir=tempfile.mkdtemp(prefix="intune-rejoin-"),
       worker_args=("--heartbeat-interval-ms", "500"), standby=1,
-      standby_delay_s=0.0, keep_addresses=keep)
+      standby_delay_s=0.0, **variant)
   seen: list[tuple[float, int]] = []
   stop = threading.Event()
 
@@ -74,7 +83,8 @@ def rejoin(gap_s: float, keep: bool) -> float:
     grown = time.monotonic()
     pool.resize(2)
     new = pool.workers[1].proc.pid
-    first = _wait(lambda: next((t for t, p in seen if p == new), None),
+    first = _wait(lambda: next((t for t, p in seen
+                                if p == new and t >= grown), None),
                   240, "the regrown worker's first rows")
     return first - grown
   finally:
@@ -90,11 +100,11 @@ def main(argv=None) -> int:
   parser.add_argument("--repeats", type=arguments.positive_int, default=3,
                       help="Interleaved repeats (default 3).")
   args = parser.parse_args(argv)
-  results = {"address kept": [], "address not kept": []}
+  results = {name: [] for name in VARIANTS}
   for repeat in range(args.repeats):
     order = list(results) if repeat % 2 == 0 else list(results)[::-1]
     for name in order:
-      seconds = rejoin(args.gap, name == "address kept")
+      seconds = rejoin(args.gap, VARIANTS[name])
       results[name].append(seconds)
       print(f"  repeat {repeat + 1}/{args.repeats} {name}: the regrown "
             f"worker's first rows {seconds:.1f} s after the growth",

@@ -483,14 +483,6 @@ def test_tf_formula_caps_growth_and_follows_the_estimate():
   assert (decision.size, decision.change) == (3, False)
 
 
-def test_fixed_controller_holds_its_size():
-  controller = controllers.FixedController(3)
-  decision = controller.decide(controllers.PoolReading(time_s=0, workers=1,
-                                                wait_share=0.9,
-                                                consumer_rate=1e6))
-  assert (decision.size, decision.change) == (3, True)
-
-
 def test_unknown_controller_raises():
   with pytest.raises(ValueError, match="unknown pool controller 'x'"):
     controllers.make_controller("x", 1, 2)

@@ -12,9 +12,11 @@ import time
 
 from _waiting import poll_for
 from _waiting import wait_until
+import psutil
 import pytest
 
 from intune_tf.service import addresses
+from intune_tf.service import consumer
 from intune_tf.service import controllers
 from intune_tf.service import manager as manager_lib
 from intune_tf.service import scalers
@@ -617,6 +619,71 @@ def test_a_shrink_starts_the_replacement_standby_before_its_delay(tmp_path):
     s.close()
 
 
+def _stopped(proc) -> bool:
+  """Whether `proc` is stopped (SIGSTOP)."""
+  return psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+
+
+def test_a_paused_worker_keeps_its_place_and_is_resumed_first(tmp_path):
+  s = _stand_ins(tmp_path, 1, 3, standby=0, pause=True)
+  try:
+    s.resize(2)
+    wait_until(lambda: s.serving() == 2, what="the stand-ins to register")
+    paused = s.workers[1]
+    s.resize(1)
+    # Out of the pool, its port not vacated: it keeps its address.
+    assert (s.size(), s.serving(), s.vacated) == (1, 1, [])
+    wait_until(lambda: _stopped(paused.proc), what="the worker to pause")
+    s.resize(3)  # the paused worker first, then a new one
+    assert s.workers[1] is paused and paused.proc.poll() is None
+    assert len({*s.ports()}) == 3 and s.serving() >= 2
+    wait_until(lambda: not _stopped(paused.proc), what="it to resume")
+    procs = [w.proc for w in s.workers]
+    s.resize(1)  # two pause; closing ends all three
+  finally:
+    s.close()
+  assert all(proc.poll() is not None for proc in procs)
+  assert s.size() == 0 and s.paused == []
+
+
+# A pool of 2 stand-ins (argv[2]) shrunk to 1 by pausing; prints the pids,
+# then lives until it is killed.
+_PAUSING_POOL = """
+import sys, time
+from intune_tf.service import workers
+s = workers.LocalWorkers("127.0.0.1:1", 1, 2, log_dir=sys.argv[1], standby=0,
+                         pause=True, program=(sys.executable, "-c", sys.argv[2]))
+s.resize(2)
+s.resize(1)
+print(s.workers[0].proc.pid, s.paused[0].proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_paused_workers_end_with_their_pool_killed_with_sigkill(tmp_path):
+  # As the OOM killer ends a dispatcher: nothing closes the pool, and a
+  # stopped worker cannot watch its stdin.
+  pool = subprocess.Popen([sys.executable, "-c", _PAUSING_POOL, str(tmp_path),
+                           _STAND_IN], stdout=subprocess.PIPE, text=True)
+  try:
+    pids = [int(p) for p in pool.stdout.readline().split()]
+    assert len(pids) == 2, pool.wait()
+    wait_until(lambda: psutil.Process(pids[1]).status() ==
+               psutil.STATUS_STOPPED, what="the second worker to pause")
+  finally:
+    pool.kill()
+    pool.wait()
+
+  def gone(pid):
+    try:
+      return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+      return True
+  for pid in pids:
+    wait_until(lambda pid=pid: gone(pid), timeout=30,
+               what=f"worker pid {pid} to end with its pool")
+
+
 def _worker_answer(port: int, timeout: float = 10.0) -> tuple[str, float]:
   """The status of a failed GetElement call (for no task) to the data
   service worker at `port`, as "CODE: details", and the seconds it took."""
@@ -755,6 +822,57 @@ def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
     assert joined.proc.poll() is None
     # The port now answers as TensorFlow's worker, not as the keeper.
     assert "was stopped by InTune's pool" not in _worker_answer(stopped)[0]
+  finally:
+    if trainer is not None:
+      trainer.kill()
+      trainer.wait()
+    s.close()
+
+
+@pytest.mark.slow
+def test_a_paused_worker_serves_the_trainer_again_once_resumed(dispatcher,
+                                                             tmp_path):
+  # Paused, the worker keeps its address and its tasks: the trainer reads
+  # from it again once it resumes, and meanwhile the pool's reading leaves
+  # it out. How soon it serves: benchmarks/service_rejoin.py.
+  s = workers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
+                           env={"INTUNE_STATUS_DIR": str(tmp_path)},
+                           worker_args=("--heartbeat-interval-ms", "500",
+                                        "--dispatcher-wait", "120"),
+                           standby=0, pause=True)
+  seen = []
+  trainer = None
+
+  def read():  # the pid of the worker that made each batch
+    for line in trainer.stdout:
+      seen.append((time.monotonic(), int(line)))
+  reader = threading.Thread(target=read, daemon=True)
+
+  def status_pids():
+    return {w["pid"] for w in consumer.worker_status(str(tmp_path),
+                                                     dispatcher)}
+  try:
+    s.resize(2)
+    wait_until(lambda: s.serving() == 2, timeout=_TIMEOUT_S,
+               what="two local workers to register")
+    trainer = subprocess.Popen([sys.executable, "-c", _TRAINER, dispatcher],
+                               stdout=subprocess.PIPE, text=True)
+    reader.start()
+    pids = {w.proc.pid for w in s.workers}
+    wait_until(lambda: pids <= {p for _, p in seen} and
+               status_pids() == pids, timeout=_TIMEOUT_S,
+               what="rows and a status file from both workers")
+    paused = s.workers[1]
+    s.resize(1)
+    wait_until(lambda: status_pids() == {s.workers[0].proc.pid},
+               what="the paused worker to leave the workers' status")
+    s.resize(2)
+    resumed = time.monotonic()
+    assert s.workers[1] is paused
+    wait_until(lambda: any(t > resumed and p == paused.proc.pid
+                           for t, p in seen),
+               timeout=_TIMEOUT_S, what="rows from the resumed worker")
+    assert status_pids() == pids
   finally:
     if trainer is not None:
       trainer.kill()

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from absl import logging
+import psutil
 
 from intune_tf import files
 from intune_tf.service import controllers
@@ -37,20 +38,14 @@ def _pool_dir(status_dir: str | os.PathLike | None) -> pathlib.Path:
 
 
 class ConsumerMeter:
-  """The trainer's side of pool sizing: measures how long each step waits
-  for input and how long it computes, and reports them for the dispatcher
-  (`<status dir>/pool/<pid>@<host>.json`, every
-  `CONSUMER_REPORT_PERIOD_S`).
+  """The trainer's side of pool sizing: how long each step waits for input
+  and computes, reported for the dispatcher every `CONSUMER_REPORT_PERIOD_S`
+  (`<status dir>/pool/<pid>@<host>.json`), a wait under way included (a
+  thread reports it while it lasts: docs/service.md).
 
       meter = service.ConsumerMeter("127.0.0.1:5050")
       for batch in meter.iterate(distributed_ds):
         train_step(batch)
-
-  While `iterate` waits for an element, a thread reports the wait so far
-  each period (with the last pace measured): a trainer stuck on a worker
-  that left still reads as waiting, so the dispatcher's controller takes a
-  shrink back and a worker serves at that address again, which is what ends
-  a `distributed_epoch` epoch (docs/service.md).
 
   Args:
     dispatcher: the dispatcher's HOST:PORT.
@@ -61,6 +56,7 @@ class ConsumerMeter:
 
   Raises:
     ServiceError: a malformed dispatcher address.
+    ValueError: `elements_per_item` is not a finite number above 0.
   """
 
   def __init__(self, dispatcher: str, status_dir: str | None = None,
@@ -187,10 +183,9 @@ class ConsumerMeter:
 
 
 def _consumer_reports(directory: pathlib.Path) -> list[dict[str, Any]]:
-  """The consumer reports in `directory` that are JSON objects, each read
-  with the checked reader (`status.read_json_file`: a regular file of this
-  user, at most `_MAX_REPORT_BYTES`, opened without blocking); any other
-  file is skipped."""
+  """The consumer reports in `directory` that are JSON objects, read with
+  the checked reader (`status.read_json_file`); any other file is
+  skipped."""
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   from intune_tf.observe import status  # noqa: PLC0415
   reports = []
@@ -208,15 +203,13 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
                  status_dir: str | os.PathLike | None = None,
                  now: float | None = None,
                  consumer_addresses: tuple[str, ...] = ()):
-  """The `controllers.PoolReading` of a dispatcher's pool from the
-  reports in the status dir: the consumers' fresh reports (their paces
-  summed, the largest wait share) and the rows/s of each of the
-  dispatcher's workers (the sum of its sessions' output rates). None when no
-  consumer reported within `CONSUMER_REPORT_MAX_AGE_S`. Consumers that name
-  the dispatcher by one of `consumer_addresses` count too, and so do
-  workers (default none); addresses match once their host names are
-  resolved (`endpoints`). A report that is not a small regular JSON file of
-  this user with numbers where numbers go is skipped.
+  """The `controllers.PoolReading` of a dispatcher's pool from the status
+  dir: the consumers' fresh reports (paces summed, the largest wait share)
+  and each worker's rows/s; None when no consumer reported within
+  `CONSUMER_REPORT_MAX_AGE_S`. Consumers and workers that name the
+  dispatcher by `dispatcher` or one of `consumer_addresses` (default none)
+  count, host names resolved (`endpoints`); a report with anything but
+  numbers where numbers go is skipped.
   """
   now = time.time() if now is None else now
   accepted = frozenset().union(
@@ -251,9 +244,8 @@ def dispatcher_pool(dispatcher: str,
                     status_dir: str | os.PathLike | None = None
                     ) -> dict[str, Any] | None:
   """The worker pool a live dispatcher started with `--workers` reports in
-  its status file (`manager.PoolManager.report`: "kind", "min", "max",
-  "size", "serving", "lost", "failures", "reason", "decisions"), or None (no
-  such dispatcher, or no pool).
+  its status file (`manager.PoolManager.report`), or None (no such
+  dispatcher, or no pool).
 
   Args:
     dispatcher: its HOST:PORT (matched on the port).
@@ -283,10 +275,9 @@ def worker_status(status_dir: str | os.PathLike | None = None,
       every worker.
 
   Returns:
-    One status dict per worker process (see `intune_tf.observe.status`): "pid",
-    "host", "service" ({"dispatcher", "worker_address", "port"}),
-    "sessions" (each with "knobs", "initial_knobs", "steps", "changes",
-    "output_rate", "stages", ...) and "ended_sessions".
+    One status dict per worker process that runs, a paused one left out
+    (`intune_tf.observe.status`; "service" is {"dispatcher",
+    "worker_address", "port"}).
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   from intune_tf.observe import status  # noqa: PLC0415
@@ -295,13 +286,17 @@ def worker_status(status_dir: str | os.PathLike | None = None,
   if dispatcher is not None:
     parse_address(dispatcher, "dispatcher")
     wanted = endpoints(dispatcher)
-  result = []
-  for data in status.read_all(status_dir):
-    service = data.get("service") or {}
-    if data.get("role") != "worker":
-      continue
-    if wanted is not None and not names_dispatcher(service.get("dispatcher"),
-                                                   wanted):
-      continue
-    result.append(data)
-  return result
+  return [data for data in status.read_all(status_dir)
+          if data.get("role") == "worker" and not _paused(data) and (
+              wanted is None or names_dispatcher(
+                  (data.get("service") or {}).get("dispatcher"), wanted))]
+
+
+def _paused(data: dict[str, Any]) -> bool:
+  """Whether a status file's process is a worker of this host stopped by
+  SIGSTOP (a local pool's paused worker: it serves nothing)."""
+  try:
+    return (data.get("host") == socket.gethostname() and
+            psutil.Process(data["pid"]).status() == psutil.STATUS_STOPPED)
+  except (psutil.Error, KeyError, TypeError, ValueError):
+    return False

@@ -1,35 +1,12 @@
 """Sizing a tf.data service worker pool from what the trainer measures.
 
-Every control period a controller reads a `PoolReading` (the trainer's
-share of time spent waiting for input, the consumer's pace, the rows/s each
-worker's tuner reports) and returns a `Decision`: the pool size it wants and
-why. Scalers (`intune_tf.service.scalers`) carry the decision out; the simulator
-(`intune_tf.sim.cluster`) scores the controllers at cluster scale.
-
-Controllers (`CONTROLLERS`):
-
-- `intune` (`IntuneController`): a model proposes the size, the workers'
-  measured capacity against the consumer's demand plus a headroom,
-  `workers_needed`; measurement confirms each change once the new workers are
-  up and deliver (a growth is judged once every worker reports rows, or
-  `first_rows_s` after its workers registered; one that did not deliver at
-  least `confirm_share` of its predicted gain in one period is measured for
-  one period more and judged on the better of the two; if still short, it
-  is taken back, and the size that delivered becomes a ceiling; a shrink
-  after which the trainer waits is taken back, and the old size becomes a
-  floor). It grows while the trainer waits, shrinks only after
-  `shrink_patience` calm rounds (to the largest size any of them needed),
-  and makes no change while workers are starting or within
-  `min_interval_s` of the last change taking effect.
-- `tf-formula` (`TfFormulaController`): TensorFlow's `AutoScaler` estimate
-  (`tf_formula_estimate`, growth capped by `cap_growth`) applied every
-  period, as if the dispatcher scaled to it (TensorFlow only exports it).
-- `cachew` (`CachewController`): Cachew's hill climb on the batch time.
-- `fixed` (`FixedController`): a constant size (the simulator's
-  `fixed-best` is the best constant size in hindsight).
-
-The learned (DQN) policy is not used here: the pool's size is one integer
-whose effect the model predicts directly; see docs/service.md.
+Every control period a controller reads a `PoolReading` and returns a
+`Decision`: the size it wants and why. Scalers carry it out; the simulator
+(`intune_tf.sim.cluster`) scores the controllers at cluster scale. The
+controllers (`CONTROLLERS`): `intune` (`IntuneController`, a model checked
+by measurement), `tf-formula` (TensorFlow's `AutoScaler` estimate, applied
+as if it scaled) and `cachew` (Cachew's hill climb); docs/service-design.md
+describes each.
 """
 
 from __future__ import annotations
@@ -93,16 +70,11 @@ def clamp(size: int, min_workers: int, max_workers: int) -> int:
 def replace_outliers(values: Sequence[float],
                      sigmas: float = TF_OUTLIER_SIGMAS) -> list[float]:
   """TensorFlow AutoScaler's outlier rule: a value further than `sigmas`
-  sample standard deviations from the mean is replaced by the median (the
-  upper median of an even count, as TensorFlow takes it).
+  (default 1) sample standard deviations from the mean becomes the median
+  (the upper one of an even count, as TensorFlow takes it).
 
-  replace_outliers([1, 2, 3, 10]): mean 4, sd sqrt((9 + 4 + 1 + 36) / 3) =
-  4.08; 10 is outside [-0.08, 8.08] and becomes the median sorted[2] = 3:
-  [1, 2, 3, 3].
-
-  Args:
-    values: the rates.
-    sigmas: how many standard deviations are kept. Default 1.
+  replace_outliers([1, 2, 3, 10]): mean 4, sd 4.08; 10 is outside [-0.08,
+  8.08] and becomes sorted[2] = 3: [1, 2, 3, 3].
   """
   values = [float(v) for v in values]
   if len(values) <= 1:
@@ -133,17 +105,12 @@ def tf_formula_estimate(consumer_rates: Sequence[float],
 def cap_growth(estimate: int, current: int,
                factor: int = TF_MAX_GROWTH_FACTOR,
                step: int = TF_MAX_GROWTH_WORKERS) -> int:
-  """An estimate above the current pool capped at min(factor x current,
-  current + step), as TensorFlow caps its metric; shrinking is not capped.
+  """`estimate` capped at min(factor x current, current + step) (default
+  4 and 500) as TensorFlow caps its metric, when above a `current` pool of
+  at least 1; shrinking is not capped.
 
   cap_growth(50, 15) = 50 (<= 60); cap_growth(100, 15) = 60;
   cap_growth(2000, 300) = 800 (300 + 500 < 1200).
-
-  Args:
-    estimate: the workers the formula asks for.
-    current: the workers in the pool (at least 1 for a cap to apply).
-    factor: at most this many times the current pool. Default 4.
-    step: at most this many more workers. Default 500.
   """
   if estimate <= current or current < 1:
     return estimate
@@ -245,25 +212,9 @@ class PoolController:
     return self._to(reading, reading.asked, reason)
 
 
-class FixedController(PoolController):
-  """A constant pool of `size` workers."""
-
-  name = "fixed"
-
-  def __init__(self, size: int):
-    super().__init__(size, size)
-
-  def decide(self, reading: PoolReading) -> Decision:
-    return self._to(reading, self.min_workers, "fixed size")
-
-
 class TfFormulaController(PoolController):
-  """TensorFlow's AutoScaler estimate, applied every period as if it scaled.
-
-  The workers' rates are their capacities when reported (TensorFlow's
-  workers report their processing time per element), else the rows/s they
-  produced; the consumer's target rate is its pace.
-  """
+  """TensorFlow's AutoScaler estimate, applied every period as if it
+  scaled, on the workers' capacities when reported, else their rows/s."""
 
   name = "tf-formula"
 
@@ -280,19 +231,11 @@ class TfFormulaController(PoolController):
 
 
 class CachewController(PoolController):
-  """Cachew's hill climb on the trainer's batch time.
-
-  Rounds count only when no worker is starting (a change is in effect). It
-  adds one worker at a time while each improves the batch time by more than
-  7%; the first that does not is taken back, and it then removes one at a
-  time while each worsens it by less than 3% (a removal that costs more is
-  taken back). Then it holds; after `CACHEW_STABLE_ROUNDS` stable rounds it
-  probes again if the batch time grew 1.5x, or if the trainer now waits
-  (wait share above 5% and 1.5x that of the stable reference: our stand-in
-  for Cachew's queue signal).
-
-  The batch time is the trainer's time per row, 1 / delivered rows/s.
-  """
+  """Cachew's hill climb on the trainer's batch time (1 / delivered
+  rows/s; docs/service-design.md), in rounds when no worker is starting. A
+  stable pool is probed again after `CACHEW_STABLE_ROUNDS` if the batch time
+  grew 1.5x, or the wait share did (above 5%: our stand-in for Cachew's
+  queue signal)."""
 
   name = "cachew"
 
@@ -373,7 +316,8 @@ class _Pending:
 
 
 class IntuneController(PoolController):
-  """InTune's pool controller (module docstring).
+  """InTune's pool controller: a model proposes the size, measurement
+  confirms each change (docs/service-design.md).
 
   Args:
     min_workers: the pool's MIN (at least 1).
@@ -385,30 +329,20 @@ class IntuneController(PoolController):
     shrink_wait: wait share below which a smaller pool is considered.
       Default 0.01.
     headroom: capacity kept above the consumer's demand. Default 0.05.
-    confirm_share: a growth must deliver at least this share of its
-      predicted gain, judged by the wait it removed in the better of two
-      periods (a second is measured only when the first falls short: with
-      little to spare, the new workers win back the backlog over a few
-      periods); a worker is added only
-      where the model's or the measured shortfall would use at least this
-      share of it, unless the wait exceeds `tolerate_wait`. Default 0.5.
+    confirm_share: the share of its predicted gain a growth must deliver
+      (the better of two periods), and of one more worker the shortfall
+      must use for it to be added. Default 0.5.
     shrink_patience: calm rounds in a row before a shrink. Default 3.
-    limit_ttl_s: seconds a ceiling or floor learned from a taken-back change
-      holds (also dropped when the consumer's pace moves 25%). Default 600.
-    first_rows_s: seconds after a growth took effect (its workers
-      registered) that the controller waits for every serving worker to
-      report rows before it judges the growth. Default 20.
+    limit_ttl_s: seconds a ceiling or floor holds (or until the pace moves
+      25%). Default 600.
+    first_rows_s: seconds after a growth took effect that its judgement
+      waits for every serving worker's first rows. Default 20.
     grow_patience: rounds in a row the trainer must wait while the model
-      says the pool suffices before one more worker is measured (a wait
-      left over from a growth that just took effect passes). Default 2.
-    tolerate_wait: wait share borne rather than adding a worker that the
-      shortfall would use less than `confirm_share` of (2 workers short of
-      0.15 of a third: the third would cost a third of the pool for at most
-      this share of the time). Default 0.05.
+      says the pool suffices before one more worker is measured. Default 2.
+    tolerate_wait: wait share borne rather than adding a worker used less
+      than `confirm_share`. Default 0.05.
     cpu_cap: called at each decision, the most workers the pool's CPUs can
-      run (`LocalWorkers`: the host's usable CPUs, `host.usable_cpus`); the
-      controller grows no further, whatever MAX, and never below MIN.
-      Default None: MAX.
+      run; never below MIN. Default None: MAX.
   """
 
   name = "intune"
@@ -443,8 +377,6 @@ class IntuneController(PoolController):
     self.ceiling: tuple[int, float, float] | None = None
     self.floor: tuple[int, float, float] | None = None
     self._asked_at: float | None = None  # when the last change was asked
-    # The pace at which an aged-out ceiling was learned: probe small there.
-    self._small_probe: float | None = None
     # The size before the pool last shrank, until it is that size again.
     self._shrunk_from: int | None = None
     # A growth's judgement waited for its workers' first rows.
@@ -498,10 +430,6 @@ class IntuneController(PoolController):
       if (moved(reading.consumer_rate, demand, PACE_MOVED) or
           reading.time_s - since > self.limit_ttl_s):
         setattr(self, which, None)
-        # A ceiling that only aged out is probed again in a small step,
-        # while the pace stays where it was.
-        if which == "ceiling" and not moved:
-          self._small_probe = demand
 
   # --- decisions -------------------------------------------------------------
   def decide(self, reading: PoolReading) -> Decision:
@@ -551,9 +479,6 @@ class IntuneController(PoolController):
       self._waited = 0
       if want is None or want <= n:
         want = self._limit(n + 1)  # the model says enough; measure one more
-      probe = self._small_probe
-      if probe is not None and not moved(demand, probe, PACE_MOVED):
-        want = min(want, n + max(1, n // 10))
       if want <= n:
         cpus = self.cpu_cap() if self.cpu_cap is not None else None
         limit = (f"the {cpus} CPUs its workers can use"
@@ -665,7 +590,6 @@ class IntuneController(PoolController):
     None: the consumer's pace moved 10% or more under the
     change, so the measurement says nothing about it."""
     p, self.pending = self.pending, None
-    self._small_probe = None
     n = reading.workers
     if moved(reading.consumer_rate, p.demand, CHANGE_PACE_MOVED):
       return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import pathlib
 import time
-from typing import Any
 
 from absl import logging
 
@@ -32,11 +31,8 @@ _DISPATCHER_STATUS_PERIOD_S = 2.0
 
 
 def _check_work_dir(work_dir: str) -> None:
-  """Creates the dispatcher's journal folder `work_dir` if missing.
-
-  Raises:
-    ServiceError: it cannot be a folder (a file on its path, no rights).
-  """
+  """Creates the journal folder `work_dir` if missing, else raises
+  ServiceError (a file on its path, no rights)."""
   try:
     pathlib.Path(work_dir).mkdir(parents=True, exist_ok=True)
   except OSError as e:
@@ -49,18 +45,10 @@ def _check_work_dir(work_dir: str) -> None:
 def cpu_note(low: int, high: int, cpus: int, capped: bool
              ) -> tuple[int, str] | None:
   """What a local pool of `low` to `high` workers on a host giving `cpus`
-  CPUs should be told, as (absl logging level, message), or None.
-
-  cpu_note(3, 3, 2, True) warns that MIN 3 workers start on 2 CPUs;
-  cpu_note(1, 4, 2, True) says the controller grows it to 2 at most;
-  cpu_note(1, 4, 2, False) (no cap: the host's tier is filled to its MAX
-  before a scale command adds workers) warns to lower MAX.
-
-  Args:
-    low: MIN.
-    high: MAX.
-    cpus: the CPUs the host gives (`host.usable_cpus()`).
-    capped: whether the controller caps the pool at `cpus`.
+  CPUs should be told, as (absl logging level, message), or None: that MIN
+  is above `cpus`, that the controller grows it to `cpus` at most
+  (`capped`), or (not capped: the host's tier is filled to its MAX before a
+  scale command adds workers) to lower MAX.
   """
   if cpus < low:
     return (logging.WARNING,
@@ -94,65 +82,76 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
 
   Args:
     port: port to listen on (all interfaces: TensorFlow's choice).
-    host: the address workers and clients should use, for the log. Default
+    host: the address workers and clients use, for the log. Default
       "127.0.0.1".
-    work_dir: directory for the dispatcher's journal (makes it
-      fault-tolerant: a restarted dispatcher resumes its jobs). Default None:
-      no journal.
-    worker_timeout_ms: how long a worker may miss heartbeats before the
-      dispatcher logs it as lost (`Lost worker ... due to timeout`, checked
-      once every job GC interval, 10 minutes in TensorFlow 2.21). It ends
-      none of the worker's tasks: clients wait for them, and a
-      `distributed_epoch` epoch ends only once a worker serves again at
-      that address (docs/service.md). Default None: TensorFlow's default.
-    workers: (MIN, MAX) of a pool of workers that the dispatcher sizes
-      with `controllers.IntuneController`, from the reports of
-      `ConsumerMeter` and of the workers' tuners: local `intune service
-      worker` processes it starts (one that dies is replaced on its port
-      at the next period, decision or not), or, with `scale_command`,
-      workers that command sets, or, with `scaler`, that scaler's. Default
-      None: no pool.
+    work_dir: the dispatcher's journal folder (a restarted dispatcher
+      resumes its jobs). Default None: no journal.
+    worker_timeout_ms: how long a worker may miss heartbeats before it is
+      logged as lost (its tasks wait for a worker at its address:
+      docs/service.md). Default None: TensorFlow's.
+    workers: (MIN, MAX) of a pool the dispatcher sizes from the reports of
+      `ConsumerMeter` and of the workers: local `intune service worker`
+      processes (one that dies is replaced on its port), or those of
+      `scale_command` or of `scaler`. Default None: no pool.
     pool_period_s: seconds between two decisions on the pool. Default 10.
     pool_min_interval_s: seconds between a change taking effect and the
       next change. Default 30.
     scale_command: with `workers`, a shell command with `{n}` where the
-      count goes (`scalers.CommandScaler`), run for MIN at start and at
-      each change; the workers registered with the dispatcher count as
-      serving. Default None: local workers.
-    scale_timeout_s: seconds the scale command may run before it is killed
-      and the change fails. Default `scalers.DEFAULT_COMMAND_TIMEOUT_S`
-      (60).
-    controller: the pool controller's name (`controllers.CONTROLLERS`):
-      "intune", or, to compare, "tf-formula" (TensorFlow's estimate applied
-      as if it scaled) or "cachew" (Cachew's hill climb). Default "intune".
-    scaler: with `workers` (MIN and MAX the same as the scaler's), the pool
-      as a Python object, e.g. a `scalers.CallbackScaler` that calls your
-      cluster's API (its `serving()` counts the workers serving). Default
-      None: local workers or `scale_command`.
-    standby: with local workers, the warm processes kept ready to join
-      (`workers.LocalWorkers`). Default `workers.DEFAULT_STANDBY` (1).
-    scale_out: with `workers` and `scale_command`: `workers` are this
-      host's local workers, filled first, and the command runs for up to
-      `scale_out` more beyond them (`scalers.LocalFirst`: the pool is MIN
-      to MAX + `scale_out`; the command runs for 0 at start). Default
-      None: the command sets the whole pool.
+      count goes (`scalers.CommandScaler`; the registered workers count as
+      serving). Default None: local workers.
+    scale_timeout_s: seconds the scale command may run. Default
+      `scalers.DEFAULT_COMMAND_TIMEOUT_S` (60).
+    controller: the pool controller (`controllers.CONTROLLERS`). Default
+      "intune".
+    scaler: with `workers` (the same bounds), the pool as a Python object,
+      e.g. a `scalers.CallbackScaler`. Default None.
+    standby: with local workers, the warm processes kept ready to join.
+      Default `workers.DEFAULT_STANDBY` (1).
+    scale_out: with `workers` and `scale_command`: local workers first,
+      then up to `scale_out` more through the command
+      (`scalers.LocalFirst`). Default None: the command sets the whole
+      pool.
 
   Returns:
     The exit code (0).
 
   Raises:
-    ServiceError: the port is in use.
-    ValueError: `controller` is unknown, `scaler` is given without
-      `workers`, with `scale_command`, or with other bounds, or
-      `scale_out` without `workers` and `scale_command` or below 1.
+    ServiceError: the port is in use, or `work_dir` cannot be a folder.
+    ValueError: an unknown `controller`, or pool arguments that do not go
+      together.
   """
   if work_dir is not None:
     _check_work_dir(work_dir)
+  controllers.check_name(controller)
+  _check_pool_args(workers, scale_command, scaler, scale_out)
+  server = _start_server(port, host, work_dir, worker_timeout_ms)
+  manager = None
+  if workers is not None:
+    manager = _start_pool(scaler or _make_scaler(
+        server, port, workers, scale_command, scale_timeout_s, standby,
+        scale_out), workers, controller, pool_min_interval_s, scale_out)
+  # The dispatcher's address in its workers' status files: the local ones
+  # use loopback, those of a scale command the advertised address.
+  addresses = (f"127.0.0.1:{port}", f"{host}:{port}")
+  loop = _Loop(server, manager, pool_period_s, addresses,
+               addresses[scale_command is not None])
+  try:
+    name = wait_for_signal(loop.tick, _DISPATCHER_STATUS_PERIOD_S)
+  finally:
+    if manager is not None:
+      manager.scaler.close()
+  logging.info("Dispatcher stopping (%s).", name)
+  server.stop()
+  return 0
+
+
+def _start_server(port: int, host: str, work_dir: str | None,
+                  worker_timeout_ms: int | None):
+  """TensorFlow's `DispatchServer` on `port`, in a process with the tuner
+  started (`run_dispatcher`'s arguments)."""
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
 
-  controllers.check_name(controller)
-  _check_pool_args(workers, scale_command, scaler, scale_out)
   check_port_free(port)
   start_tuner("dispatcher", port=port, address=f"{host}:{port}",
               work_dir=work_dir)
@@ -163,27 +162,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   logging.info("tf.data service dispatcher with InTune at grpc://%s:%d "
                "(pid %d).", host, port, os.getpid())
   logging.warning(SECURITY_NOTE.format(port=port))
-  loop = _StatusLoop(server)
-  if workers is not None:
-    if scaler is None:
-      scaler = _make_scaler(server, port, workers, scale_command,
-                            scale_timeout_s, standby, scale_out)
-    manager = _start_pool(scaler, workers, controller, pool_min_interval_s,
-                          scale_out)
-    # The dispatcher's address in its workers' status files: the local ones
-    # use loopback, those of a scale command the advertised address.
-    loop.pool = _PoolLoop(
-        manager, pool_period_s, f"127.0.0.1:{port}"
-        if scale_command is None else f"{host}:{port}",
-        (f"127.0.0.1:{port}", f"{host}:{port}"))
-  try:
-    name = wait_for_signal(loop.tick, _DISPATCHER_STATUS_PERIOD_S)
-  finally:
-    if loop.pool is not None:
-      loop.pool.manager.scaler.close()
-  logging.info("Dispatcher stopping (%s).", name)
-  server.stop()
-  return 0
+  return server
 
 
 def _check_pool_args(workers: tuple[int, int] | None,
@@ -247,75 +226,60 @@ def _start_pool(scaler: scalers.Scaler, workers: tuple[int, int],
   manager = manager_lib.PoolManager(controllers.make_controller(
       controller, scaler.min_workers, scaler.max_workers, **kwargs), scaler)
   if isinstance(scaler, scalers.LocalFirst):
-    scaler.start(low)
-    logging.info("Worker pool local:%d-%d, then up to %d more through the "
-                 "command: ran `%s`; started %d local worker(s) (logs in "
-                 "%s).", low, high, scale_out, scaler.remote.command(0),
-                 low, scaler.local.log_dir)
-    return manager
-  scaler.resize(low)
-  if isinstance(scaler, local_workers.LocalWorkers):
-    logging.info("Worker pool local:%d-%d: started %d local worker(s); "
-                 "logs in %s.", low, high, low, scaler.log_dir)
-  elif isinstance(scaler, scalers.CommandScaler):
-    logging.info("Worker pool command:%d-%d: ran `%s`.", low, high,
-                 scaler.command(low))
+    scaler.start(low)  # the remote tier set to 0 whatever it held
   else:
-    logging.info("Worker pool %s:%d-%d: %d worker(s) asked for.",
-                 scaler.kind, low, high, scaler.size())
+    scaler.resize(low)
+  local = getattr(scaler, "local", scaler)
+  logging.info("Worker pool %s:%d-%d: %d worker(s) asked for%s.",
+               scaler.kind, scaler.min_workers, scaler.max_workers, low,
+               f" (logs of the local ones in {local.log_dir})" if isinstance(
+                   local, local_workers.LocalWorkers) else "")
   return manager
 
 
-class _PoolLoop:
-  """Each pool period: replaces lost workers, gives up those that never
-  started, reads the consumers' reports and steps the manager."""
+class _Loop:
+  """The dispatcher's tick: each pool period, replaces lost workers, gives
+  up those that never started, reads the consumers' reports and steps the
+  manager; then writes the status file (its workers, its pool's report)."""
 
-  def __init__(self, manager: manager_lib.PoolManager, period_s: float,
-               workers_use: str, consumer_addresses: tuple[str, ...]):
+  def __init__(self, server, manager: manager_lib.PoolManager | None,
+               period_s: float, addresses: tuple[str, str],
+               workers_use: str):
+    self.server = server
     self.manager = manager
     self.period_s = period_s
+    self.addresses = addresses  # by loopback, and advertised
     self.workers_use = workers_use
-    self.consumer_addresses = consumer_addresses
     self.last = time.monotonic()
 
-  def step(self) -> dict[str, Any]:
-    """The pool's report (`PoolManager.report`), after a decision when a
-    period is over."""
+  def _step(self) -> None:
     now = time.monotonic()
-    if now - self.last >= self.period_s:
-      self.last = now
-      scaler = self.manager.scaler
-      # A dead worker is replaced at its address without a decision: a
-      # consumer whose epoch waits for it cannot go on until then.
-      try:
-        scaler.replace_lost()
-      except scalers.ScalerError as e:
-        logging.error("%s", e)
-      self.manager.give_up_unstarted(time.time())
-      size, serving = scaler.size(), scaler.serving()
-      reading = pool_reading(self.workers_use, serving, size - serving,
-                             consumer_addresses=self.consumer_addresses)
-      if reading is not None:
-        self.manager.step(reading)
-      else:
-        self.manager.hold("no consumer report (ConsumerMeter)")
-    return self.manager.report()
-
-
-class _StatusLoop:
-  """The dispatcher's tick: the pool's step, then its status file."""
-
-  def __init__(self, server):
-    self.server = server
-    self.pool: _PoolLoop | None = None
+    if now - self.last < self.period_s:
+      return
+    self.last = now
+    scaler = self.manager.scaler
+    # A dead worker is replaced at its address without a decision: a
+    # consumer whose epoch waits for it cannot go on until then.
+    try:
+      scaler.replace_lost()
+    except scalers.ScalerError as e:
+      logging.error("%s", e)
+    self.manager.give_up_unstarted(time.time())
+    size, serving = scaler.size(), scaler.serving()
+    reading = pool_reading(self.workers_use, serving, size - serving,
+                           consumer_addresses=self.addresses)
+    if reading is not None:
+      self.manager.step(reading)
+    else:
+      self.manager.hold("no consumer report (ConsumerMeter)")
 
   def tick(self) -> None:
     # Deferred: `intune --help` lists this command without loading TensorFlow.
     from intune_tf.observe import status  # noqa: PLC0415
-    pool = self.pool.step() if self.pool is not None else None
+    fields = {"workers": self.server._num_workers()}  # noqa: SLF001
+    if self.manager is not None:
+      self._step()
+      fields["pool"] = self.manager.report()
     writer = status.writer()
     if writer is not None:
-      fields = {"workers": self.server._num_workers()}  # noqa: SLF001
-      if pool is not None:
-        fields["pool"] = pool
       writer.set_info(**fields)

@@ -1,11 +1,6 @@
-"""`PoolManager`: a controller (`controllers`) driving a scaler (`scalers`).
-
-Each `step(reading)` decides, resizes on a change, and records the decision
-and its reason (and a failure) in `history`; `report()` is the pool as a
-dispatcher's status file carries it (`pool`), which `intune inspect` shows.
-It logs each change with its reason and what it was decided on, and a hold
-when its wording differs from the last hold's.
-"""
+"""`PoolManager`: a controller (`controllers`) driving a scaler (`scalers`),
+its decisions recorded (`history`) and logged, and reported in the
+dispatcher's status file (`report`)."""
 
 from __future__ import annotations
 
@@ -35,16 +30,9 @@ class PoolEvent:
 
 
 def describe_reading(reading: controllers.PoolReading) -> str:
-  """What a decision was made on, for the logs.
-
-  Args:
-    reading: the period's reading.
-
-  Returns:
-    For example "wait 40%, pace 177 rows/s, 2 serving at 104 rows/s, 1
-    starting": the trainer's wait share, its pace, the serving workers'
-    mean rows/s (when reported) and those still starting (when any).
-  """
+  """What a decision was made on, for the logs: for example "wait 40%,
+  pace 177 rows/s, 2 serving at 104 rows/s, 1 starting" (the mean rows/s
+  when reported, those starting when any)."""
   parts = [f"wait {reading.wait_share:.0%}",
            f"pace {reading.consumer_rate:.0f} rows/s",
            f"{reading.workers} serving"]
@@ -63,7 +51,9 @@ def hold_wording(reason: str) -> str:
 
 
 class PoolManager:
-  """A controller driving a scaler (module docstring).
+  """A controller driving a scaler: each `step(reading)` decides, resizes on
+  a change and records it; a change is logged with its reason and what it
+  was decided on, a hold when its wording (`hold_wording`) is new.
 
   Args:
     controller: decides the size.
@@ -81,17 +71,10 @@ class PoolManager:
     self._logged_hold: str | None = None
 
   def report(self) -> dict[str, Any]:
-    """The pool now, as the dispatcher's status file carries it (`pool`).
-
-    Returns:
-      {"kind", "min", "max", "size", "serving", "standby", "lost",
-      "failures", "reason", "decisions"}: the scaler's kind ("local",
-      "command", ...), its bounds, the workers asked for and serving, the
-      warm standbys (`Scaler.standby_count`), those lost, the failed
-      resizes so far, the last reason (`reason`) and the last
-      `REPORTED_DECISIONS` (10) entries of `history` as dicts (`PoolEvent`'s
-      fields).
-    """
+    """The pool now, as the dispatcher's status file carries it (`pool`):
+    the scaler's kind, bounds, size, serving, standby and lost workers, the
+    failed resizes, the last reason and the last `REPORTED_DECISIONS`
+    entries of `history` (`PoolEvent`'s fields)."""
     scaler = self.scaler
     return {
         "kind": scaler.kind, "min": scaler.min_workers,
@@ -115,15 +98,9 @@ class PoolManager:
       logging.info("Worker pool holds at %d: %s", self.scaler.size(), reason)
 
   def give_up_unstarted(self, now_s: float) -> int:
-    """Counts as a failed change the workers the scaler gave up because
-    they did not start in time (`Scaler.give_up_unstarted`), and logs it.
-
-    Args:
-      now_s: the time of the event recorded in `history`.
-
-    Returns:
-      The workers given up.
-    """
+    """Counts as a failed change at `now_s` the workers the scaler gave
+    up because they did not start in time (`Scaler.give_up_unstarted`),
+    logs it and returns their count."""
     before = self.scaler.size()
     missing = self.scaler.give_up_unstarted()
     if missing:

@@ -1,23 +1,10 @@
-"""Scalers: what carries out a pool controller's decision.
+"""Scalers: what carries out a pool controller's decision (`Scaler`).
 
-One small interface, `Scaler`: `size()` (workers asked for), `serving()`
-(workers up), `resize(n)`. The kinds:
-
-- `workers.LocalWorkers`: `intune service worker` processes on this host
-  (`--workers local:MIN-MAX`);
-- `CommandScaler`: a shell command with the count substituted for `{n}`, for
-  example `kubectl scale deployment/tfdata-workers --replicas={n}`, run with a
-  timeout (`--workers command:MIN-MAX --scale-command CMD`);
-- `CallbackScaler`: a Python callable taking the count;
-- `LocalFirst`: two of these as tiers, the trainer host's own workers
-  filled first and remote ones only for what the host cannot supply.
-
-`parse_pool_spec` reads the dispatcher's `--workers KIND:MIN-MAX`.
-
-Every scaler keeps the pool within [MIN, MAX] (a request outside raises
-ValueError before anything runs) and leaves it as it was when the change
-fails: a command that exits nonzero or outlives its timeout, or a callback
-that raises, gives one `ScalerError` naming the cause.
+`workers.LocalWorkers` (this host's processes), `CommandScaler` (a shell
+command, e.g. `kubectl scale ... --replicas={n}`), `CallbackScaler` (a
+Python callable) and `LocalFirst` (two of them as tiers). Each keeps the
+pool within [MIN, MAX] (ValueError outside, before anything runs), and a
+failed change raises one `ScalerError` and leaves the pool as it was.
 """
 
 from __future__ import annotations
@@ -51,17 +38,13 @@ class ScalerError(RuntimeError):
 
 def parse_pool_spec(text: str, kinds: tuple[str, ...] = POOL_KINDS
                     ) -> tuple[str, int, int]:
-  """(KIND, MIN, MAX) of a "KIND:MIN-MAX" pool, KIND one of `kinds`.
-
-  parse_pool_spec("command:2-64") = ("command", 2, 64).
-
-  Args:
-    text: the pool, e.g. "local:1-4".
-    kinds: the kinds accepted. Default `POOL_KINDS` ("local", "command").
+  """(KIND, MIN, MAX) of a "KIND:MIN-MAX" pool, KIND one of `kinds`
+  (default `POOL_KINDS`): parse_pool_spec("command:2-64") = ("command", 2,
+  64).
 
   Raises:
-    ValueError: not of that form, another kind, a negative count, MIN below
-      1 or above MAX; the message says what to pass.
+    ValueError: not of that form, or bad bounds; the message says what to
+      pass.
   """
   forms = " or ".join(f"{k}:MIN-MAX" for k in kinds)
   match = _SPEC.match(text.strip()) if isinstance(text, str) else None
@@ -79,8 +62,6 @@ def parse_pool_spec(text: str, kinds: tuple[str, ...] = POOL_KINDS
 
 def check_template(template: str) -> str:
   """`template` when it is a scale command with `{n}` where the count goes.
-
-  check_template("kubectl scale deployment/w --replicas={n}") returns it.
 
   Raises:
     ValueError: no `{n}` in it (or not a string).
@@ -145,21 +126,13 @@ class Scaler:
     raise NotImplementedError
 
   def give_up_unstarted(self) -> int:
-    """Gives up the workers asked for that never started serving, where
-    this scaler can tell (default: it cannot; 0).
-
-    Returns:
-      The workers given up.
-    """
+    """Gives up the workers asked for that never started serving, and
+    returns their count (default: 0, it cannot tell)."""
     return 0
 
   def replace_lost(self) -> list[int]:
     """Replaces the workers that died on their own since the last resize,
-    where this scaler can (default: it cannot; nothing is done).
-
-    Returns:
-      The ports of the workers started (empty when none).
-    """
+    and returns the ports of those started (default: [], it cannot)."""
     return []
 
   def close(self) -> None:
@@ -211,6 +184,8 @@ class CommandScaler(Scaler):
       with the dispatcher); `serving()` is the smaller of it and `size()`.
       Default None: every worker asked for counts as serving once the
       command returns.
+    start_timeout_s: seconds a worker asked for may take to serve before
+      `give_up_unstarted` gives it up. Default `DEFAULT_START_TIMEOUT_S`.
 
   Raises:
     ValueError: no `{n}` in the template, or a timeout that is not a finite
@@ -250,10 +225,7 @@ class CommandScaler(Scaler):
   def give_up_unstarted(self) -> int:
     """Gives up the workers asked for that have not registered
     `start_timeout_s` after the command returned: the pool is what serves.
-
-    Returns:
-      The workers given up (0 while within the timeout).
-    """
+    Returns their count."""
     serving = self.serving()
     if (serving >= self._size or
         time.monotonic() - self._resized_at < self.start_timeout_s):

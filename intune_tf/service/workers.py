@@ -118,6 +118,9 @@ def _hand_over(keeper: AddressKeeper, worker: _LocalWorker) -> None:
   keeper.close()
 
 
+_OWN_GROUP = ({"process_group": 0} if sys.version_info >= (3, 11) else
+              {"preexec_fn": os.setpgrp})
+
 # Guards `_LocalWorker.registered`'s read of the pipe.
 _READY_LOCK = threading.Lock()
 
@@ -199,7 +202,11 @@ class LocalWorkers(Scaler):
       starts, unless the pool shrinks first. Default
       `DEFAULT_STANDBY_DELAY_S` (60).
     keep_addresses: leave an `AddressKeeper` answering at each stopped
-      worker's port until a worker takes it again. Default True.
+      worker's port until a worker takes it again (unless `pause`).
+      Default True.
+    pause: shrink by pausing the newest workers (SIGSTOP: each keeps its
+      address, its tasks and its warm state, and its RAM) and grow by
+      resuming them (SIGCONT) before starting any. Default False.
     program: the command line of a worker before its flags (`--dispatcher`,
       `--port` or `--standby`, `--port-kept`, `--exit-with-stdin`, `--host`,
       `--ready-fd`, then `worker_args`). Default None: `intune service
@@ -215,7 +222,7 @@ class LocalWorkers(Scaler):
                stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
                standby: int = DEFAULT_STANDBY,
                standby_delay_s: float = DEFAULT_STANDBY_DELAY_S,
-               keep_addresses: bool = True,
+               keep_addresses: bool = True, pause: bool = False,
                program: tuple[str, ...] | None = None):
     super().__init__(min_workers, max_workers)
     if isinstance(standby, bool) or not isinstance(standby, int) or (
@@ -241,6 +248,9 @@ class LocalWorkers(Scaler):
     # The keepers of the stopped workers' ports not taken again yet.
     self.keepers: dict[int, AddressKeeper] = {}
     self.keep_addresses = keep_addresses
+    self.pause = pause
+    # The paused workers (`pause`), the last paused last.
+    self.paused: list[_LocalWorker] = []
     self._closing = False
     # The size of the last resize.
     self.asked = 0
@@ -255,6 +265,12 @@ class LocalWorkers(Scaler):
       w.release()
       logging.warning("Standby local worker pid %d exited with %s; see %s.",
                       w.proc.pid, w.proc.returncode, w.log_path)
+    for w in [w for w in self.paused if w.proc.poll() is not None]:
+      self.paused.remove(w)
+      self.vacated.append(w.port)
+      w.release()
+      logging.warning("Paused local worker on port %d (pid %d) exited with "
+                      "%s.", w.port, w.proc.pid, w.proc.returncode)
     alive = []
     for w in self.workers:
       if w.proc.poll() is None:
@@ -287,10 +303,23 @@ class LocalWorkers(Scaler):
 
   def _resize(self, n: int) -> None:
     self.asked = n
+    while len(self.workers) < n and self.paused:
+      w = self.paused.pop()
+      w.proc.send_signal(signal.SIGCONT)
+      self.workers.append(w)
+      logging.info("Resumed local worker pid %d on port %d.", w.proc.pid,
+                   w.port)
     while len(self.workers) < n:
       self.workers.append(self._start())
     while len(self.workers) > n:
-      self._stop(self.workers.pop())
+      w = self.workers.pop()
+      if self.pause:
+        w.proc.send_signal(signal.SIGSTOP)
+        self.paused.append(w)
+        logging.info("Paused local worker pid %d on port %d.", w.proc.pid,
+                     w.port)
+        continue
+      self._stop(w)
       # A shrink frees the CPU a replacement standby needs to load: load
       # it now rather than later, when the pool may be busy again.
       self._taken_at = None
@@ -311,7 +340,7 @@ class LocalWorkers(Scaler):
       return 0
     started = 0
     while (len(self.standbys) < self.standby and
-           len(self.workers) < self.max_workers):
+           len(self.workers) + len(self.paused) < self.max_workers):
       try:
         self.standbys.append(self._spawn(None))
       except ScalerError as e:
@@ -412,9 +441,12 @@ class LocalWorkers(Scaler):
             "--host", self.host,
             "--ready-fd", str(said), *self.worker_args]
     try:
+      # In a process group of its own: paused, it still ends with this
+      # process, however that dies (the kernel sends an orphaned process
+      # group that has a stopped member SIGHUP, then SIGCONT).
       proc = subprocess.Popen(args, env=self.env, stdout=log,
                               stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-                              pass_fds=(said,))
+                              pass_fds=(said,), **_OWN_GROUP)
     except OSError as e:
       log.close()
       os.close(ready)
@@ -443,6 +475,7 @@ class LocalWorkers(Scaler):
                         "after the client's reconnect back-off.", w.port, e)
     if w.proc.poll() is None:
       w.proc.send_signal(signal.SIGTERM)
+      w.proc.send_signal(signal.SIGCONT)  # a paused one handles it
       try:
         w.proc.wait(self.stop_timeout_s)
       except subprocess.TimeoutExpired:
@@ -458,8 +491,8 @@ class LocalWorkers(Scaler):
     self._closing = True
     while self.keepers:
       self.keepers.popitem()[1].close()
-    while self.workers:
-      self._stop(self.workers.pop())
+    while self.workers or self.paused:
+      self._stop((self.workers or self.paused).pop())
     while self.standbys:
       w = self.standbys.pop()
       try:
