@@ -1,17 +1,18 @@
-"""How soon a worker restarted on a vacated port serves, after a shrink.
+"""How soon a worker taken out of a local pool serves again once the pool
+grows back.
 
 A trainer reads a repeated dataset, `distributed_epoch`, from a local pool
 of 2 (`workers.LocalWorkers`, a warm standby) under an in-process
 dispatcher; each batch carries the pid of the worker that made it. The pool
-shrinks to 1 for `--gap` seconds, then grows back to 2, and the new worker
-takes the stopped one's port. Reported: the seconds from the growth to the
-first batch the regrown worker serves, for each way of shrinking
-(`VARIANTS`), interleaved, `--repeats` times: the stopped worker's address
-kept answering (`LocalWorkers(keep_addresses=True)`), not kept, or the
-worker paused (SIGSTOP) and resumed (`LocalWorkers(pause=True)`).
+shrinks to 1 for `--gap` seconds, then grows back to 2. Reported: the
+seconds from the growth to the first batch the regrown worker serves, for
+each way of shrinking (`VARIANTS`), interleaved, `--repeats` times: the
+worker stopped and a new one started on its port
+(`LocalWorkers(pause=False)`), or the worker paused (SIGSTOP) and resumed
+(`LocalWorkers(pause=True)`, the default).
 
 Run: `python benchmarks/service_rejoin.py [--gap 40] [--repeats 3]` (about
-a minute per run).
+a minute per run; docs/service-design.md has the figures).
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ def _wait(predicate, timeout: float, what: str):
 
 # The ways of shrinking compared: `LocalWorkers` arguments.
 VARIANTS = {
-    "address kept": {"keep_addresses": True},
-    "address not kept": {"keep_addresses": False},
+    "stopped": {"pause": False},
     "paused": {"pause": True},
 }
 

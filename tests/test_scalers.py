@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 
-from _waiting import poll_for
 from _waiting import wait_until
 import psutil
 import pytest
@@ -352,7 +351,7 @@ def _stand_ins(tmp_path, min_workers, max_workers, **kwargs):
 
 
 def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):
-  s = _stand_ins(tmp_path, 1, 4, standby=0, keep_addresses=False)
+  s = _stand_ins(tmp_path, 1, 4, standby=0)
   with socket.socket() as busy:
     busy.bind(("127.0.0.1", 0))
     busy.listen()
@@ -469,7 +468,7 @@ def test_a_standby_worker_joins_on_its_port_and_is_replaced(dispatcher,
                            env={"INTUNE_STATUS_DIR": str(tmp_path)},
                            worker_args=("--heartbeat-interval-ms", "500",
                                         "--dispatcher-wait", "120"),
-                           standby=1, standby_delay_s=0.0)
+                           standby=1, standby_delay_s=0.0, pause=False)
   standbys = []
   try:
     s.resize(1)
@@ -652,7 +651,7 @@ _PAUSING_POOL = """
 import sys, time
 from intune_tf.service import workers
 s = workers.LocalWorkers("127.0.0.1:1", 1, 2, log_dir=sys.argv[1], standby=0,
-                         pause=True, program=(sys.executable, "-c", sys.argv[2]))
+                         program=(sys.executable, "-c", sys.argv[2]))
 s.resize(2)
 s.resize(1)
 print(s.workers[0].proc.pid, s.paused[0].proc.pid, flush=True)
@@ -684,84 +683,6 @@ def test_paused_workers_end_with_their_pool_killed_with_sigkill(tmp_path):
                what=f"worker pid {pid} to end with its pool")
 
 
-def _worker_answer(port: int, timeout: float = 10.0) -> tuple[str, float]:
-  """The status of a failed GetElement call (for no task) to the data
-  service worker at `port`, as "CODE: details", and the seconds it took."""
-  import grpc  # noqa: PLC0415
-  with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-    call = channel.unary_unary("/tensorflow.data.WorkerService/GetElement")
-    start = time.monotonic()
-    with pytest.raises(grpc.RpcError) as info:
-      call(b"", timeout=timeout, wait_for_ready=False)
-  return (f"{info.value.code()}: {info.value.details()}",
-          time.monotonic() - start)
-
-
-_KEPT = "StatusCode.UNAVAILABLE: the local worker on port {} was stopped"
-_HELD = "StatusCode.DEADLINE_EXCEEDED: "
-
-
-@pytest.mark.parametrize("hold_s", [0.0, 0.3])
-def test_a_keeper_holds_each_call_then_answers_unavailable(hold_s):
-  # Held, a call costs TF's client one retry (its back-off grows with each)
-  # per hold instead of one per round trip.
-  keeper = workers.AddressKeeper("127.0.0.1", addresses.free_port(), hold_s)
-  try:
-    answer, seconds = _worker_answer(keeper.port)
-    assert answer.startswith(_KEPT.format(keeper.port)), answer
-    assert hold_s <= seconds < hold_s + 2.0
-  finally:
-    keeper.close()
-
-
-def test_a_closing_keeper_answers_the_calls_it_holds_at_once():
-  keeper = workers.AddressKeeper("127.0.0.1", addresses.free_port())
-  answers = []
-  call = threading.Thread(
-      target=lambda: answers.append(_worker_answer(keeper.port, 20.0)))
-  call.start()
-  assert not poll_for(lambda: answers, 1.0)  # held: the default is 30 s
-  closed = time.monotonic()
-  keeper.close()
-  call.join(10)
-  (answer, seconds), = answers
-  assert answer.startswith(_KEPT.format(keeper.port)), answer
-  assert time.monotonic() - closed < 1.5 and seconds < 3.0
-  assert addresses.port_is_free(keeper.port)
-
-
-def test_a_stopped_workers_port_answers_until_a_worker_takes_it(
-    tmp_path):
-  gate = tmp_path / "register"
-  s = _stand_ins(tmp_path, 1, 3, standby=0,
-                 env={"STAND_IN_GATE": str(gate)})
-  try:
-    s.resize(2)
-    stopped = s.workers[1]
-    s.resize(1)
-    # The address stays up: a client's channel is not refused (nor backs
-    # off); each call is held until the address is handed over.
-    assert list(s.keepers) == [stopped.port] == s.vacated
-    assert not addresses.port_is_free(stopped.port)
-    assert _worker_answer(stopped.port, 0.5)[0].startswith(_HELD)
-    s.resize(2)  # the kept port is the new worker's, handed over
-    joined = s.workers[1]
-    assert joined.port == stopped.port and s.keepers == {}
-    answers = []
-    call = threading.Thread(
-        target=lambda: answers.append(_worker_answer(joined.port, 20.0)))
-    call.start()
-    # Not registered yet: the keeper still holds the call.
-    assert not poll_for(lambda: answers, 0.5)
-    gate.write_text("")  # the stand-ins say they registered
-    call.join(10)
-    assert answers[0][0].startswith(_KEPT.format(joined.port)), answers
-    wait_until(lambda: addresses.port_is_free(joined.port), timeout=5,
-               what="the keeper to close once the new worker registered")
-  finally:
-    s.close()
-
-
 # A trainer reading a repeated distributed_epoch dataset from the
 # dispatcher argv[1]: one line per batch, the pid of the worker that made it.
 _TRAINER = """
@@ -779,54 +700,6 @@ for _, pid in ds:
   print(int(pid[0]), flush=True)
   time.sleep(0.01)
 """
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("standby", [1, 0], ids=["standby", "cold"])
-def test_a_worker_regrown_onto_a_kept_port_serves_there(dispatcher, tmp_path,
-                                                       standby):
-  # The worker binds beside the keeper (told `PORT kept` or --port-kept;
-  # without, it refused the busy port and exited), serves the trainer, and
-  # the keeper is gone. How soon it serves: benchmarks/service_rejoin.py.
-  s = workers.LocalWorkers(dispatcher, 1, 2, log_dir=str(tmp_path),
-                           env={"INTUNE_STATUS_DIR": str(tmp_path)},
-                           worker_args=("--heartbeat-interval-ms", "500",
-                                        "--dispatcher-wait", "120"),
-                           standby=standby, standby_delay_s=0.0)
-  seen = []
-  trainer = None
-
-  def read():  # the pid of the worker that made each batch
-    for line in trainer.stdout:
-      seen.append((time.monotonic(), int(line)))
-  reader = threading.Thread(target=read, daemon=True)
-  try:
-    s.resize(2)
-    wait_until(lambda: s.serving() == 2, timeout=_TIMEOUT_S,
-               what="two local workers to register")
-    trainer = subprocess.Popen([sys.executable, "-c", _TRAINER, dispatcher],
-                               stdout=subprocess.PIPE, text=True)
-    reader.start()
-    pids = {w.proc.pid for w in s.workers}
-    wait_until(lambda: pids <= {p for _, p in seen}, timeout=_TIMEOUT_S,
-               what="rows from both workers")
-    stopped = s.workers[1].port
-    s.resize(1)
-    assert _worker_answer(stopped, 1.0)[0].startswith(_HELD)  # the keeper
-    time.sleep(5)
-    s.resize(2)
-    joined = s.workers[1]
-    assert joined.port == stopped and s.keepers == {}
-    wait_until(lambda: any(p == joined.proc.pid for _, p in seen),
-               timeout=_TIMEOUT_S, what="rows from the regrown worker")
-    assert joined.proc.poll() is None
-    # The port now answers as TensorFlow's worker, not as the keeper.
-    assert "was stopped by InTune's pool" not in _worker_answer(stopped)[0]
-  finally:
-    if trainer is not None:
-      trainer.kill()
-      trainer.wait()
-    s.close()
 
 
 @pytest.mark.slow

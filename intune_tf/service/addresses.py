@@ -19,14 +19,8 @@ class ServiceError(RuntimeError):
 
 
 def parse_address(text: str, what: str = "address") -> tuple[str, int]:
-  """Splits "HOST:PORT" (optionally "grpc://HOST:PORT", "[IPv6]:PORT").
-
-  Args:
-    text: the address.
-    what: what it is, for the error message. Default "address".
-
-  Returns:
-    (host, port).
+  """(host, port) of "HOST:PORT" (or "grpc://HOST:PORT", "[IPv6]:PORT");
+  `what` names it in the error (default "address").
 
   Raises:
     ServiceError: not HOST:PORT with a port in 1..65535.
@@ -41,12 +35,9 @@ def parse_address(text: str, what: str = "address") -> tuple[str, int]:
 
 
 def check_port_free(port: int) -> None:
-  """Raises ServiceError if something already listens on `port`.
-
-  TensorFlow's gRPC servers bind all interfaces with SO_REUSEPORT, so a
-  second server on a busy port may start without an error; this check binds
-  the port without that flag first (`port_is_free`).
-  """
+  """Raises ServiceError if something already listens on `port` (TF's
+  servers bind with SO_REUSEPORT: a second one on a busy port may start
+  without an error)."""
   error = _bind_error(port)
   if error is None:
     return
@@ -74,7 +65,6 @@ def _bind_error(port: int) -> OSError | None:
   """Why `port` cannot be bound on all interfaces without SO_REUSEPORT, or
   None when it can."""
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    # Connections of a previous server still in TIME_WAIT do not count.
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
       s.bind(("0.0.0.0", port))

@@ -27,13 +27,8 @@ def _fail(command: str, error: Exception) -> int:
 
 def pool_flags_problem(args: argparse.Namespace) -> str | None:
   """What is wrong with the pool flags of `intune service dispatcher`
-  together (each flag alone is checked by its type), or None.
-
-  Args:
-    args: the parsed flags: `workers` ((KIND, MIN, MAX) or None),
-      `scale_command`, `scale_timeout`, `scale_out` and `pool_standby`
-      (None when not given) and `pool_controller`.
-  """
+  together (`args`, parsed; each flag alone is checked by its type), or
+  None."""
   kind = args.workers[0] if args.workers else None
   example = ("--scale-command 'kubectl scale deployment/tfdata-workers "
              "--replicas={n}'")
@@ -113,21 +108,20 @@ def _worker_main(args: argparse.Namespace) -> int:
     print(f"intune service worker: error: {e}", flush=True)
     return 2
   try:
-    port, kept = args.port, args.port_kept
+    port = args.port
     if args.standby:
       worker.warm_worker()
       logging.info("Standby worker ready (pid %d): waiting for a port on "
                    "stdin.", os.getpid())
-      told = worker.standby_port(sys.stdin)
-      if told is None:
+      port = worker.standby_port(sys.stdin)
+      if port is None:
         logging.info("Standby worker: stdin closed; exiting unused.")
         return 0
-      port, kept = told
     if args.standby or args.exit_with_stdin:
       worker.exit_with_stdin()
     return worker.run_worker(args.dispatcher, port, args.host,
                       args.dispatcher_wait, args.heartbeat_interval_ms,
-                      port_kept=kept, ready_fd=args.ready_fd)
+                      ready_fd=args.ready_fd)
   except ServiceError as e:
     return _fail("worker", e)
 
@@ -213,8 +207,6 @@ def _add_worker(subparsers) -> None:
                  "one line on stdin and serve on it (a warm worker of a "
                  "local pool serves at once); exit at the end of "
                  "stdin.")
-  # A local pool's own workers: the port is held by its AddressKeeper.
-  w.add_argument("--port-kept", action="store_true", help=argparse.SUPPRESS)
   w.add_argument("--exit-with-stdin", action="store_true",
                  help="Stop at the end of stdin (for a supervisor that holds "
                  "it open: the worker ends with it, however it dies); "

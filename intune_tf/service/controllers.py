@@ -189,8 +189,6 @@ class PoolController:
     max_workers: the pool's MAX (at least MIN).
   """
 
-  name = "controller"
-
   def __init__(self, min_workers: int, max_workers: int):
     check_bounds(min_workers, max_workers)
     self.min_workers = min_workers
@@ -216,8 +214,6 @@ class TfFormulaController(PoolController):
   """TensorFlow's AutoScaler estimate, applied every period as if it
   scaled, on the workers' capacities when reported, else their rows/s."""
 
-  name = "tf-formula"
-
   def decide(self, reading: PoolReading) -> Decision:
     rates = reading.worker_capacities or reading.worker_rates
     estimate = tf_formula_estimate([reading.consumer_rate] if
@@ -236,8 +232,6 @@ class CachewController(PoolController):
   stable pool is probed again after `CACHEW_STABLE_ROUNDS` if the batch time
   grew 1.5x, or the wait share did (above 5%: our stand-in for Cachew's
   queue signal)."""
-
-  name = "cachew"
 
   def __init__(self, min_workers: int, max_workers: int):
     super().__init__(min_workers, max_workers)
@@ -344,8 +338,6 @@ class IntuneController(PoolController):
     cpu_cap: called at each decision, the most workers the pool's CPUs can
       run; never below MIN. Default None: MAX.
   """
-
-  name = "intune"
 
   def __init__(self, min_workers: int, max_workers: int,
                min_interval_s: float = 30.0, grow_wait: float = 0.03,
@@ -510,10 +502,8 @@ class IntuneController(PoolController):
     return self._hold(reading, "within the band")
 
   def _shortfall(self, reading: PoolReading) -> float:
-    """How much of one more worker the trainer's shortfall would use: the
-    larger of the model's (demand beyond the pool's capacity) and the
-    measured (demand x wait share) shortfall, over the per-worker rate;
-    inf without a rate."""
+    """How much of one more worker the larger of the model's and the
+    measured shortfall would use (inf without a per-worker rate)."""
     if not self.per_worker:
       return math.inf
     demand = reading.consumer_rate
@@ -529,11 +519,9 @@ class IntuneController(PoolController):
 
   def _await_first_rows(self, reading: PoolReading) -> Decision | None:
     """Holds the judgement of a growth until every serving worker reports
-    rows, then for one period more (the first measured wholly with them),
-    for at most `first_rows_s` after the growth took effect: a worker that
-    registered still builds its task's pipeline, and a growth judged before
-    it delivers looks like one that gave nothing. None: judge now (not a
-    growth, no rates reported, or the wait is over)."""
+    rows, then for one period more, for at most `first_rows_s`: a growth
+    judged before its workers deliver looks like one that gave nothing.
+    None: judge now."""
     p = self.pending
     if (p.after <= p.before or not reading.worker_rates or
         self.settled_at is None or
@@ -567,12 +555,10 @@ class IntuneController(PoolController):
 
   def _stall(self, reading: PoolReading) -> Decision | None:
     """The stall rule: a trainer that waits and gets no rows at all since
-    the pool shrank is waiting for a worker that was stopped, not for more
-    workers: a tf.data service epoch that lost a worker ends only once a
-    worker serves at its address again (docs/service.md). Back to the size
-    before the shrink at once (`LocalWorkers` restarts on the vacated
-    ports), whatever the ceiling or the minimum interval. None: not
-    stalled, or no shrink to undo."""
+    the pool shrank waits for the worker taken out (an epoch that lost a
+    worker ends only once its address serves again: docs/service.md). Back
+    to the size before the shrink at once, whatever the ceiling or the
+    minimum interval. None: not stalled, or no shrink to undo."""
     if (self._shrunk_from is None or reading.workers >= self._shrunk_from
         or reading.wait_share < STALL_WAIT or reading.delivered_rate > 0):
       return None
@@ -587,8 +573,7 @@ class IntuneController(PoolController):
   def _confirm(self, reading: PoolReading) -> Decision | None:
     """The first period wholly after a change took effect (for a growth that
     fell short there, the second too): keep the change or take it back.
-    None: the consumer's pace moved 10% or more under the
-    change, so the measurement says nothing about it."""
+    None: the pace moved over `CHANGE_PACE_MOVED` under the change."""
     p, self.pending = self.pending, None
     n = reading.workers
     if moved(reading.consumer_rate, p.demand, CHANGE_PACE_MOVED):

@@ -15,7 +15,6 @@ from typing import IO
 from absl import logging
 
 from intune_tf import arguments
-from intune_tf.service import workers
 from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import check_port_free
 from intune_tf.service.addresses import parse_address
@@ -31,11 +30,8 @@ _GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
 
 
 def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
-  """Waits until a TCP connection to host:port succeeds.
-
-  Raises:
-    ServiceError: nothing accepted connections within `timeout_s`.
-  """
+  """Waits until a TCP connection to host:port succeeds, else raises
+  ServiceError after `timeout_s`."""
   deadline = time.monotonic() + timeout_s
   last: OSError | None = None
   while True:
@@ -55,7 +51,6 @@ def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
 def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
                dispatcher_wait_s: float = DEFAULT_DISPATCHER_WAIT_S,
                heartbeat_interval_ms: int | None = None,
-               port_kept: bool = False,
                ready_fd: int | None = None) -> int:
   """Runs a tf.data service worker tuned by InTune until SIGTERM/SIGINT.
 
@@ -70,9 +65,6 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
     heartbeat_interval_ms: how often the worker reports to the dispatcher
       (keep it below the dispatcher's worker timeout). Default None:
       TensorFlow's default.
-    port_kept: the port is held by a local pool's `AddressKeeper`, which
-      closes once this worker registers: bind beside it rather than refuse
-      a busy port. Default False.
     ready_fd: a file descriptor to write "registered PORT" to (then closed)
       once the dispatcher has registered the worker. Default None.
 
@@ -81,16 +73,14 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
 
   Raises:
     ServiceError: bad dispatcher address, port in use, no dispatcher, or
-      something else at its address (no answer within `dispatcher_wait_s`,
-      at least 5 s).
+      something else at its address.
   """
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
 
   d_host, d_port = parse_address(dispatcher, "--dispatcher")
   dispatcher = f"{d_host}:{d_port}"
-  if not port_kept:
-    check_port_free(port)
+  check_port_free(port)
   deadline = time.monotonic() + dispatcher_wait_s
   wait_for_dispatcher(d_host, d_port, dispatcher_wait_s)
   worker_address = f"{host}:{port}"
@@ -118,12 +108,8 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
 
 def _check_is_dispatcher(dispatcher: str, timeout_s: float) -> None:
   """Asks the server at `dispatcher` for its tf.data service version (a
-  `WorkerServer` would retry for ever at anything that is not a
-  dispatcher, holding the interpreter).
-
-  Raises:
-    ServiceError: no dispatcher answered within `timeout_s`.
-  """
+  `WorkerServer` retries for ever at anything else); raises ServiceError
+  when no dispatcher answered within `timeout_s`."""
   import grpc  # noqa: PLC0415  TensorFlow's own dependency, only needed here
 
   with grpc.insecure_channel(dispatcher) as channel:
@@ -159,28 +145,18 @@ def exit_with_stdin() -> None:
                    daemon=True).start()
 
 
-def standby_port(stream: IO[str]) -> tuple[int, bool] | None:
-  """The port a standby worker is asked to serve on, from one line of
-  `stream`: "PORT", or "PORT kept" when the pool's `AddressKeeper` holds it
-  (the worker binds beside it). None at the end of the stream (whoever
-  kept the standby no longer needs it).
-
-  Returns:
-    (port, kept), or None.
+def standby_port(stream: IO[str]) -> int | None:
+  """The port a standby worker is asked to serve on, one line of `stream`;
+  None at its end (whoever kept the standby no longer needs it).
 
   Raises:
-    ServiceError: the line is not a port (1-65535), optionally "kept".
+    ServiceError: the line is not a port (1-65535).
   """
   line = stream.readline()
   if not line:
     return None
-  words = line.split()
-  kept = words[1:] == [workers.KEPT]
   try:
-    if len(words) != 1 + kept:
-      raise argparse.ArgumentTypeError(
-          f"expected PORT or PORT {workers.KEPT}")
-    return arguments.port(words[0]), kept
+    return arguments.port(line.strip())
   except argparse.ArgumentTypeError as e:
     raise ServiceError(f"a standby worker got {line.strip()!r} on stdin, "
                        f"not a port: {e}") from e
