@@ -593,6 +593,63 @@ def test_an_unordered_epoch_restored_in_a_new_process_gives_each_element_once(
   assert sorted(head + rest) == EVERY_ELEMENT
 
 
+# Epochs of a cached pipeline under five prefetches (each holds its buffer's
+# lock while its input's iterator is made) while another thread reads the
+# session's knobs (which takes those locks under the session's): a cache
+# that attached itself under the session's lock deadlocked here, 3 runs in
+# 4 on 2 cores.
+ATTACH_SCRIPT = """
+import threading, time
+import tensorflow as tf
+import intune_tf
+
+options = tf.data.Options()
+options.experimental_intune = intune_tf.IntuneOptions(
+    policy="manual", warm_start=False, cache=True)
+ds = tf.data.Dataset.range(16).map(
+    lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE)
+ds = ds.prefetch(tf.data.AUTOTUNE)
+for _ in range(5):
+  ds = ds.prefetch(1)
+ds = ds.with_options(options)
+stop, reads = threading.Event(), [0]
+
+def read_knobs():
+  while not stop.is_set():
+    for session in intune_tf.sessions():
+      try:
+        session.knobs()
+        reads[0] += 1
+      except intune_tf.SessionGoneError:
+        pass
+
+reader = threading.Thread(target=read_knobs)
+reader.start()
+epochs, end = 0, time.monotonic() + 15
+while time.monotonic() < end:
+  assert sorted(int(v) for v in ds) == list(range(0, 32, 2))
+  epochs += 1
+stop.set()
+reader.join()
+print(epochs, reads[0])
+"""
+
+
+@pytest.mark.slow
+def test_knobs_read_while_each_epoch_attaches_its_cache_never_deadlock(
+    tmp_path):
+  script = tmp_path / "attach.py"
+  script.write_text(ATTACH_SCRIPT)
+  try:
+    done = subprocess.run([sys.executable, str(script)], capture_output=True,
+                          text=True, timeout=120, check=False)
+  except subprocess.TimeoutExpired:
+    pytest.fail("Deadlock: the epochs stopped while knobs were read.")
+  assert done.returncode == 0, done.stderr[-3000:]
+  epochs, reads = map(int, done.stdout.split())
+  assert epochs > 100 and reads > 1000
+
+
 def _plain_epoch(ds):
   return [_value(e) for e in ds]
 

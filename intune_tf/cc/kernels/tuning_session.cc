@@ -103,6 +103,7 @@ std::string TuningSession::StageName(const std::vector<WalkNode>& walk,
 }
 
 void TuningSession::SyncLocked(std::vector<WalkNode>* walk) {
+  AdoptKnobsBelowLocked();
   ++pass_;
   std::vector<std::string> below;
   for (size_t i = 0; i < walk->size(); ++i) {
@@ -572,32 +573,39 @@ void TuningSession::RecordGetNext(int64_t start_us, int64_t end_us) {
 }
 
 void TuningSession::AttachCache(std::shared_ptr<CacheEntry> entry) {
+  // The knobs below it that other sessions ran.
+  std::vector<CacheEntry::KnobBelow> below = entry->knobs_below();
   {
     mutex_lock l(cache_mu_);
     for (const auto& held : caches_) {
       if (held == entry) return;
     }
     caches_.push_back(entry);
-  }
-  // The knobs below it that other sessions ran: known here, idle until the
-  // stages run (a session served from the cache from the start).
-  const std::vector<CacheEntry::KnobBelow> below = entry->knobs_below();
-  if (!below.empty()) {
-    mutex_lock l(mu_);
-    for (const CacheEntry::KnobBelow& knob : below) {
-      KnownKnob& known = known_[knob.name];
-      if (known.has_start) continue;
-      known.min = knob.min;
-      known.max = knob.max;
-      known.below_cache = true;
-      known.has_start = true;
-      known.start = knob.value;
-      known.has_last = true;
-      known.last = knob.value;
-    }
+    pending_below_.insert(pending_below_.end(),
+                          std::make_move_iterator(below.begin()),
+                          std::make_move_iterator(below.end()));
   }
   // Before its first element: no room until the guard gives it some.
   LimitCaches(ram_budget_.load(), -1);
+}
+
+void TuningSession::AdoptKnobsBelowLocked() {
+  std::vector<CacheEntry::KnobBelow> below;
+  {
+    mutex_lock l(cache_mu_);
+    below.swap(pending_below_);
+  }
+  for (const CacheEntry::KnobBelow& knob : below) {
+    KnownKnob& known = known_[knob.name];
+    if (known.has_start) continue;
+    known.min = knob.min;
+    known.max = knob.max;
+    known.below_cache = true;
+    known.has_start = true;
+    known.start = knob.value;
+    known.has_last = true;
+    known.last = knob.value;
+  }
 }
 
 void TuningSession::DecideCache(CacheDecision decision) {

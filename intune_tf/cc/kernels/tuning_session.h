@@ -153,8 +153,12 @@ class TuningSession {
   // A cache entry read by this session's pipeline: its bytes are under the
   // session's budget. The guard gives the caches what the buffers leave of
   // the budget and, under pressure, shrinks them before any buffer knob.
+  // Called from a cache iterator's Initialize, nested in its parents'
+  // (a prefetch holds its buffer's lock there, which SyncLocked takes under
+  // mu_): it must not take mu_, so the knobs it brings wait in
+  // `pending_below_` for the next SyncLocked.
   void AttachCache(std::shared_ptr<CacheEntry> entry)
-      TF_LOCKS_EXCLUDED(cache_mu_);
+      TF_LOCKS_EXCLUDED(cache_mu_, mu_);
   // An element read from a cache (`from_cache`, which saved
   // `upstream_us` of the input's time), or from the input.
   void RecordCacheRead(bool from_cache, double upstream_us);
@@ -214,6 +218,10 @@ class TuningSession {
   // Names the nodes of `walk`, applies remembered values to the new ones,
   // forgets the nodes that are gone.
   void SyncLocked(std::vector<WalkNode>* walk) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the knobs below the caches attached since the last pass known,
+  // idle until their stages run (a session served from the cache from the
+  // start).
+  void AdoptKnobsBelowLocked() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string StageName(const std::vector<WalkNode>& walk, int index) const;
   std::vector<Knob> KnobsLocked(const std::vector<WalkNode>& walk)
       TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -244,8 +252,10 @@ class TuningSession {
   std::atomic<double> cache_saved_us_{0};
   std::atomic<int64_t> cache_shrinks_{0};
 
+  // A leaf: nothing else is locked while it is held.
   mutable mutex cache_mu_;
   std::vector<std::shared_ptr<CacheEntry>> caches_ TF_GUARDED_BY(cache_mu_);
+  std::vector<CacheEntry::KnobBelow> pending_below_ TF_GUARDED_BY(cache_mu_);
   CacheDecision cache_decision_ TF_GUARDED_BY(cache_mu_);
 
   // Serializes knob writes (SetKnobs, the sync pass, the guard), so that a
