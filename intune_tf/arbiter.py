@@ -32,7 +32,8 @@ The rule.
 - Placement. The whole shares are dealt out over the host's CPUs in pid
   order (`place_cpus`), and a process whose pipelines are the slower side
   (input-bound) and whose every session shares the host runs on its own
-  CPUs only (`confine_to`, `host.place_process`: every thread's affinity),
+  CPUs only (`confine_to`, `host.place_process`: the affinity of every
+  thread but Python's),
   when every sharing process was given the same CPUs (else their deals
   could overlap, and none is confined).
   A share that is only a thread count leaves the kernel to split the CPUs

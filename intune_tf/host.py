@@ -191,70 +191,95 @@ def cgroup_cpu_quota() -> float | None:
 _AFFINITY_PASSES = 5
 
 
-def set_process_cpus(cpus: Sequence[int]) -> None:
+def _thread_ids() -> list[int]:
+  try:
+    return [int(tid) for tid in os.listdir("/proc/self/task")]
+  except OSError:
+    return [t.id for t in psutil.Process().threads()]
+
+
+def _python_thread_ids() -> set[int]:
+  return {t.native_id for t in threading.enumerate()
+          if t.native_id is not None}
+
+
+def set_process_cpus(cpus: Sequence[int], python_threads: bool = True) -> bool:
   """Sets the CPU affinity of every thread of this process (threads created
-  afterwards inherit it from their creator)."""
+  afterwards inherit it from their creator).
+
+  Args:
+    cpus: the CPUs.
+    python_threads: whether Python's threads move too. Default True. Left
+      on every CPU given to the process (False), the threads that build
+      datasets and their iterators see TensorFlow's `MaxParallelism` that
+      plain TensorFlow sees, and so resolve AUTOTUNE values (an
+      interleave's `cycle_length`, hence its order) as it does.
+
+  Returns:
+    Whether any thread was moved.
+  """
   wanted = set(cpus)
+  moved_any = False
   # A thread that was not yet moved can start another one while the threads
   # are walked, and that one inherits the old affinity: walk again until a
   # pass finds every thread already moved.
   for _ in range(_AFFINITY_PASSES):
     moved = False
-    for thread in psutil.Process().threads():
+    keep = set() if python_threads else _python_thread_ids()
+    for tid in _thread_ids():
+      if tid in keep:
+        continue
       try:
-        if os.sched_getaffinity(thread.id) != wanted:
-          os.sched_setaffinity(thread.id, wanted)
+        if os.sched_getaffinity(tid) != wanted:
+          os.sched_setaffinity(tid, wanted)
           moved = True
       except OSError:
         pass  # the thread ended meanwhile
+    moved_any |= moved
     if not moved:
-      return
+      break
+  return moved_any
 
 
-# The CPUs this process had before `place_process` confined it, and the ones
-# it was confined to: while the affinity read is the one placed, the CPUs
-# given to the process are the former.
-_placement: list[tuple[frozenset[int], frozenset[int]] | None] = [None]
+# The CPUs `place_process` confined this process's threads to (None: not
+# confined).
+_placement: list[frozenset[int] | None] = [None]
 _placement_lock = threading.Lock()
 
 
 def cpu_ids() -> list[int]:
-  """The CPUs given to this process (its affinity, or the one it had before
-  `place_process` confined it, unless someone else set another since),
-  sorted."""
+  """The CPUs given to this process: the affinity of the calling thread
+  (`place_process` leaves Python's threads on all of them), sorted."""
   try:
-    current = frozenset(os.sched_getaffinity(0))
+    return sorted(os.sched_getaffinity(0))
   except AttributeError:  # not Linux
     return list(range(os.cpu_count() or 1))
-  with _placement_lock:
-    placed = _placement[0]
-    if placed is not None:
-      if current == placed[1]:
-        return sorted(placed[0])
-      _placement[0] = None  # resized from outside: the new affinity rules
-  return sorted(current)
 
 
 def place_process(cpus: Sequence[int] | None) -> bool:
-  """Confines this process to `cpus` (every thread, `set_process_cpus`; only
-  those of the CPUs given to it, `cpu_ids`), or with None gives it back all
-  the CPUs given to it. Only a change is applied.
+  """Confines this process's threads to `cpus` (only those of the CPUs given
+  to it, `cpu_ids`), or with None gives them back all the CPUs given to it.
+
+  Python's threads stay on every CPU given (`set_process_cpus`): TensorFlow
+  reads their affinity where they build datasets. While confined, every call
+  moves the threads started since (those a Python thread started inherit
+  its affinity).
 
   Returns:
-    Whether the affinity was changed.
+    Whether any thread was moved.
   """
   if not hasattr(os, "sched_setaffinity"):
     return False
   given = frozenset(cpu_ids())
   target = given if cpus is None else frozenset(cpus) & given
+  if not target:
+    return False
   with _placement_lock:
-    placed = _placement[0]
-    now = placed[1] if placed is not None else given
-    if not target or target == now:
+    if target == given and _placement[0] is None:
       return False
-    set_process_cpus(sorted(target))
-    _placement[0] = None if target == given else (given, target)
-  return True
+    moved = set_process_cpus(sorted(target), python_threads=False)
+    _placement[0] = None if target == given else target
+  return moved
 
 
 def usable_cpus() -> int:

@@ -436,12 +436,76 @@ def test_processes_given_other_cpus_are_not_confined(folder, sleeper, given):
   a.withdraw()
 
 
+CONFINED_SCRIPT = """
+import json, os, sys, threading
+import tensorflow as tf
+import intune_tf
+from intune_tf import host
+
+def interleave(tuned):
+  ds = tf.data.Dataset.range(6).interleave(
+      lambda x: tf.data.Dataset.range(x * 10, x * 10 + 4),
+      num_parallel_calls=2)
+  return intune_tf.tune(ds, policy="manual") if tuned else ds
+
+def elements(ds):
+  return [int(x) for x in ds]
+
+plain = elements(interleave(False))
+cpu = sorted(os.sched_getaffinity(0))[0]
+host.place_process([cpu])  # as host sharing confines an input-bound job
+built = interleave(True)
+got = elements(built), elements(interleave(False)), elements(built)
+host.place_process([cpu])  # the pipelines' threads, started since
+ours = {t.native_id for t in threading.enumerate()}
+others = {tuple(sorted(os.sched_getaffinity(int(tid))))
+          for tid in os.listdir("/proc/self/task") if int(tid) not in ours}
+print(json.dumps({"plain": plain, "got": got, "cpu": cpu,
+                  "others": sorted(others)}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="needs 2 CPUs to confine a process to one")
+def test_a_confined_process_builds_and_iterates_as_plain_tf(tmp_path):
+  # An interleave with num_parallel_calls=2 and no cycle_length: TensorFlow
+  # resolves its cycle_length from the CPUs of the thread that builds it
+  # (and again where the iterator rebuilds it). Host sharing confines an
+  # input-bound job to one CPU: the pipelines' threads run there, but the
+  # elements are plain TF's, where confining every thread failed the build.
+  script = tmp_path / "confined.py"
+  script.write_text(CONFINED_SCRIPT)
+  done = subprocess.run(
+      [sys.executable, str(script)], capture_output=True, text=True,
+      timeout=300, check=False,
+      env=dict(os.environ, INTUNE_HOST_DIR=str(tmp_path / "host"),
+               INTUNE_STATUS="off", TF_CPP_MIN_LOG_LEVEL="2"))
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  assert result["got"] == [result["plain"]] * 3
+  assert [result["cpu"]] in result["others"]
+  assert all(cpus == [result["cpu"]] for cpus in result["others"])
+
+
 # Real processes sharing one host.
 
 _CHILD = r"""
-import json, os, sys, time
+import json, os, sys, threading, time
 import tensorflow as tf
 import intune_tf
+
+def affinity():
+  # The CPUs of the threads that run the pipeline: every thread but
+  # Python's (which host sharing leaves on every CPU given).
+  ours = {t.native_id for t in threading.enumerate()}
+  cpus = set()
+  for tid in os.listdir("/proc/self/task"):
+    if int(tid) not in ours:
+      try:
+        cpus |= os.sched_getaffinity(int(tid))
+      except OSError:
+        pass  # ended meanwhile
+  return sorted(cpus)
 
 share, seconds = sys.argv[1] == "on", float(sys.argv[2])
 # "input-bound": a map of a few ms per element and a consumer that never
@@ -472,7 +536,7 @@ while time.monotonic() < end:
     c = session.counters()
     par = [k.value for k in session.knobs() if k.kind == "parallelism"]
     print(json.dumps({"t": time.time(), "parallelism": par,
-                      "affinity": sorted(os.sched_getaffinity(0)),
+                      "affinity": affinity(),
                       **{k: c[k] for k in ("host_cpu_share", "host_ram_share",
                                            "host_processes", "ram_budget")},
                       **seen}), flush=True)

@@ -1,5 +1,6 @@
 """Host readings."""
 
+import ctypes
 import os
 import pathlib
 import sys
@@ -10,6 +11,8 @@ import psutil
 import pytest
 
 from intune_tf import host
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def test_memory_readings_are_consistent():
@@ -81,9 +84,12 @@ def test_affinity_change_is_seen_at_the_next_reading(clock, monkeypatch):
   assert result == {"before": all_cpus, "one": 1, "after": all_cpus}
 
 
-def _thread_affinities() -> set[frozenset[int]]:
+def _thread_affinities(python: bool = False) -> set[frozenset[int]]:
+  """The affinities of this process's threads: Python's (`python`), else
+  the others."""
+  ours = {t.native_id for t in threading.enumerate()}
   return {frozenset(os.sched_getaffinity(t.id))
-          for t in psutil.Process().threads()}
+          for t in psutil.Process().threads() if (t.id in ours) == python}
 
 
 @pytest.fixture
@@ -98,16 +104,42 @@ def given_cpus(monkeypatch):
   host.set_process_cpus(cpus)
 
 
-def test_a_placed_process_runs_on_its_cpus_and_still_counts_all(given_cpus):
+def _c_thread() -> ctypes.c_ulong:
+  """Starts a thread that is not Python's (as TensorFlow's are): libc's
+  `sleep` as its start routine, for an hour or until pthread_cancel."""
+  handle = ctypes.c_ulong()
+  assert _LIBC.pthread_create(ctypes.byref(handle), None,
+                              ctypes.cast(_LIBC.sleep, ctypes.c_void_p),
+                              ctypes.c_void_p(3600)) == 0
+  return handle
+
+
+@pytest.fixture
+def c_threads():
+  """Starts C threads (`start()`); cancels and joins them afterwards."""
+  handles = []
+  yield lambda: handles.append(_c_thread())
+  for handle in handles:
+    _LIBC.pthread_cancel(handle)
+    _LIBC.pthread_join(handle, None)
+
+
+def test_a_placed_process_runs_on_its_cpus_and_still_counts_all(given_cpus,
+                                                               c_threads):
   idle = threading.Event()
-  before = threading.Thread(target=idle.wait, daemon=True)
-  before.start()
+  threading.Thread(target=idle.wait, daemon=True).start()
+  c_threads()
   assert host.place_process([given_cpus[1]])
-  after = threading.Thread(target=idle.wait, daemon=True)
-  after.start()  # made by a confined thread: inherits the confinement
-  # Every thread, the ones started before and after, runs on that CPU; the
-  # CPUs given to the process are still all of them.
   assert _thread_affinities() == {frozenset([given_cpus[1]])}
+  # A thread started since by a Python thread has its creator's CPUs until
+  # the next placement moves it.
+  threading.Thread(target=idle.wait, daemon=True).start()
+  c_threads()
+  assert host.place_process([given_cpus[1]])
+  # Every thread but Python's runs on that CPU; Python's stay on all of
+  # them, and they are still all given.
+  assert _thread_affinities() == {frozenset([given_cpus[1]])}
+  assert _thread_affinities(python=True) == {frozenset(given_cpus)}
   assert host.cpu_ids() == given_cpus
   assert host.usable_cpus() == len(given_cpus)
   assert not host.place_process([given_cpus[1]])  # no change, nothing done
@@ -120,7 +152,9 @@ def test_a_placed_process_runs_on_its_cpus_and_still_counts_all(given_cpus):
   idle.set()
 
 
-def test_an_affinity_set_from_outside_replaces_a_placement(given_cpus):
+def test_an_affinity_set_from_outside_replaces_a_placement(given_cpus,
+                                                          c_threads):
+  c_threads()
   assert host.place_process([given_cpus[0]])
   # An orchestrator gives the process CPUs 1.. (a resize): they are now the
   # ones given to it, and going back gives those, not the former ones.
