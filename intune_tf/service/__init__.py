@@ -8,7 +8,7 @@ loaded: a dataset with `experimental_intune` on, distributed with
 `tf.data.experimental.service.distribute`, is tuned on every worker, each
 worker's budgets are its own, and each writes a status file
 (`worker_status()`, `intune inspect --service`). The servers have no
-authentication and listen on all interfaces (`SECURITY_NOTE`).
+authentication and listen on all interfaces (`process.SECURITY_NOTE`).
 
 By job: `cli` (the commands), `dispatcher` and `worker` (the two servers),
 `consumer` (the trainer's `ConsumerMeter` and the dispatcher's reading of
@@ -19,29 +19,18 @@ host's worker processes), `addresses` and `process` (what they share).
 
 from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import check_port_free
-from intune_tf.service.addresses import endpoints
 from intune_tf.service.addresses import parse_address
 from intune_tf.service.cli import add_commands
-from intune_tf.service.cli import pool_flags_problem
-from intune_tf.service.consumer import CONSUMER_REPORT_MAX_AGE_S
-from intune_tf.service.consumer import CONSUMER_REPORT_PERIOD_S
 from intune_tf.service.consumer import ConsumerMeter
 from intune_tf.service.consumer import dispatcher_pool
 from intune_tf.service.consumer import pool_reading
 from intune_tf.service.consumer import worker_status
 from intune_tf.service.dispatcher import cpu_note
 from intune_tf.service.dispatcher import run_dispatcher
-from intune_tf.service.process import SECURITY_NOTE
-from intune_tf.service.worker import DEFAULT_DISPATCHER_WAIT_S
-from intune_tf.service.worker import run_worker
 from intune_tf.service.worker import standby_port
-from intune_tf.service.worker import wait_for_dispatcher
 
 __all__ = [
-    "CONSUMER_REPORT_MAX_AGE_S", "CONSUMER_REPORT_PERIOD_S",
-    "DEFAULT_DISPATCHER_WAIT_S", "SECURITY_NOTE", "ConsumerMeter",
-    "ServiceError", "add_commands", "check_port_free", "cpu_note",
-    "dispatcher_pool", "endpoints", "parse_address", "pool_flags_problem",
-    "pool_reading", "run_dispatcher", "run_worker", "standby_port",
-    "wait_for_dispatcher", "worker_status",
+    "ConsumerMeter", "ServiceError", "add_commands", "check_port_free",
+    "cpu_note", "dispatcher_pool", "parse_address", "pool_reading",
+    "run_dispatcher", "standby_port", "worker_status",
 ]

@@ -20,11 +20,7 @@ class ServiceError(RuntimeError):
 
 def parse_address(text: str, what: str = "address") -> tuple[str, int]:
   """(host, port) of "HOST:PORT" (or "grpc://HOST:PORT", "[IPv6]:PORT");
-  `what` names it in the error (default "address").
-
-  Raises:
-    ServiceError: not HOST:PORT with a port in 1..65535.
-  """
+  else raises ServiceError, naming it `what` (default "address")."""
   match = _ADDRESS.match(text.strip()) if isinstance(text, str) else None
   port = int(match.group(2)) if match else 0
   if not match or not 1 <= port <= 65535:
@@ -56,14 +52,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(port: int) -> bool:
-  """Whether `port` can be bound on all interfaces now (as a worker binds
-  it; connections of a previous server in TIME_WAIT do not count)."""
+  """Whether `port` can be bound on all interfaces now, as a worker binds
+  it (connections in TIME_WAIT do not count)."""
   return _bind_error(port) is None
 
 
 def _bind_error(port: int) -> OSError | None:
-  """Why `port` cannot be bound on all interfaces without SO_REUSEPORT, or
-  None when it can."""
+  """Why `port` cannot be bound without SO_REUSEPORT, or None."""
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -76,10 +71,8 @@ def _bind_error(port: int) -> OSError | None:
 @functools.lru_cache(maxsize=256)
 def endpoints(address: str) -> frozenset[tuple[str, int]]:
   """The (IP, port) pairs that a HOST:PORT address names, its host name
-  resolved: "localhost:5050" and "127.0.0.1:5050" share (127.0.0.1, 5050).
-  A host that does not resolve stands for itself; a malformed address
-  names nothing.
-  """
+  resolved ("localhost:5050" and "127.0.0.1:5050" share (127.0.0.1, 5050)),
+  or itself if it does not resolve; none if malformed."""
   try:
     host, port = parse_address(address)
   except ServiceError:

@@ -18,6 +18,8 @@ from intune_tf.service import workers
 from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import parse_address
 
+_EXAMPLE = "'kubectl scale deployment/tfdata-workers --replicas={n}'"
+
 
 def _fail(command: str, error: Exception) -> int:
   logging.error("intune service %s: %s", command, error)
@@ -30,40 +32,33 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
   together (`args`, parsed; each flag alone is checked by its type), or
   None."""
   kind = args.workers[0] if args.workers else None
-  example = ("--scale-command 'kubectl scale deployment/tfdata-workers "
-             "--replicas={n}'")
+  given = f"--workers {kind}:MIN-MAX" if kind else "no --workers"
+  example = f"pass for example --scale-command {_EXAMPLE}."
+  sized = "pass --workers local:MIN-MAX or command:MIN-MAX, or drop"
   if kind == "command" and args.scale_command is None:
-    return (f"--workers command:MIN-MAX needs --scale-command, the shell "
-            f"command that sets the pool to {{n}} workers; pass for "
-            f"example {example}.")
-  if args.scale_out is not None:
-    if kind != "local":
-      given = f"--workers {kind}:MIN-MAX" if kind else "no --workers"
-      return (f"--scale-out adds workers beyond those of --workers "
-              f"local:MIN-MAX, not {given}; pass --workers local:MIN-MAX "
-              f"or drop --scale-out.")
-    if args.scale_command is None:
-      return (f"--scale-out needs --scale-command, the shell command that "
-              f"sets the workers beyond the host's to {{n}}; pass for "
-              f"example {example}.")
+    return ("--workers command:MIN-MAX needs --scale-command, the shell "
+            f"command that sets the pool to {{n}} workers; {example}")
+  if args.scale_out is not None and kind != "local":
+    return ("--scale-out adds workers beyond those of --workers "
+            f"local:MIN-MAX, not {given}; pass --workers local:MIN-MAX or "
+            "drop --scale-out.")
+  if args.scale_out is not None and args.scale_command is None:
+    return ("--scale-out needs --scale-command, the shell command that sets "
+            f"the workers beyond the host's to {{n}}; {example}")
   if args.pool_controller != "intune" and kind is None:
-    return (f"--pool-controller {args.pool_controller} sizes a pool: pass "
-            "--workers local:MIN-MAX or command:MIN-MAX, or drop "
-            "--pool-controller.")
+    return (f"--pool-controller {args.pool_controller} sizes a pool: "
+            f"{sized} --pool-controller.")
   commanded = kind == "command" or args.scale_out is not None
   for flag, value in (("--scale-command", args.scale_command),
                       ("--scale-timeout", args.scale_timeout)):
     if value is not None and not commanded:
-      given = (f"--workers {kind}:MIN-MAX alone" if kind
-               else "no --workers")
       return (f"{flag} is for --workers command:MIN-MAX or local:MIN-MAX "
-              f"with --scale-out, not {given}; pass one of them or drop "
-              f"{flag}.")
+              f"with --scale-out, not {given}{' alone' if kind else ''}; "
+              f"pass one of them or drop {flag}.")
   for flag, value in (("--pool-period", args.pool_period),
                       ("--pool-min-interval", args.pool_min_interval)):
     if value is not None and kind is None:
-      return (f"{flag} paces the decisions on a pool: pass --workers "
-              f"local:MIN-MAX or command:MIN-MAX, or drop {flag}.")
+      return f"{flag} paces the decisions on a pool: {sized} {flag}."
   if args.pool_standby is not None and kind != "local":
     return ("--pool-standby keeps local workers warm: pass --workers "
             "local:MIN-MAX or drop --pool-standby.")
@@ -81,19 +76,17 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
           flush=True)
     return 2
   _, low, high = args.workers or (None, None, None)
-  timeout = _or(args.scale_timeout, scalers.DEFAULT_COMMAND_TIMEOUT_S)
   try:
-    return dispatcher.run_dispatcher(args.port, args.host, args.work_dir,
-                          args.worker_timeout_ms,
-                          (low, high) if args.workers else None,
-                          _or(args.pool_period,
-                              dispatcher.DEFAULT_POOL_PERIOD_S),
-                          _or(args.pool_min_interval,
-                              dispatcher.DEFAULT_POOL_MIN_INTERVAL_S),
-                          args.scale_command, timeout, args.pool_controller,
-                          standby=_or(args.pool_standby,
-                                      workers.DEFAULT_STANDBY),
-                          scale_out=args.scale_out)
+    return dispatcher.run_dispatcher(
+        args.port, args.host, args.work_dir, args.worker_timeout_ms,
+        (low, high) if args.workers else None,
+        _or(args.pool_period, dispatcher.DEFAULT_POOL_PERIOD_S),
+        _or(args.pool_min_interval, dispatcher.DEFAULT_POOL_MIN_INTERVAL_S),
+        args.scale_command,
+        _or(args.scale_timeout, scalers.DEFAULT_COMMAND_TIMEOUT_S),
+        args.pool_controller,
+        standby=_or(args.pool_standby, workers.DEFAULT_STANDBY),
+        scale_out=args.scale_out)
   except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
 
@@ -120,113 +113,95 @@ def _worker_main(args: argparse.Namespace) -> int:
     if args.standby or args.exit_with_stdin:
       worker.exit_with_stdin()
     return worker.run_worker(args.dispatcher, port, args.host,
-                      args.dispatcher_wait, args.heartbeat_interval_ms,
-                      ready_fd=args.ready_fd)
+                             args.dispatcher_wait, args.heartbeat_interval_ms,
+                             ready_fd=args.ready_fd)
   except ServiceError as e:
     return _fail("worker", e)
 
 
 def add_commands(subparsers) -> None:
-  """The `intune service` commands."""
+  """Adds the `intune service` commands to `subparsers`."""
   d = subparsers.add_parser(
       "dispatcher", help="Start a tf.data service dispatcher (InTune loaded).")
   d.add_argument("--port", type=arguments.port, required=True,
-                 help="Port to listen on (TensorFlow listens on all "
-                 "interfaces).")
+                 help="Port to listen on (on all interfaces).")
   d.add_argument("--host", default="127.0.0.1",
                  help="The address workers and clients use to reach this "
                  "dispatcher (default 127.0.0.1).")
   d.add_argument("--work-dir", default=None,
-                 help="Journal directory: a restarted dispatcher resumes its "
+                 help="Journal folder: a restarted dispatcher resumes its "
                  "jobs (default: none).")
   d.add_argument("--worker-timeout-ms", type=arguments.positive_int,
-                 default=None,
                  help="Log a worker as lost after this long without a "
-                 "heartbeat (checked every 10 min); its tasks are kept for "
-                 "a worker at the same address (default: TensorFlow's).")
-  d.add_argument("--workers", default=None, metavar="KIND:MIN-MAX",
+                 "heartbeat (checked every 10 min); its tasks wait for a "
+                 "worker at its address (default: TensorFlow's).")
+  d.add_argument("--workers", metavar="KIND:MIN-MAX",
                  type=arguments.parsed_by(scalers.parse_pool_spec, "pool"),
-                 help="Size a pool of MIN to MAX workers from what the "
-                 "trainer reports (service.ConsumerMeter): local:MIN-MAX "
-                 "starts local `intune service worker` processes, "
-                 "command:MIN-MAX runs --scale-command (default: no pool).")
-  d.add_argument("--scale-command", default=None, metavar="COMMAND",
+                 help="Size a pool of MIN to MAX workers from the trainer's "
+                 "reports (service.ConsumerMeter): local:MIN-MAX runs local "
+                 "`intune service worker` processes, command:MIN-MAX runs "
+                 "--scale-command (default: no pool).")
+  d.add_argument("--scale-command", metavar="COMMAND",
                  type=arguments.parsed_by(scalers.check_template,
                                           "scale_command"),
-                 help="With --workers command:MIN-MAX: the shell command "
-                 "that sets the pool to {n} workers, e.g. 'kubectl scale "
-                 "deployment/tfdata-workers --replicas={n}' (required "
-                 "there); with --scale-out, the workers beyond the host's.")
-  d.add_argument("--scale-out", type=arguments.positive_int, default=None,
-                 metavar="N",
-                 help="With --workers local:MIN-MAX and --scale-command: the "
-                 "host's workers first, then up to N more through the "
-                 "command, which sets them to {n} (0 at start and while the "
-                 "host suffices) (default: the host's workers only).")
-  d.add_argument("--scale-timeout", type=arguments.duration, default=None,
+                 help="The shell command that sets the pool of --workers "
+                 f"command:MIN-MAX (or the workers of --scale-out) to {{n}}, "
+                 f"e.g. {_EXAMPLE}.")
+  d.add_argument("--scale-out", type=arguments.positive_int, metavar="N",
+                 help="With --workers local:MIN-MAX: the host's workers "
+                 "first, then up to N more through --scale-command (default: "
+                 "the host's only).")
+  d.add_argument("--scale-timeout", type=arguments.duration,
                  metavar="SECONDS",
-                 help="With --scale-command: seconds it may run before it is "
-                 "killed and the change fails (finite, above 0; default "
-                 f"{scalers.DEFAULT_COMMAND_TIMEOUT_S:g}).")
-  d.add_argument("--pool-period", type=arguments.duration, default=None,
-                 metavar="SECONDS",
-                 help="With --workers: seconds between two decisions on "
-                 f"the pool (default {dispatcher.DEFAULT_POOL_PERIOD_S:g}).")
+                 help="Seconds --scale-command may run before it is killed "
+                 f"(default {scalers.DEFAULT_COMMAND_TIMEOUT_S:g}).")
+  d.add_argument("--pool-period", type=arguments.duration, metavar="SECONDS",
+                 help="Seconds between two decisions on the pool (default "
+                 f"{dispatcher.DEFAULT_POOL_PERIOD_S:g}).")
   d.add_argument("--pool-min-interval", type=arguments.optional_duration,
-                 default=None, metavar="SECONDS",
-                 help="With --workers: seconds between a change taking "
-                 "effect and the next change (default "
-                 f"{dispatcher.DEFAULT_POOL_MIN_INTERVAL_S:g}).")
+                 metavar="SECONDS",
+                 help="Seconds between a change taking effect and the next "
+                 f"(default {dispatcher.DEFAULT_POOL_MIN_INTERVAL_S:g}).")
   d.add_argument("--pool-controller", default="intune",
                  choices=tuple(controllers.CONTROLLERS),
-                 help="With --workers: what sizes the pool: intune, or, to "
-                 "compare, tf-formula (TensorFlow's estimate applied as if "
-                 "it scaled) or cachew (Cachew's hill climb) (default "
-                 "intune).")
+                 help="What sizes the pool; tf-formula (TensorFlow's "
+                 "estimate) and cachew (Cachew's hill climb) are there to "
+                 "compare (default intune).")
   d.add_argument("--pool-standby", type=arguments.non_negative_int,
-                 default=None, metavar="N",
-                 help="With --workers local:MIN-MAX: worker processes kept "
-                 "warm (TensorFlow loaded, not serving) so that a growth "
-                 "serves at once; 0 starts every worker cold "
-                 f"(default {workers.DEFAULT_STANDBY}).")
+                 metavar="N",
+                 help="Local worker processes kept warm (TensorFlow loaded, "
+                 "not serving) so that a growth serves at once; 0: every "
+                 f"worker starts cold (default {workers.DEFAULT_STANDBY}).")
   d.set_defaults(func=_dispatcher_main)
   _add_worker(subparsers)
 
 
 def _add_worker(subparsers) -> None:
-  """The `intune service worker` command."""
   w = subparsers.add_parser(
       "worker", help="Start a tf.data service worker tuned by InTune.")
   w.add_argument("--dispatcher", required=True, metavar="HOST:PORT",
                  help="The dispatcher's address.")
-  w.add_argument("--port", type=arguments.port, default=None,
-                 help="Port to listen on (TensorFlow listens on all "
-                 "interfaces); required without --standby.")
+  w.add_argument("--port", type=arguments.port,
+                 help="Port to listen on (on all interfaces); required "
+                 "without --standby.")
   w.add_argument("--standby", action="store_true",
-                 help="Load TensorFlow and InTune, then wait for the port as "
-                 "one line on stdin and serve on it (a warm worker of a "
-                 "local pool serves at once); exit at the end of "
-                 "stdin.")
+                 help="Load TensorFlow and InTune, then serve on the port "
+                 "read as one line of stdin; exit at the end of stdin.")
   w.add_argument("--exit-with-stdin", action="store_true",
-                 help="Stop at the end of stdin (for a supervisor that holds "
-                 "it open: the worker ends with it, however it dies); "
-                 "--standby implies it.")
-  w.add_argument("--ready-fd", type=arguments.positive_int, default=None,
-                 metavar="FD",
+                 help="Stop at the end of stdin (a supervisor holds it open: "
+                 "the worker ends with it); --standby implies it.")
+  w.add_argument("--ready-fd", type=arguments.positive_int, metavar="FD",
                  help="Write 'registered PORT' to this inherited file "
-                 "descriptor once the dispatcher has registered the worker, "
-                 "then close it (for a supervisor; default: none).")
+                 "descriptor once the dispatcher registered the worker, then "
+                 "close it (default: none).")
   w.add_argument("--host", default="127.0.0.1",
                  help="The address this worker advertises to the dispatcher "
                  "and clients (default 127.0.0.1).")
   w.add_argument("--dispatcher-wait", type=arguments.optional_duration,
                  default=worker.DEFAULT_DISPATCHER_WAIT_S, metavar="SECONDS",
-                 help="Seconds the dispatcher has to accept the worker and "
-                 "register it at start; then the worker exits (default "
-                 f"{worker.DEFAULT_DISPATCHER_WAIT_S:g}).")
+                 help="Seconds the dispatcher has to register the worker at "
+                 f"start (default {worker.DEFAULT_DISPATCHER_WAIT_S:g}).")
   w.add_argument("--heartbeat-interval-ms", type=arguments.positive_int,
-                 default=None,
-                 help="How often to report to the dispatcher; keep it below "
-                 "the dispatcher's --worker-timeout-ms (default: "
-                 "TensorFlow's).")
+                 help="How often to report to the dispatcher, below its "
+                 "--worker-timeout-ms (default: TensorFlow's).")
   w.set_defaults(func=_worker_main)

@@ -16,6 +16,7 @@ from absl import logging
 import psutil
 
 from intune_tf import files
+from intune_tf.observe import status
 from intune_tf.service import controllers
 from intune_tf.service.addresses import endpoints
 from intune_tf.service.addresses import names_dispatcher
@@ -25,16 +26,13 @@ from intune_tf.service.addresses import parse_address
 # dispatcher ignores one.
 CONSUMER_REPORT_PERIOD_S = 1.0
 CONSUMER_REPORT_MAX_AGE_S = 30.0
-
 # The largest consumer report read (a report is about 200 bytes).
 _MAX_REPORT_BYTES = 64 << 10
 
 
 def _pool_dir(status_dir: str | os.PathLike | None) -> pathlib.Path:
-  # Deferred: `intune --help` lists this command without loading TensorFlow.
-  from intune_tf.observe import status  # noqa: PLC0415
-  base = pathlib.Path(status_dir) if status_dir else status.default_dir()
-  return base / "pool"
+  return (pathlib.Path(status_dir) if status_dir else
+          status.default_dir()) / "pool"
 
 
 class ConsumerMeter:
@@ -74,14 +72,13 @@ class ConsumerMeter:
     self.path = _pool_dir(status_dir) / (
         f"{os.getpid()}@{socket.gethostname()}.json")
     self.elements_per_item = elements_per_item
+    # The period's sums, the last pace measured, when the wait under way
+    # began (or its part not yet reported; None while there is none), and
+    # when the period began: all guarded by _lock.
     self._lock = threading.Lock()
-    self._wait = self._compute = 0.0  # guarded by _lock
-    self._elements = 0.0  # guarded by _lock
-    self._pace = 0.0  # the last period's with compute; guarded by _lock
-    # When the wait under way began, or its part not yet reported; None
-    # while no wait is under way. Guarded by _lock.
+    self._wait = self._compute = self._elements = self._pace = 0.0
     self._waiting_since: float | None = None
-    self._last_report = time.monotonic()  # guarded by _lock
+    self._last_report = time.monotonic()
     self._failing = False  # the last report could not be written
 
   def record(self, wait_s: float, compute_s: float, elements: int) -> None:
@@ -98,7 +95,8 @@ class ConsumerMeter:
   def report(self, now: float | None = None) -> dict[str, Any]:
     """Writes the period's wait share and pace (the last pace measured
     when the period had no compute); starts a new period. A wait under way
-    counts up to `now`, its rest in the next period."""
+    counts up to `now` (default None: the monotonic clock now), its rest
+    in the next period."""
     with self._lock:
       return self._report_locked(time.monotonic() if now is None else now)
 
@@ -113,20 +111,10 @@ class ConsumerMeter:
             "time": time.time(),
             "wait_share": self._wait / busy if busy > 0 else 0.0,
             "consumer_rate": self._pace, "elements": self._elements}
-    self._write(data)
-    self._wait = self._compute = 0.0
-    self._elements = 0.0
-    self._last_report = now
-    return data
-
-  def _write(self, data: dict[str, Any]) -> None:
-    """Writes a report; a failure (a status dir that cannot be used) warns
-    once, until writing works again: the training loop goes on without
-    pool sizing."""
     try:
       files.write_json(self.path, data)
     except OSError as e:
-      if not self._failing:
+      if not self._failing:  # warned once, until writing works again
         logging.warning(
             "ConsumerMeter: cannot write its report %s (%s); the dispatcher "
             "sizes the pool without this trainer until it can (set "
@@ -135,24 +123,26 @@ class ConsumerMeter:
       self._failing = True
     else:
       self._failing = False
-
-  def _report_waits(self, stop: threading.Event) -> None:
-    """Reports each period in which a wait is under way (a thread of
-    `iterate`)."""
-    while not stop.wait(CONSUMER_REPORT_PERIOD_S / 2):
-      with self._lock:
-        now = time.monotonic()
-        if (self._waiting_since is not None and
-            now - self._last_report >= CONSUMER_REPORT_PERIOD_S):
-          self._report_locked(now)
+    self._wait = self._compute = self._elements = 0.0
+    self._last_report = now
+    return data
 
   def iterate(self, iterable):
     """Yields from `iterable`, timing the wait in `next()` and the compute
     between two of them; a thread reports a long wait while it lasts."""
     it = iter(iterable)
     stop = threading.Event()
-    reporter = threading.Thread(target=self._report_waits, args=(stop,),
-                                name="intune-consumer-meter", daemon=True)
+
+    def report_waits():
+      while not stop.wait(CONSUMER_REPORT_PERIOD_S / 2):
+        with self._lock:
+          now = time.monotonic()
+          if (self._waiting_since is not None and
+              now - self._last_report >= CONSUMER_REPORT_PERIOD_S):
+            self._report_locked(now)
+
+    reporter = threading.Thread(target=report_waits, daemon=True,
+                                name="intune-consumer-meter")
     reporter.start()
     try:
       while True:
@@ -183,11 +173,8 @@ class ConsumerMeter:
 
 
 def _consumer_reports(directory: pathlib.Path) -> list[dict[str, Any]]:
-  """The consumer reports in `directory` that are JSON objects, read with
-  the checked reader (`status.read_json_file`); any other file is
-  skipped."""
-  # Deferred: `intune --help` lists this command without loading TensorFlow.
-  from intune_tf.observe import status  # noqa: PLC0415
+  """The JSON objects among the consumer reports in `directory`, read with
+  `status.read_json_file`; any other file is skipped."""
   reports = []
   for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
     try:
@@ -202,9 +189,11 @@ def _consumer_reports(directory: pathlib.Path) -> list[dict[str, Any]]:
 def pool_reading(dispatcher: str, serving: int, starting: int,
                  status_dir: str | os.PathLike | None = None,
                  now: float | None = None,
-                 consumer_addresses: tuple[str, ...] = ()):
+                 consumer_addresses: tuple[str, ...] = ()
+                 ) -> controllers.PoolReading | None:
   """The `controllers.PoolReading` of a dispatcher's pool from the status
-  dir: the consumers' fresh reports (paces summed, the largest wait share)
+  dir (default None: the default one) at `now` (default None: the time
+  now): the consumers' fresh reports (paces summed, the largest wait share)
   and each worker's rows/s; None when no consumer reported within
   `CONSUMER_REPORT_MAX_AGE_S`. Consumers and workers that name the
   dispatcher by `dispatcher` or one of `consumer_addresses` (default none)
@@ -226,8 +215,6 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
       consumers.append((rate, wait))
   if not consumers:
     return None
-  # A pool's workers name the dispatcher by loopback or by its advertised
-  # address (`LocalFirst`'s tiers: one each).
   rates = [sum(float(s.get("output_rate") or 0.0)
                for s in w.get("sessions", []))
            for w in worker_status(status_dir)
@@ -243,17 +230,10 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
 def dispatcher_pool(dispatcher: str,
                     status_dir: str | os.PathLike | None = None
                     ) -> dict[str, Any] | None:
-  """The worker pool a live dispatcher started with `--workers` reports in
-  its status file (`manager.PoolManager.report`), or None (no such
-  dispatcher, or no pool).
-
-  Args:
-    dispatcher: its HOST:PORT (matched on the port).
-    status_dir: the status dir. Default None: the default one.
-  """
-  # Deferred: `intune --help` lists this command without loading TensorFlow.
-  from intune_tf.observe import status  # noqa: PLC0415
-
+  """The worker pool that the live dispatcher at `dispatcher` (HOST:PORT,
+  matched on the port) reports in its status file
+  (`manager.PoolManager.report`), or None (no such dispatcher, or no pool);
+  `status_dir` as in `worker_status`."""
   _, port = parse_address(dispatcher, "dispatcher")
   for data in status.read_all(status_dir):
     service = data.get("service") or {}
@@ -268,20 +248,16 @@ def worker_status(status_dir: str | os.PathLike | None = None,
 
   Args:
     status_dir: where the workers write their status files. Default None:
-      `intune_tf.observe.status.default_dir()` (`$INTUNE_STATUS_DIR` or
-      ~/.cache/intune_tf/status); workers on other hosts are seen when all
-      use one shared directory.
+      `status.default_dir()`; workers on other hosts are seen when all use
+      one shared folder.
     dispatcher: only workers of this dispatcher (HOST:PORT). Default None:
       every worker.
 
   Returns:
-    One status dict per worker process that runs, a paused one left out
-    (`intune_tf.observe.status`; "service" is {"dispatcher",
-    "worker_address", "port"}).
+    One status dict (`intune_tf.observe.status`; "service" is
+    {"dispatcher", "worker_address", "port"}) per worker process that
+    runs, a paused one (SIGSTOP on this host: it serves nothing) left out.
   """
-  # Deferred: `intune --help` lists this command without loading TensorFlow.
-  from intune_tf.observe import status  # noqa: PLC0415
-
   wanted = None
   if dispatcher is not None:
     parse_address(dispatcher, "dispatcher")
@@ -293,8 +269,6 @@ def worker_status(status_dir: str | os.PathLike | None = None,
 
 
 def _paused(data: dict[str, Any]) -> bool:
-  """Whether a status file's process is a worker of this host stopped by
-  SIGSTOP (a local pool's paused worker: it serves nothing)."""
   try:
     return (data.get("host") == socket.gethostname() and
             psutil.Process(data["pid"]).status() == psutil.STATUS_STOPPED)

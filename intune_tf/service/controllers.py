@@ -2,11 +2,8 @@
 
 Every control period a controller reads a `PoolReading` and returns a
 `Decision`: the size it wants and why. Scalers carry it out; the simulator
-(`intune_tf.sim.cluster`) scores the controllers at cluster scale. The
-controllers (`CONTROLLERS`): `intune` (`IntuneController`, a model checked
-by measurement), `tf-formula` (TensorFlow's `AutoScaler` estimate, applied
-as if it scaled) and `cachew` (Cachew's hill climb); docs/service-design.md
-describes each.
+(`intune_tf.sim.cluster`) scores the controllers at cluster scale.
+`CONTROLLERS` names them; docs/service-design.md describes each.
 """
 
 from __future__ import annotations
@@ -25,13 +22,13 @@ CACHEW_SHRINK_LOSS = 0.03
 CACHEW_STABLE_ROUNDS = 20
 CACHEW_REPROBE_GROWTH = 1.5
 # Wait share at which a trainer that gets no rows at all is stalled, not
-# short of workers (`IntuneController`'s stall rule).
+# short of workers (`IntuneController._stall`).
 STALL_WAIT = 0.95
-# The consumer's pace moved by more than this share since the last reading:
-# the period's rates are not learned from (`IntuneController`).
+# A pace that moved by more than this share since the last reading: the
+# period's rates are not learned from, and a ceiling or floor expires.
 PACE_MOVED = 0.25
-# The pace moved by more than this share under a change: the measurement
-# says nothing about the change (`IntuneController`).
+# A pace that moved by more than this share under a change: the measurement
+# says nothing about the change.
 CHANGE_PACE_MOVED = 0.1
 # TensorFlow's AutoScaler: rates further than this many standard deviations
 # from the mean are replaced by the median; the estimate may grow the pool by
@@ -57,8 +54,7 @@ def check_bounds(min_workers: int, max_workers: int) -> None:
 
 def moved(now: float, before: float, share: float) -> bool:
   """Whether a pace moved from `before` to `now` by more than `share` of
-  `before`: moved(130, 100, 0.25) is True (30 > 25), moved(120, 100,
-  0.25) False."""
+  `before`: moved(130, 100, 0.25) is True, moved(120, 100, 0.25) False."""
   return abs(now - before) > share * before
 
 
@@ -109,8 +105,7 @@ def cap_growth(estimate: int, current: int,
   4 and 500) as TensorFlow caps its metric, when above a `current` pool of
   at least 1; shrinking is not capped.
 
-  cap_growth(50, 15) = 50 (<= 60); cap_growth(100, 15) = 60;
-  cap_growth(2000, 300) = 800 (300 + 500 < 1200).
+  cap_growth(100, 15) = 60; cap_growth(2000, 300) = 800 (300 + 500 < 1200).
   """
   if estimate <= current or current < 1:
     return estimate
@@ -119,7 +114,7 @@ def cap_growth(estimate: int, current: int,
 
 def workers_needed(demand: float, per_worker: float,
                    headroom: float = 0.0) -> int:
-  """Workers whose capacity covers `demand` with `headroom`:
+  """Workers whose capacity covers `demand` with `headroom` (default 0):
   ceil(demand (1 + headroom) / per_worker), at least 1.
 
   workers_needed(1000, 300, 0.1) = ceil(1100 / 300) = 4.
@@ -174,7 +169,7 @@ class Decision:
   Attributes:
     size: workers the pool should have (serving and starting).
     reason: why, in a sentence for the logs.
-    change: whether `size` differs from the pool asked for before.
+    change: whether `size` differs from the pool asked for. Default False.
   """
   size: int
   reason: str
@@ -235,11 +230,11 @@ class CachewController(PoolController):
 
   def __init__(self, min_workers: int, max_workers: int):
     super().__init__(min_workers, max_workers)
-    self.mode = "up"
+    self.mode = "up"  # then "down", then "stable"
     self.previous: float | None = None  # batch time before the last move
     self.last_move = 0
     self.stable_rounds = 0
-    self.reference: tuple[float, float] | None = None
+    self.reference: tuple[float, float] | None = None  # (batch time, wait)
 
   def decide(self, reading: PoolReading) -> Decision:
     if reading.starting:
@@ -267,11 +262,9 @@ class CachewController(PoolController):
         self.previous, self.last_move = t, +1
         return self._to(reading, n + 1, reason)
       # The last +1 did not pay: take it back, then try removing.
-      self.mode, self.last_move = "down", 0
-      self.previous = None
+      self.mode, self.previous, self.last_move = "down", None, 0
       return self._to(reading, n - 1, "+1 improved the batch time <= 7%: "
                       "taken back")
-    # mode "down"
     if self.last_move == 0 or t <= self.previous * (1 + CACHEW_SHRINK_LOSS):
       if n <= self.min_workers:
         return self._settle(reading, t, "at MIN")
@@ -297,7 +290,8 @@ class CachewController(PoolController):
 
 @dataclasses.dataclass
 class _Pending:
-  """A change waiting for its confirmation by measurement."""
+  """A change waiting for its confirmation by measurement: the sizes, and
+  the reading and the model when it was asked for."""
   before: int
   after: int
   delivered: float
@@ -328,7 +322,7 @@ class IntuneController(PoolController):
       must use for it to be added. Default 0.5.
     shrink_patience: calm rounds in a row before a shrink. Default 3.
     limit_ttl_s: seconds a ceiling or floor holds (or until the pace moves
-      25%). Default 600.
+      by `PACE_MOVED`). Default 600.
     first_rows_s: seconds after a growth took effect that its judgement
       waits for every serving worker's first rows. Default 20.
     grow_patience: rounds in a row the trainer must wait while the model
@@ -358,23 +352,20 @@ class IntuneController(PoolController):
     self.first_rows_s = first_rows_s
     self.grow_patience = grow_patience
     self.tolerate_wait = tolerate_wait
-    # Rounds in a row the trainer waited while the model said enough.
-    self._waited = 0
-    self._last_pace: float | None = None  # the last reading's pace
-    self.per_worker: float | None = None
+    self.per_worker: float | None = None  # the model: rows/s of a worker
     self.pending: _Pending | None = None
     self.settled_at: float | None = None  # when the last change took effect
-    self.calm: list[int] = []
-    # (size, demand when learned, time learned)
+    self.calm: list[int] = []  # the proposals of the last calm rounds
+    # Learned limits, as (size, pace when learned, time learned).
     self.ceiling: tuple[int, float, float] | None = None
     self.floor: tuple[int, float, float] | None = None
+    self._waited = 0  # rounds in a row waited while the model said enough
+    self._last_pace: float | None = None
     self._asked_at: float | None = None  # when the last change was asked
     # The size before the pool last shrank, until it is that size again.
     self._shrunk_from: int | None = None
-    # A growth's judgement waited for its workers' first rows.
-    self._awaited_rows = False
+    self._awaited_rows = False  # a growth's judgement waited for rows
 
-  # --- the model -------------------------------------------------------------
   def _learn(self, reading: PoolReading) -> None:
     """Updates the per-worker capacity estimate."""
     n = reading.workers
@@ -401,8 +392,8 @@ class IntuneController(PoolController):
     yet), within MIN/MAX and any live ceiling and floor."""
     if self.per_worker is None or self.per_worker <= 0 or demand <= 0:
       return None
-    size = workers_needed(demand, self.per_worker, self.headroom)
-    return self._limit(size)
+    return self._limit(workers_needed(demand, self.per_worker,
+                                      self.headroom))
 
   def _limit(self, size: int) -> int:
     if self.cpu_cap is not None:
@@ -413,17 +404,6 @@ class IntuneController(PoolController):
       size = max(size, self.floor[0])
     return clamp(size, self.min_workers, self.max_workers)
 
-  def _expire(self, reading: PoolReading) -> None:
-    for which in ("ceiling", "floor"):
-      limit = getattr(self, which)
-      if limit is None:
-        continue
-      _, demand, since = limit
-      if (moved(reading.consumer_rate, demand, PACE_MOVED) or
-          reading.time_s - since > self.limit_ttl_s):
-        setattr(self, which, None)
-
-  # --- decisions -------------------------------------------------------------
   def decide(self, reading: PoolReading) -> Decision:
     if reading.starting:
       return self._hold(reading, f"waiting for {reading.starting} worker(s) "
@@ -438,14 +418,16 @@ class IntuneController(PoolController):
     stalled = self._stall(reading)
     if stalled is not None:
       return stalled
-    self._expire(reading)
+    for which in ("ceiling", "floor"):  # expire the learned limits
+      limit = getattr(self, which)
+      if limit is not None and (
+          moved(reading.consumer_rate, limit[1], PACE_MOVED) or
+          reading.time_s - limit[2] > self.limit_ttl_s):
+        setattr(self, which, None)
     if self.pending is not None:
-      awaiting = self._await_first_rows(reading)
-      if awaiting is not None:
-        return awaiting
-      confirmed = self._confirm(reading)
-      if confirmed is not None:
-        return confirmed
+      judged = self._await_first_rows(reading) or self._confirm(reading)
+      if judged is not None:
+        return judged
       self.settled_at = None  # the pace moved: decide afresh, now
     last, self._last_pace = self._last_pace, reading.consumer_rate
     if last is None or not moved(reading.consumer_rate, last, PACE_MOVED):
@@ -453,53 +435,53 @@ class IntuneController(PoolController):
       # measure neither (a worker that served the slow pace for half of it
       # reads as half as fast).
       self._learn(reading)
-    n = reading.workers
-    demand = reading.consumer_rate
     if (self.settled_at is not None and
         reading.time_s - self.settled_at < self.min_interval_s):
       return self._hold(reading, "minimum interval since the last change")
-    want = self.proposal(demand)
+    want = self.proposal(reading.consumer_rate)
     if reading.wait_share > self.grow_wait:
       self.calm = []
-      if want is not None and want <= n and n < self.max_workers:
-        self._waited += 1
-        if self._waited < self.grow_patience:
-          return self._hold(reading, f"trainer waits "
-                            f"{reading.wait_share:.0%} but {n} suffice at "
-                            f"{self.per_worker:.0f} rows/s per worker: "
-                            "measuring again")
-      self._waited = 0
-      if want is None or want <= n:
-        want = self._limit(n + 1)  # the model says enough; measure one more
-      if want <= n:
-        cpus = self.cpu_cap() if self.cpu_cap is not None else None
-        limit = (f"the {cpus} CPUs its workers can use"
-                 if cpus is not None and n >= cpus else "its limit")
-        return self._hold(reading, f"trainer waits {reading.wait_share:.0%}"
-                          f" but the pool is at {limit} ({n})")
-      short = self._shortfall(reading)
-      if (short < self.confirm_share and
-          reading.wait_share <= self.tolerate_wait):
-        return self._hold(reading, f"trainer waits {reading.wait_share:.0%}"
-                          f": one more worker would be used {short:.0%} "
-                          f"(borne up to a {self.tolerate_wait:.0%} wait)")
-      return self._change(reading, want, f"trainer waits "
-                          f"{reading.wait_share:.0%}: {demand:.0f} rows/s "
-                          f"asked, {self.per_worker or 0:.0f} per worker")
+      return self._grow(reading, want)
     self._waited = 0
     if reading.wait_share < self.shrink_wait and want is not None:
-      self.calm.append(want)
-      self.calm = self.calm[-self.shrink_patience:]
+      self.calm = (self.calm + [want])[-self.shrink_patience:]
       target = max(self.calm)
-      if len(self.calm) >= self.shrink_patience and target < n:
+      if len(self.calm) >= self.shrink_patience and target < reading.workers:
         self.calm = []
         return self._change(reading, target, f"no wait for "
-                            f"{self.shrink_patience} rounds: {demand:.0f} "
-                            f"rows/s need {target} at "
-                            f"{self.per_worker:.0f} per worker")
+                            f"{self.shrink_patience} rounds: "
+                            f"{reading.consumer_rate:.0f} rows/s need "
+                            f"{target} at {self.per_worker:.0f} per worker")
       return self._hold(reading, "calm")
     self.calm = []
     return self._hold(reading, "within the band")
+
+  def _grow(self, reading: PoolReading, want: int | None) -> Decision:
+    """`decide` for a trainer that waits: one more worker, or the model's
+    size, when the model, the CPUs and the shortfall allow it."""
+    n, waits = reading.workers, f"trainer waits {reading.wait_share:.0%}"
+    if want is not None and want <= n and n < self.max_workers:
+      self._waited += 1
+      if self._waited < self.grow_patience:
+        return self._hold(reading, f"{waits} but {n} suffice at "
+                          f"{self.per_worker:.0f} rows/s per worker: "
+                          "measuring again")
+    self._waited = 0
+    if want is None or want <= n:
+      want = self._limit(n + 1)  # the model says enough; measure one more
+    if want <= n:
+      cpus = self.cpu_cap() if self.cpu_cap is not None else None
+      limit = (f"the {cpus} CPUs its workers can use"
+               if cpus is not None and n >= cpus else "its limit")
+      return self._hold(reading, f"{waits} but the pool is at {limit} ({n})")
+    short = self._shortfall(reading)
+    if short < self.confirm_share and reading.wait_share <= self.tolerate_wait:
+      return self._hold(reading, f"{waits}: one more worker would be used "
+                        f"{short:.0%} (borne up to a "
+                        f"{self.tolerate_wait:.0%} wait)")
+    return self._change(reading, want, f"{waits}: "
+                        f"{reading.consumer_rate:.0f} rows/s asked, "
+                        f"{self.per_worker or 0:.0f} per worker")
 
   def _shortfall(self, reading: PoolReading) -> float:
     """How much of one more worker the larger of the model's and the
@@ -563,8 +545,7 @@ class IntuneController(PoolController):
         or reading.wait_share < STALL_WAIT or reading.delivered_rate > 0):
       return None
     back = self._shrunk_from
-    self.pending = None
-    self.ceiling = None
+    self.pending = self.ceiling = None
     self.calm = []
     return self._ask(reading, back, f"trainer gets nothing since the pool "
                      f"shrank to {reading.workers}: back to {back} (an epoch "
@@ -575,7 +556,6 @@ class IntuneController(PoolController):
     fell short there, the second too): keep the change or take it back.
     None: the pace moved over `CHANGE_PACE_MOVED` under the change."""
     p, self.pending = self.pending, None
-    n = reading.workers
     if moved(reading.consumer_rate, p.demand, CHANGE_PACE_MOVED):
       return None
     if p.after > p.before and p.wait_share > self.grow_wait:
@@ -588,37 +568,33 @@ class IntuneController(PoolController):
       # for: a pace that reads a few % higher is no gain.
       gain = (p.wait_share - wait) * p.demand
       short = predicted > 0 and gain < self.confirm_share * predicted
+      gave = (f"{p.before} -> {p.after} gave +{gain:.0f} rows/s of "
+              f"+{predicted:.0f} predicted (wait {p.wait_share:.1%} -> "
+              f"{wait:.1%})")
       if short and p.doubted_wait is None:
         p.doubted_wait = reading.wait_share
         self.pending = p
-        return self._hold(reading, f"{p.before} -> {p.after} gave "
-                          f"+{gain:.0f} rows/s of +{predicted:.0f} predicted "
-                          f"(wait {p.wait_share:.1%} -> {wait:.1%}): "
-                          "measuring once more")
+        return self._hold(reading, f"{gave}: measuring once more")
+      self._learn(reading)
+      if not short:
+        return self._hold(reading, f"{p.before} -> {p.after} confirmed: "
+                          f"+{gain:.0f} rows/s")
       # The new workers delivered too little of what they should: the pool
       # is not what limits the trainer. Each added worker is kept only if it
       # delivered `confirm_share` of its part of the prediction.
-      if short:
-        kept = math.floor(max(0.0, gain) * added / predicted +
-                          1 - self.confirm_share + 1e-9)
-        keep = clamp(p.before + min(kept, added), self.min_workers,
-                     self.max_workers)
-        self.ceiling = (keep, reading.consumer_rate, reading.time_s)
-        self._learn(reading)
-        if keep < n:
-          return self._ask(reading, keep, f"{p.before} -> {p.after} gave "
-                          f"+{gain:.0f} rows/s of +{predicted:.0f} predicted "
-                          f"(wait {p.wait_share:.1%} -> {wait:.1%}): back "
-                          f"to {keep} (ceiling)")
-        return self._hold(reading, f"ceiling at {keep}")
-      self._learn(reading)
-      return self._hold(reading, f"{p.before} -> {p.after} confirmed: "
-                        f"+{gain:.0f} rows/s")
+      kept = math.floor(max(0.0, gain) * added / predicted +
+                        1 - self.confirm_share + 1e-9)
+      keep = clamp(p.before + min(kept, added), self.min_workers,
+                   self.max_workers)
+      self.ceiling = (keep, reading.consumer_rate, reading.time_s)
+      if keep < reading.workers:
+        return self._ask(reading, keep, f"{gave}: back to {keep} (ceiling)")
+      return self._hold(reading, f"ceiling at {keep}")
     if p.after < p.before and reading.wait_share > self.grow_wait:
       self.floor = (p.before, reading.consumer_rate, reading.time_s)
       return self._ask(reading, p.before, f"{p.before} -> {p.after}: trainer "
-                      f"waits {reading.wait_share:.0%}; back to {p.before} "
-                      "(floor)")
+                       f"waits {reading.wait_share:.0%}; back to {p.before} "
+                       "(floor)")
     self._learn(reading)
     return self._hold(reading, f"{p.before} -> {p.after} confirmed")
 
@@ -639,13 +615,11 @@ def check_name(name: str) -> None:
 
 def make_controller(name: str, min_workers: int, max_workers: int,
                     **kwargs) -> PoolController:
-  """The controller called `name` (`CONTROLLERS`) for a pool of
-  MIN..MAX workers; `kwargs` go to `IntuneController`.
+  """The controller called `name` (`CONTROLLERS`) for a pool of MIN..MAX
+  workers; `kwargs` (`IntuneController`'s settings) go to it.
 
   Raises:
     ValueError: an unknown name, or bad bounds (`check_bounds`).
   """
   check_name(name)
-  if name == "intune":
-    return IntuneController(min_workers, max_workers, **kwargs)
-  return CONTROLLERS[name](min_workers, max_workers)
+  return CONTROLLERS[name](min_workers, max_workers, **kwargs)

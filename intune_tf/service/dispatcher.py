@@ -10,6 +10,7 @@ import time
 from absl import logging
 
 from intune_tf import host as host_lib
+from intune_tf.observe import status
 from intune_tf.service import controllers
 from intune_tf.service import manager as manager_lib
 from intune_tf.service import scalers
@@ -25,21 +26,8 @@ from intune_tf.service.process import wait_for_signal
 # effect and the next change.
 DEFAULT_POOL_PERIOD_S = 10.0
 DEFAULT_POOL_MIN_INTERVAL_S = 30.0
-
 # Seconds between updates of a dispatcher's status (its worker count).
 _DISPATCHER_STATUS_PERIOD_S = 2.0
-
-
-def _check_work_dir(work_dir: str) -> None:
-  """Creates the journal folder `work_dir` if missing, else raises
-  ServiceError (a file on its path, no rights)."""
-  try:
-    pathlib.Path(work_dir).mkdir(parents=True, exist_ok=True)
-  except OSError as e:
-    raise ServiceError(
-        f"--work-dir {work_dir}: cannot use it as the dispatcher's journal "
-        f"folder ({e.strerror or e}); give a folder this user can "
-        "write.") from None
 
 
 def cpu_note(low: int, high: int, cpus: int, capped: bool
@@ -84,33 +72,28 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     port: port to listen on (all interfaces: TensorFlow's choice).
     host: the address workers and clients use, for the log. Default
       "127.0.0.1".
-    work_dir: the dispatcher's journal folder (a restarted dispatcher
-      resumes its jobs). Default None: no journal.
+    work_dir: the journal folder. Default None: no journal.
     worker_timeout_ms: how long a worker may miss heartbeats before it is
-      logged as lost (its tasks wait for a worker at its address:
-      docs/service.md). Default None: TensorFlow's.
-    workers: (MIN, MAX) of a pool the dispatcher sizes from the reports of
-      `ConsumerMeter` and of the workers: local `intune service worker`
-      processes (one that dies is replaced on its port), or those of
-      `scale_command` or of `scaler`. Default None: no pool.
+      logged as lost. Default None: TensorFlow's.
+    workers: (MIN, MAX) of a pool sized from the reports of `ConsumerMeter`
+      and of the workers: local `intune service worker` processes (one
+      that dies is replaced on its port), or those of `scale_command` or of
+      `scaler`. Default None: no pool.
     pool_period_s: seconds between two decisions on the pool. Default 10.
     pool_min_interval_s: seconds between a change taking effect and the
       next change. Default 30.
-    scale_command: with `workers`, a shell command with `{n}` where the
-      count goes (`scalers.CommandScaler`; the registered workers count as
-      serving). Default None: local workers.
-    scale_timeout_s: seconds the scale command may run. Default
-      `scalers.DEFAULT_COMMAND_TIMEOUT_S` (60).
+    scale_command: a shell command with `{n}` where the count goes
+      (`scalers.CommandScaler`; the registered workers count as serving).
+      Default None: local workers.
+    scale_timeout_s: seconds the scale command may run. Default 60.
     controller: the pool controller (`controllers.CONTROLLERS`). Default
       "intune".
-    scaler: with `workers` (the same bounds), the pool as a Python object,
-      e.g. a `scalers.CallbackScaler`. Default None.
-    standby: with local workers, the warm processes kept ready to join.
-      Default `workers.DEFAULT_STANDBY` (1).
-    scale_out: with `workers` and `scale_command`: local workers first,
-      then up to `scale_out` more through the command
-      (`scalers.LocalFirst`). Default None: the command sets the whole
-      pool.
+    scaler: the pool as a Python object with the bounds of `workers`, e.g.
+      a `scalers.CallbackScaler`. Default None.
+    standby: warm local processes kept ready to join. Default 1.
+    scale_out: local workers first, then up to `scale_out` more through the
+      scale command (`scalers.LocalFirst`). Default None: the command sets
+      the whole pool.
 
   Returns:
     The exit code (0).
@@ -120,8 +103,14 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     ValueError: an unknown `controller`, or pool arguments that do not go
       together.
   """
-  if work_dir is not None:
-    _check_work_dir(work_dir)
+  try:
+    if work_dir is not None:
+      pathlib.Path(work_dir).mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ServiceError(
+        f"--work-dir {work_dir}: cannot use it as the dispatcher's journal "
+        f"folder ({e.strerror or e}); give a folder this user can "
+        "write.") from None
   controllers.check_name(controller)
   _check_pool_args(workers, scale_command, scaler, scale_out)
   server = _start_server(port, host, work_dir, worker_timeout_ms)
@@ -148,7 +137,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
 def _start_server(port: int, host: str, work_dir: str | None,
                   worker_timeout_ms: int | None):
   """TensorFlow's `DispatchServer` on `port`, in a process with the tuner
-  started (`run_dispatcher`'s arguments)."""
+  started."""
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
 
@@ -240,7 +229,9 @@ def _start_pool(scaler: scalers.Scaler, workers: tuple[int, int],
 class _Loop:
   """The dispatcher's tick: each pool period, replaces lost workers, gives
   up those that never started, reads the consumers' reports and steps the
-  manager; then writes the status file (its workers, its pool's report)."""
+  manager; then writes the status file (its workers, its pool's report).
+  The workers name the dispatcher `workers_use`, the consumers either of
+  `addresses` (by loopback, and advertised)."""
 
   def __init__(self, server, manager: manager_lib.PoolManager | None,
                period_s: float, addresses: tuple[str, str],
@@ -248,7 +239,7 @@ class _Loop:
     self.server = server
     self.manager = manager
     self.period_s = period_s
-    self.addresses = addresses  # by loopback, and advertised
+    self.addresses = addresses
     self.workers_use = workers_use
     self.last = time.monotonic()
 
@@ -274,8 +265,6 @@ class _Loop:
       self.manager.hold("no consumer report (ConsumerMeter)")
 
   def tick(self) -> None:
-    # Deferred: `intune --help` lists this command without loading TensorFlow.
-    from intune_tf.observe import status  # noqa: PLC0415
     fields = {"workers": self.server._num_workers()}  # noqa: SLF001
     if self.manager is not None:
       self._step()

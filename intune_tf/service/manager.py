@@ -65,16 +65,12 @@ class PoolManager:
     self.scaler = scaler
     self.history: list[PoolEvent] = []
     self.failures = 0
-    # The reason of the last decision, or why none was made.
-    self.reason: str | None = None
-    # The wording (`hold_wording`) of the last hold logged at INFO.
-    self._logged_hold: str | None = None
+    self.reason: str | None = None  # of the last decision, or of no decision
+    self._logged_hold: str | None = None  # the last hold's `hold_wording`
 
   def report(self) -> dict[str, Any]:
-    """The pool now, as the dispatcher's status file carries it (`pool`):
-    the scaler's kind, bounds, size, serving, standby and lost workers, the
-    failed resizes, the last reason and the last `REPORTED_DECISIONS`
-    entries of `history` (`PoolEvent`'s fields)."""
+    """The pool now, as the dispatcher's status file carries it (`pool`),
+    with the last `REPORTED_DECISIONS` entries of `history`."""
     scaler = self.scaler
     return {
         "kind": scaler.kind, "min": scaler.min_workers,
@@ -98,9 +94,8 @@ class PoolManager:
       logging.info("Worker pool holds at %d: %s", self.scaler.size(), reason)
 
   def give_up_unstarted(self, now_s: float) -> int:
-    """Counts as a failed change at `now_s` the workers the scaler gave
-    up because they did not start in time (`Scaler.give_up_unstarted`),
-    logs it and returns their count."""
+    """`Scaler.give_up_unstarted`, counted, recorded at `now_s` and logged
+    as a failed change."""
     before = self.scaler.size()
     missing = self.scaler.give_up_unstarted()
     if missing:

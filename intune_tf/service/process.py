@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import Any, Callable
+
+from intune_tf.observe import status
 
 SECURITY_NOTE = (
     "tf.data service has no authentication or encryption: anyone who can "
@@ -17,19 +19,19 @@ def start_tuner(role: str, **service: Any) -> None:
   """Loads the kernel library, starts the tuner, labels the status file."""
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import intune_tf  # noqa: PLC0415
-  from intune_tf.observe import status  # noqa: PLC0415
-  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
+  from intune_tf.ops import loader  # noqa: PLC0415
 
-  _kernels.ops()
-  tuner = intune_tf.global_tuner()
-  tuner.start()
+  loader.ops()
+  intune_tf.global_tuner().start()
   writer = status.writer()
   if writer is not None:
     writer.set_info(role=role, service=service)
 
 
-def wait_for_signal(tick=None, period_s: float = 1.0) -> str:
-  """Blocks until SIGTERM or SIGINT; calls `tick()` every `period_s`."""
+def wait_for_signal(tick: Callable[[], None] | None = None,
+                    period_s: float = 1.0) -> str:
+  """Blocks until SIGTERM or SIGINT, and returns its name; calls `tick()`
+  (default None: nothing) every `period_s` (default 1)."""
   stop = threading.Event()
   received = []
 

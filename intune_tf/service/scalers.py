@@ -1,10 +1,6 @@
-"""Scalers: what carries out a pool controller's decision (`Scaler`).
-
+"""Scalers carry out a pool controller's decision (`Scaler`):
 `workers.LocalWorkers` (this host's processes), `CommandScaler` (a shell
-command, e.g. `kubectl scale ... --replicas={n}`), `CallbackScaler` (a
-Python callable) and `LocalFirst` (two of them as tiers). Each keeps the
-pool within [MIN, MAX] (ValueError outside, before anything runs), and a
-failed change raises one `ScalerError` and leaves the pool as it was.
+command), `CallbackScaler` (a Python callable), `LocalFirst` (two as tiers).
 """
 
 from __future__ import annotations
@@ -22,10 +18,9 @@ from absl import logging
 
 from intune_tf.service import controllers
 
-# Seconds a scale command may run.
+# Seconds a scale command may run, and a worker it asked for may take to
+# register before it is given up (`CommandScaler.give_up_unstarted`).
 DEFAULT_COMMAND_TIMEOUT_S = 60.0
-# Seconds a worker a scale command asked for may take to register before
-# it is given up (`CommandScaler.give_up_unstarted`).
 DEFAULT_START_TIMEOUT_S = 300.0
 # The kinds of pool `intune service dispatcher --workers KIND:MIN-MAX` sizes.
 POOL_KINDS = ("local", "command")
@@ -43,8 +38,8 @@ def parse_pool_spec(text: str, kinds: tuple[str, ...] = POOL_KINDS
   64).
 
   Raises:
-    ValueError: not of that form, or bad bounds; the message says what to
-      pass.
+    ValueError: not of that form, or bad bounds (the message says what to
+      pass).
   """
   forms = " or ".join(f"{k}:MIN-MAX" for k in kinds)
   match = _SPEC.match(text.strip()) if isinstance(text, str) else None
@@ -75,11 +70,14 @@ def check_template(template: str) -> str:
 
 
 class Scaler:
-  """A pool of workers that can be resized within [MIN, MAX].
+  """A pool of workers that can be resized within [MIN, MAX] (ValueError
+  outside, before anything runs); a failed change raises one `ScalerError`
+  and leaves the pool as it was.
 
   Args:
     min_workers: MIN, at least 1.
     max_workers: MAX, at least MIN.
+    initial: the workers the pool has now. Default None: MIN.
   """
 
   kind = "scaler"
@@ -87,14 +85,16 @@ class Scaler:
   # scaler that cannot tell.
   lost = 0
 
-  def __init__(self, min_workers: int, max_workers: int):
+  def __init__(self, min_workers: int, max_workers: int,
+               initial: int | None = None):
     controllers.check_bounds(min_workers, max_workers)
     self.min_workers = min_workers
     self.max_workers = max_workers
+    self._size = min_workers if initial is None else initial
 
   def size(self) -> int:
     """Workers asked for (serving or starting)."""
-    raise NotImplementedError
+    return self._size
 
   def serving(self) -> int:
     """Workers up and serving (default: all asked for)."""
@@ -123,6 +123,8 @@ class Scaler:
                        f"{self.max_workers}.")
 
   def _resize(self, n: int) -> None:
+    """Makes the pool `n` workers, within [MIN, MAX] or 0 (a `LocalFirst`
+    tier not needed), or raises ScalerError."""
     raise NotImplementedError
 
   def give_up_unstarted(self) -> int:
@@ -140,25 +142,15 @@ class Scaler:
 
 
 class CallbackScaler(Scaler):
-  """Calls `callback(n)`; the pool is `n` once it returns.
-
-  Args:
-    callback: takes the new count; raising means the change failed.
-    min_workers: MIN.
-    max_workers: MAX.
-    initial: the workers the pool has now. Default None: MIN.
-  """
+  """Calls `callback(n)`, which raises if the change failed; the pool is `n`
+  once it returns. The other arguments are `Scaler`'s."""
 
   kind = "callback"
 
   def __init__(self, callback: Callable[[int], object], min_workers: int,
                max_workers: int, initial: int | None = None):
-    super().__init__(min_workers, max_workers)
+    super().__init__(min_workers, max_workers, initial)
     self._callback = callback
-    self._size = min_workers if initial is None else initial
-
-  def size(self) -> int:
-    return self._size
 
   def _resize(self, n: int) -> None:
     try:
@@ -171,21 +163,19 @@ class CallbackScaler(Scaler):
 
 
 class CommandScaler(Scaler):
-  """Runs a shell command with `{n}` replaced by the count.
+  """Runs a shell command with `{n}` replaced by the count (e.g. `kubectl
+  scale ... --replicas={n}`); `min_workers`, `max_workers` and `initial`
+  are `Scaler`'s.
 
   Args:
     template: the command, with `{n}` where the count goes.
-    min_workers: MIN.
-    max_workers: MAX.
-    initial: the workers the pool has now. Default None: MIN.
     timeout_s: seconds the command may run; then it (and its children) is
-      killed and the resize fails. Default `DEFAULT_COMMAND_TIMEOUT_S` (60).
-    serving: counts the workers up (for example the workers registered
-      with the dispatcher); `serving()` is the smaller of it and `size()`.
-      Default None: every worker asked for counts as serving once the
-      command returns.
+      killed and the resize fails. Default 60.
+    serving: counts the workers up (for example those registered with the
+      dispatcher); `serving()` is the smaller of it and `size()`. Default
+      None: every worker asked for serves once the command returns.
     start_timeout_s: seconds a worker asked for may take to serve before
-      `give_up_unstarted` gives it up. Default `DEFAULT_START_TIMEOUT_S`.
+      `give_up_unstarted` gives it up. Default 300.
 
   Raises:
     ValueError: no `{n}` in the template, or a timeout that is not a finite
@@ -199,7 +189,7 @@ class CommandScaler(Scaler):
                timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
                serving: Callable[[], int] | None = None,
                start_timeout_s: float = DEFAULT_START_TIMEOUT_S):
-    super().__init__(min_workers, max_workers)
+    super().__init__(min_workers, max_workers, initial)
     check_template(template)
     for what, value in (("timeout", timeout_s),
                         ("start timeout", start_timeout_s)):
@@ -210,12 +200,8 @@ class CommandScaler(Scaler):
     self.template = template
     self.timeout_s = float(timeout_s)
     self.start_timeout_s = float(start_timeout_s)
-    self._size = min_workers if initial is None else initial
     self._serving = serving
     self._resized_at = time.monotonic()
-
-  def size(self) -> int:
-    return self._size
 
   def serving(self) -> int:
     if self._serving is None:
@@ -223,9 +209,8 @@ class CommandScaler(Scaler):
     return max(0, min(self._size, int(self._serving())))
 
   def give_up_unstarted(self) -> int:
-    """Gives up the workers asked for that have not registered
-    `start_timeout_s` after the command returned: the pool is what serves.
-    Returns their count."""
+    """Gives up (and counts) the workers asked for that have not registered
+    `start_timeout_s` after the command returned."""
     serving = self.serving()
     if (serving >= self._size or
         time.monotonic() - self._resized_at < self.start_timeout_s):
@@ -274,17 +259,16 @@ class LocalFirst(Scaler):
   """The trainer host's own workers first, remote ones for the rest.
 
   A pool of n workers is `local` filled to its MAX (the workers the host's
-  CPU budget allows beside the trainer) and `remote` holding what is left
-  (0 while the host suffices, whatever `remote`'s own MIN: a remote tier
-  that is not needed is not paid for). A shrink gives the remote workers
-  back first. When one tier's change fails, the other is put back, so the
-  pool stays as it was.
+  CPUs allow beside the trainer) and `remote` holding what is left (0 while
+  the host suffices, whatever `remote`'s MIN: a tier not needed is not paid
+  for). A shrink gives the remote workers back first. When one tier's
+  change fails, the other is put back. The pool's MIN is `local`'s, its MAX
+  the sum of both MAXes.
 
   Args:
     local: the host's workers, e.g. `LocalWorkers(..., 1, k)`.
     remote: the workers beyond it, e.g. a `CommandScaler` whose command
-      scales a cluster's deployment; its MAX caps the remote tier. The
-      pool's MIN is `local`'s, its MAX the sum of both MAXes.
+      scales a cluster's deployment.
   """
 
   kind = "local-first"
@@ -326,8 +310,7 @@ class LocalFirst(Scaler):
       if count == was:
         continue
       try:
-        # The remote tier may go to 0 below its own MIN (not needed).
-        scaler._resize(count)  # noqa: SLF001
+        scaler._resize(count)  # noqa: SLF001 (the remote tier: maybe 0)
       except ScalerError as e:
         for undo, back in done:
           try:
@@ -340,15 +323,9 @@ class LocalFirst(Scaler):
       done.append((scaler, was))
 
   def start(self, n: int) -> None:
-    """Makes the pool `n` workers at start, local first, and sets the remote
-    tier to its share (0 when the host suffices) whatever it held before:
-    a deployment an earlier run left scaled up is scaled back too.
-
-    Raises:
-      ValueError: `n` outside [MIN, MAX] (nothing changes).
-      ScalerError: the remote tier's change failed (the local tier is not
-        started).
-    """
+    """`resize(n)` at start, the remote tier set to its share whatever it
+    held before (a deployment an earlier run left scaled up is scaled
+    back); when that fails (ScalerError), no local worker starts."""
     self._check_count(n)
     local, remote = self.split(n)
     try:

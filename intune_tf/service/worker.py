@@ -57,14 +57,11 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   Args:
     dispatcher: the dispatcher's HOST:PORT.
     port: port to listen on (all interfaces: TensorFlow's choice).
-    host: the address the worker advertises to the dispatcher and clients
-      (`worker_address` HOST:PORT). Default "127.0.0.1".
+    host: the address the worker advertises. Default "127.0.0.1".
     dispatcher_wait_s: seconds the dispatcher has to accept connections
-      and answer (at least 5 s for the answer); then the worker gives up.
-      Default `DEFAULT_DISPATCHER_WAIT_S` (30).
-    heartbeat_interval_ms: how often the worker reports to the dispatcher
-      (keep it below the dispatcher's worker timeout). Default None:
-      TensorFlow's default.
+      and answer (at least 5 s for the answer). Default 30.
+    heartbeat_interval_ms: how often the worker reports to the dispatcher.
+      Default None: TensorFlow's.
     ready_fd: a file descriptor to write "registered PORT" to (then closed)
       once the dispatcher has registered the worker. Default None.
 
@@ -147,11 +144,7 @@ def exit_with_stdin() -> None:
 
 def standby_port(stream: IO[str]) -> int | None:
   """The port a standby worker is asked to serve on, one line of `stream`;
-  None at its end (whoever kept the standby no longer needs it).
-
-  Raises:
-    ServiceError: the line is not a port (1-65535).
-  """
+  None at its end. Raises ServiceError if the line is not a port."""
   line = stream.readline()
   if not line:
     return None
@@ -168,6 +161,5 @@ def warm_worker() -> None:
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415, F401
 
-  # Deferred with TensorFlow, which it loads.
-  from intune_tf.ops import loader as _kernels  # noqa: PLC0415
-  _kernels.ops()
+  from intune_tf.ops import loader  # noqa: PLC0415  (loads TensorFlow)
+  loader.ops()

@@ -19,12 +19,11 @@ from intune_tf.service.addresses import port_is_free
 from intune_tf.service.scalers import Scaler
 from intune_tf.service.scalers import ScalerError
 
-# Seconds a stopped local worker gets to exit after SIGTERM before SIGKILL.
+# `LocalWorkers`' defaults: `stop_timeout_s`, `standby` and
+# `standby_delay_s` (loading TensorFlow takes a core for seconds: not while
+# new workers start).
 DEFAULT_STOP_TIMEOUT_S = 10.0
-# Warm local worker processes kept ready (TensorFlow loaded, no port yet).
 DEFAULT_STANDBY = 1
-# Seconds after a standby was taken before its replacement starts loading
-# TensorFlow (which takes a core for seconds: not while new workers start).
 DEFAULT_STANDBY_DELAY_S = 60.0
 # A worker in a process group of its own ends with the scaler's process
 # even while paused: the kernel sends an orphaned process group that has a
@@ -70,41 +69,34 @@ class LocalWorkers(Scaler):
 
   Workers start in order and leave newest first. With `pause`, a shrink
   pauses a worker (SIGSTOP) and a growth resumes it (SIGCONT) before it
-  starts any: it keeps its address, its tasks and its warm state, and its
-  RAM. Else a worker stops (SIGTERM, then SIGKILL after `stop_timeout_s`).
+  starts any: it keeps its address, its tasks, its warm state and its RAM.
   A worker that died on its own leaves the pool, is counted in `lost`, and
   is replaced at the next `resize` or `replace_lost()`. A new worker takes
-  the port of one that left, oldest first, when that port is free:
-  TensorFlow's dispatcher hands it the unfinished tasks of the one that
-  left there, which a `distributed_epoch` epoch needs to end
-  (docs/service.md).
+  the port of one that left, oldest first, when that port is free: the
+  dispatcher hands it the unfinished tasks of the one that left there,
+  which a `distributed_epoch` epoch needs to end (docs/service.md).
 
-  `standby` processes are kept warm (`intune service worker --standby`:
-  TensorFlow loaded, no port, no CPU used) while the pool is below MAX: a
-  growth hands one its port on stdin, and it registers within a fraction
-  of a second instead of the seconds a cold start takes. Its replacement
-  loads at the first shrink after, else `standby_delay_s` after. Standbys
-  and paused workers are not in `size()` or `serving()`;
-  `standby_count()` counts the standbys.
+  While the pool is below MAX, `standby` processes are kept warm
+  (`intune service worker --standby`: TensorFlow loaded, no port, no CPU
+  used): a growth hands one its port on stdin, and it registers within a
+  fraction of a second instead of the seconds of a cold start. Standbys
+  and paused workers are not in `size()` or `serving()`.
 
   Args:
     dispatcher: the dispatcher's HOST:PORT.
     min_workers: MIN.
     max_workers: MAX.
     host: the address the workers advertise. Default "127.0.0.1".
-    log_dir: where each worker's log goes. Default None: a new temporary
-      folder.
-    env: extra environment of the workers (e.g. INTUNE_STATUS_DIR).
-      Default None.
+    log_dir: the workers' log folder. Default None: a new temporary one.
+    env: extra environment of the workers. Default None.
     worker_args: extra flags of `intune service worker`. Default none.
-    stop_timeout_s: seconds between SIGTERM and SIGKILL. Default 10.
-    standby: warm processes kept (0: every worker starts cold). Default
-      `DEFAULT_STANDBY` (1).
+    stop_timeout_s: seconds between SIGTERM and SIGKILL when a worker
+      stops. Default 10.
+    standby: warm processes kept (0: every worker starts cold). Default 1.
     standby_delay_s: seconds after a standby was taken before a new one
-      starts, unless the pool shrinks first. Default
-      `DEFAULT_STANDBY_DELAY_S` (60).
+      starts, unless the pool shrinks first. Default 60.
     pause: shrink by pausing workers, not stopping them. Default True.
-    program: the command line of a worker before its flags (`--dispatcher`,
+    program: a worker's command line before its flags (`--dispatcher`,
       `--port` and `--exit-with-stdin` or `--standby`, `--host`,
       `--ready-fd`, then `worker_args`). Default None: `intune service
       worker` run by this Python.
@@ -203,11 +195,10 @@ class LocalWorkers(Scaler):
     self.refill()
 
   def refill(self) -> int:
-    """Starts standbys up to `standby` while the pool is below MAX, once
-    `standby_delay_s` passed since one was last taken or at the first
-    shrink after (the dispatcher calls it each pool period); returns how
-    many. One that cannot start is logged and tried again at the next call.
-    """
+    """Starts (and counts) standbys up to `standby` while the pool is below
+    MAX, once `standby_delay_s` passed since one was last taken or at the
+    first shrink after; one that cannot start is logged and tried again at
+    the next call."""
     self._reap()
     if self._taken_at is not None and (
         time.monotonic() - self._taken_at < self.standby_delay_s):
@@ -224,12 +215,8 @@ class LocalWorkers(Scaler):
     return started
 
   def replace_lost(self) -> list[int]:
-    """Starts a worker for each one that died on its own since the last
-    resize (on the dead ones' ports when free), and returns their ports.
-
-    Raises:
-      ScalerError: a worker could not be started (those started stay).
-    """
+    """`Scaler.replace_lost`, on the dead ones' ports when free; raises
+    ScalerError when a worker could not start (those started stay)."""
     self._reap()
     started = []
     while len(self.workers) < self.asked:
@@ -281,8 +268,7 @@ class LocalWorkers(Scaler):
       raise
 
   def _spawn(self, port: int | None) -> _LocalWorker:
-    """A new `intune service worker` process on `port` (None: a
-    standby)."""
+    """A new worker process on `port` (None: a standby)."""
     self._started += 1
     name = "standby" if port is None else str(port)
     log_path = self.log_dir / f"worker{self._started}-{name}.log"
