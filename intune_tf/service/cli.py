@@ -18,7 +18,7 @@ from intune_tf.service import workers
 from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import parse_address
 
-_EXAMPLE = "'kubectl scale deployment/tfdata-workers --replicas={n}'"
+_EXAMPLE = f"'{scalers.EXAMPLE_COMMAND}'"
 
 
 def _fail(command: str, error: Exception) -> int:
@@ -126,31 +126,27 @@ def add_commands(subparsers) -> None:
   d.add_argument("--port", type=arguments.port, required=True,
                  help="Port to listen on (on all interfaces).")
   d.add_argument("--host", default="127.0.0.1",
-                 help="The address workers and clients use to reach this "
-                 "dispatcher (default 127.0.0.1).")
-  d.add_argument("--work-dir", default=None,
+                 help="The address workers and clients use (default "
+                 "127.0.0.1).")
+  d.add_argument("--work-dir",
                  help="Journal folder: a restarted dispatcher resumes its "
                  "jobs (default: none).")
   d.add_argument("--worker-timeout-ms", type=arguments.positive_int,
-                 help="Log a worker as lost after this long without a "
-                 "heartbeat (checked every 10 min); its tasks wait for a "
-                 "worker at its address (default: TensorFlow's).")
+                 help="Log a worker lost after this long without a heartbeat "
+                 "(default: TensorFlow's).")
   d.add_argument("--workers", metavar="KIND:MIN-MAX",
                  type=arguments.parsed_by(scalers.parse_pool_spec, "pool"),
                  help="Size a pool of MIN to MAX workers from the trainer's "
                  "reports (service.ConsumerMeter): local:MIN-MAX runs local "
-                 "`intune service worker` processes, command:MIN-MAX runs "
-                 "--scale-command (default: no pool).")
+                 "workers, command:MIN-MAX --scale-command.")
   d.add_argument("--scale-command", metavar="COMMAND",
                  type=arguments.parsed_by(scalers.check_template,
                                           "scale_command"),
-                 help="The shell command that sets the pool of --workers "
-                 f"command:MIN-MAX (or the workers of --scale-out) to {{n}}, "
-                 f"e.g. {_EXAMPLE}.")
+                 help="The shell command that sets the workers of --workers "
+                 f"command:MIN-MAX or --scale-out to {{n}}, e.g. {_EXAMPLE}.")
   d.add_argument("--scale-out", type=arguments.positive_int, metavar="N",
                  help="With --workers local:MIN-MAX: the host's workers "
-                 "first, then up to N more through --scale-command (default: "
-                 "the host's only).")
+                 "first, then up to N more through --scale-command.")
   d.add_argument("--scale-timeout", type=arguments.duration,
                  metavar="SECONDS",
                  help="Seconds --scale-command may run before it is killed "
@@ -169,9 +165,8 @@ def add_commands(subparsers) -> None:
                  "compare (default intune).")
   d.add_argument("--pool-standby", type=arguments.non_negative_int,
                  metavar="N",
-                 help="Local worker processes kept warm (TensorFlow loaded, "
-                 "not serving) so that a growth serves at once; 0: every "
-                 f"worker starts cold (default {workers.DEFAULT_STANDBY}).")
+                 help="Local workers kept warm to serve at once (TensorFlow "
+                 f"loaded); 0: none (default {workers.DEFAULT_STANDBY}).")
   d.set_defaults(func=_dispatcher_main)
   _add_worker(subparsers)
 
@@ -188,15 +183,13 @@ def _add_worker(subparsers) -> None:
                  help="Load TensorFlow and InTune, then serve on the port "
                  "read as one line of stdin; exit at the end of stdin.")
   w.add_argument("--exit-with-stdin", action="store_true",
-                 help="Stop at the end of stdin (a supervisor holds it open: "
-                 "the worker ends with it); --standby implies it.")
+                 help="Stop at the end of stdin (held open by a supervisor).")
   w.add_argument("--ready-fd", type=arguments.positive_int, metavar="FD",
                  help="Write 'registered PORT' to this inherited file "
-                 "descriptor once the dispatcher registered the worker, then "
-                 "close it (default: none).")
+                 "descriptor once registered, then close it.")
   w.add_argument("--host", default="127.0.0.1",
-                 help="The address this worker advertises to the dispatcher "
-                 "and clients (default 127.0.0.1).")
+                 help="The address this worker advertises (default "
+                 "127.0.0.1).")
   w.add_argument("--dispatcher-wait", type=arguments.optional_duration,
                  default=worker.DEFAULT_DISPATCHER_WAIT_S, metavar="SECONDS",
                  help="Seconds the dispatcher has to register the worker at "

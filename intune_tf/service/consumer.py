@@ -172,20 +172,6 @@ class ConsumerMeter:
       pass
 
 
-def _consumer_reports(directory: pathlib.Path) -> list[dict[str, Any]]:
-  """The JSON objects among the consumer reports in `directory`, read with
-  `status.read_json_file`; any other file is skipped."""
-  reports = []
-  for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
-    try:
-      data = status.read_json_file(path, max_bytes=_MAX_REPORT_BYTES)
-    except (OSError, ValueError):
-      continue
-    if isinstance(data, dict):
-      reports.append(data)
-  return reports
-
-
 def pool_reading(dispatcher: str, serving: int, starting: int,
                  status_dir: str | os.PathLike | None = None,
                  now: float | None = None,
@@ -204,11 +190,13 @@ def pool_reading(dispatcher: str, serving: int, starting: int,
   accepted = frozenset().union(
       *(endpoints(a) for a in (dispatcher, *consumer_addresses)))
   consumers = []
-  for data in _consumer_reports(_pool_dir(status_dir)):
+  directory = _pool_dir(status_dir)
+  for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
     try:
+      data = status.read_json_file(path, max_bytes=_MAX_REPORT_BYTES)
       fresh = now - float(data["time"]) <= CONSUMER_REPORT_MAX_AGE_S
       rate, wait = float(data["consumer_rate"]), float(data["wait_share"])
-    except (ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
       continue
     if (names_dispatcher(data.get("dispatcher"), accepted) and fresh and
         math.isfinite(rate) and rate >= 0 and 0 <= wait <= 1):

@@ -305,11 +305,10 @@ class _Pending:
 
 class IntuneController(PoolController):
   """InTune's pool controller: a model proposes the size, measurement
-  confirms each change (docs/service-design.md).
+  confirms each change (docs/service-design.md). `min_workers` and
+  `max_workers` are `PoolController`'s.
 
   Args:
-    min_workers: the pool's MIN (at least 1).
-    max_workers: the pool's MAX (at least MIN).
     min_interval_s: seconds between a change taking effect (its workers up)
       and the next change. Default 30.
     grow_wait: wait share above which the trainer is input-bound. Default

@@ -70,30 +70,26 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
 
   Args:
     port: port to listen on (all interfaces: TensorFlow's choice).
-    host: the address workers and clients use, for the log. Default
-      "127.0.0.1".
+    host: the address workers and clients use. Default "127.0.0.1".
     work_dir: the journal folder. Default None: no journal.
     worker_timeout_ms: how long a worker may miss heartbeats before it is
       logged as lost. Default None: TensorFlow's.
     workers: (MIN, MAX) of a pool sized from the reports of `ConsumerMeter`
-      and of the workers: local `intune service worker` processes (one
-      that dies is replaced on its port), or those of `scale_command` or of
-      `scaler`. Default None: no pool.
+      and of the workers: local workers (`workers.LocalWorkers`), or those
+      of `scale_command` or of `scaler`. Default None: no pool.
     pool_period_s: seconds between two decisions on the pool. Default 10.
     pool_min_interval_s: seconds between a change taking effect and the
       next change. Default 30.
     scale_command: a shell command with `{n}` where the count goes
-      (`scalers.CommandScaler`; the registered workers count as serving).
-      Default None: local workers.
+      (`scalers.CommandScaler`; the registered workers serve). Default
+      None: local workers.
     scale_timeout_s: seconds the scale command may run. Default 60.
-    controller: the pool controller (`controllers.CONTROLLERS`). Default
-      "intune".
+    controller: a name in `controllers.CONTROLLERS`. Default "intune".
     scaler: the pool as a Python object with the bounds of `workers`, e.g.
       a `scalers.CallbackScaler`. Default None.
     standby: warm local processes kept ready to join. Default 1.
     scale_out: local workers first, then up to `scale_out` more through the
-      scale command (`scalers.LocalFirst`). Default None: the command sets
-      the whole pool.
+      scale command (`scalers.LocalFirst`). Default None.
 
   Returns:
     The exit code (0).
@@ -136,8 +132,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
 
 def _start_server(port: int, host: str, work_dir: str | None,
                   worker_timeout_ms: int | None):
-  """TensorFlow's `DispatchServer` on `port`, in a process with the tuner
-  started."""
+  """TensorFlow's `DispatchServer`, the tuner started."""
   # Deferred: `intune --help` lists this command without loading TensorFlow.
   import tensorflow as tf  # noqa: PLC0415
 

@@ -100,9 +100,8 @@ class PoolManager:
     missing = self.scaler.give_up_unstarted()
     if missing:
       size = self.scaler.size()
-      error = (f"{missing} of the {before} worker(s) asked for did not "
-               "start serving in time; the pool counts the "
-               f"{size} serving")
+      error = (f"{missing} of the {before} worker(s) asked for did not start "
+               f"serving in time; the pool counts the {size} serving")
       self.failures += 1
       self.controller.rejected(
           controllers.Decision(before, "workers did not start"))

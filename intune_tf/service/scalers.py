@@ -22,8 +22,10 @@ from intune_tf.service import controllers
 # register before it is given up (`CommandScaler.give_up_unstarted`).
 DEFAULT_COMMAND_TIMEOUT_S = 60.0
 DEFAULT_START_TIMEOUT_S = 300.0
-# The kinds of pool `intune service dispatcher --workers KIND:MIN-MAX` sizes.
+# The kinds of pool `intune service dispatcher --workers KIND:MIN-MAX` sizes,
+# and a scale command as the messages show one.
 POOL_KINDS = ("local", "command")
+EXAMPLE_COMMAND = "kubectl scale deployment/tfdata-workers --replicas={n}"
 _SPEC = re.compile(r"^([a-z]+):(-?\d+)-(-?\d+)$")
 
 
@@ -56,16 +58,12 @@ def parse_pool_spec(text: str, kinds: tuple[str, ...] = POOL_KINDS
 
 
 def check_template(template: str) -> str:
-  """`template` when it is a scale command with `{n}` where the count goes.
-
-  Raises:
-    ValueError: no `{n}` in it (or not a string).
-  """
+  """`template` if it is a scale command with `{n}` where the count goes,
+  else raises ValueError."""
   if not isinstance(template, str) or "{n}" not in template:
     raise ValueError(
         f"the scale command must contain {{n}} where the count goes (for "
-        f"example 'kubectl scale deployment/tfdata-workers --replicas={{n}}'"
-        f"), got {template!r}.")
+        f"example '{EXAMPLE_COMMAND}'), got {template!r}.")
   return template
 
 

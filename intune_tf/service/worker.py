@@ -30,8 +30,8 @@ _GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
 
 
 def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
-  """Waits until a TCP connection to host:port succeeds, else raises
-  ServiceError after `timeout_s`."""
+  """Waits until a TCP connection to host:port succeeds; raises ServiceError
+  after `timeout_s`."""
   deadline = time.monotonic() + timeout_s
   last: OSError | None = None
   while True:
