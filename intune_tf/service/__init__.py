@@ -1,14 +1,8 @@
-"""tf.data service with InTune (docs/service.md).
-
-    intune service dispatcher --port 5050
-    intune service worker --dispatcher 127.0.0.1:5050 --port 5051
-
-start TensorFlow's own `DispatchServer` and `WorkerServer` with InTune
-loaded: a dataset with `experimental_intune` on, distributed with
-`tf.data.experimental.service.distribute`, is tuned on every worker, each
-worker's budgets are its own, and each writes a status file
-(`worker_status()`, `intune inspect --service`). The servers have no
-authentication and listen on all interfaces (`process.SECURITY_NOTE`).
+"""tf.data service with InTune (docs/service.md): TensorFlow's own
+`DispatchServer` and `WorkerServer` with InTune loaded, every worker tuned
+within budgets of its own and writing a status file (`worker_status()`,
+`intune inspect --service`). The servers have no authentication and listen
+on all interfaces (`process.SECURITY_NOTE`).
 
 By job: `cli` (the commands), `dispatcher` and `worker` (the two servers),
 `consumer` (the trainer's `ConsumerMeter` and the dispatcher's reading of
