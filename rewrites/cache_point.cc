@@ -582,6 +582,9 @@ CachePoint FindCachePoint(const GraphDef& graph) {
   if (HoldsOp(graph, kGlobalShuffleOp)) {
     return NoPoint("a global shuffle reads the pipeline by index");
   }
+  if (HoldsOp(graph, kAssertPrevOp)) {
+    return NoPoint("an assert_prev checks the stages below it");
+  }
   Purity purity(graph);
   const NodeDef* node = OutputNode(graph, purity);
   if (node == nullptr) return NoPoint("no single output dataset");

@@ -26,6 +26,9 @@ inline constexpr int64_t kAutotune = -1;
 inline constexpr char kPrefetchOp[] = "PrefetchDataset";
 // A shuffle that reads its input by index (random access).
 inline constexpr char kGlobalShuffleOp[] = "GlobalShuffleDataset";
+// A test op that checks, when its iterator is made, the ops of the stages
+// below it (`assert_prev`).
+inline constexpr char kAssertPrevOp[] = "AssertPrevDataset";
 // The attribute of a dataset op naming its function.
 inline constexpr char kFunctionAttr[] = "f";
 inline constexpr char kOutputTypes[] = "output_types";

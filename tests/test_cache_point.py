@@ -265,6 +265,21 @@ def test_no_point_under_a_global_shuffle():
   assert "global shuffle" in why
 
 
+def test_no_point_under_an_assert_prev():
+  # It checks the ops of the stages below it when its iterator is made: a
+  # cache among them would fail the check.
+  from tensorflow.python.data.experimental.ops import testing  # noqa: PLC0415
+  ds = tf.data.Dataset.range(10).map(
+      _twice, num_parallel_calls=2, deterministic=True).apply(
+          testing.assert_prev([("ParallelMapDataset", {})]))
+  found, why = _point(ds)
+  assert found is None
+  assert "assert_prev" in why
+  options = tf.data.Options()
+  options.experimental_intune = intune_tf.IntuneOptions(cache=True)
+  assert [int(x) for x in ds.with_options(options)] == list(range(0, 20, 2))
+
+
 def _unordered_options(ds, deterministic):
   options = tf.data.Options()
   options.deterministic = deterministic

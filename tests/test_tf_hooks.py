@@ -158,6 +158,33 @@ def test_iter_and_for_are_tuned():
   assert _live() == before
 
 
+@pytest.mark.skipif(not hasattr(tf.data.experimental, "get_model_proto"),
+                    reason="TensorFlow before 2.17 has no get_model_proto")
+@pytest.mark.parametrize("numpy", [False, True])
+def test_get_model_proto_gives_the_sessions_model(numpy):
+  # TF's autotuner is off under the root, so TF's iterator holds no model:
+  # the session's answers, unless the user turned autotune off.
+  def pipeline(autotune):
+    options = tf.data.Options()
+    options.autotune.enabled = autotune
+    return intune_tf.tune(tf.data.Dataset.range(100).map(
+        lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+            tf.data.AUTOTUNE).with_options(options), cache=False)
+
+  def made(ds):
+    return ds.as_numpy_iterator() if numpy else iter(ds)
+
+  it = made(pipeline(True))
+  next(it)
+  proto = tf.data.experimental.get_model_proto(it)
+  names = {node.name for node in proto.nodes.values()}
+  assert {"Prefetch", "ParallelMapV2"} <= names
+  with pytest.raises(tf.errors.NotFoundError, match="disable autotune"):
+    tf.data.experimental.get_model_proto(made(pipeline(False)))
+  plain = made(tf.data.Dataset.range(3).map(lambda x: x))
+  assert tf.data.experimental.get_model_proto(plain).nodes
+
+
 def test_tf_function_loop_is_tuned():
   ds = _tuned(_pipeline())
   seen = []

@@ -20,15 +20,22 @@ versions and `check()` fails loudly when TensorFlow moves them.
   iterator the sessions its creation made, for `intune_tf.session_of`.
 - `OwnedIterator._restore_from_tensors` (a checkpoint restored into an
   eager iterator rebuilds its pipeline): remembers the new sessions.
+- `tf.data.experimental.get_model_proto` (TF 2.17 and later): TF's own
+  autotuner is off under the root, so its iterator holds no model; an
+  iterator with a session answers with the session's model, unless the
+  dataset's options turn autotune off (then TF's NotFoundError, as
+  without InTune).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.core.framework import model_pb2
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.data.ops import options as options_lib
@@ -69,6 +76,46 @@ def check() -> None:
     raise HookError("tf.data.Options no longer keeps its values in "
                     f"`_options` (TensorFlow {tf.__version__}; tested: "
                     f"{', '.join(TESTED_TF)}).")
+
+
+def _session_model(iterator: Any) -> model_pb2.ModelProto | None:
+  """The model of `iterator`'s InTune session (an eager iterator, or a
+  NumpyIterator over one), or None: no session, or autotune turned off by
+  the dataset's options."""
+  owned = getattr(iterator, "_iterator", iterator)  # a NumpyIterator's
+  # The root's own options turn TF's autotuner off; its input's are the
+  # user's.
+  user = getattr(getattr(owned, "_dataset", None), "_input_dataset", None)
+  if (not getattr(owned, session_lib.SESSION_IDS_ATTR, None) or
+      user is None or user.options().autotune.enabled is False):
+    return None
+  try:
+    return session_lib.session_of(owned).model_proto()
+  except session_lib.SessionGoneError:
+    return None
+
+
+def _install_model_proto() -> None:
+  """Wraps `get_model_proto` where TensorFlow has it (2.17 and later)."""
+  try:
+    module = importlib.import_module(
+        "tensorflow.python.data.experimental.ops.iterator_model_ops")
+  except ImportError:
+    return
+  original = module.get_model_proto
+
+  @functools.wraps(original)
+  def get_model_proto(iterator):
+    try:
+      return original(iterator)
+    except tf.errors.NotFoundError:
+      proto = _session_model(iterator)
+      if proto is None:
+        raise
+      return proto
+
+  module.get_model_proto = get_model_proto
+  tf.data.experimental.get_model_proto = get_model_proto
 
 
 def _get(options: options_lib.Options) -> Any:
@@ -256,4 +303,5 @@ def install() -> None:
   iterator_ops.OwnedIterator._create_iterator = _create_iterator  # noqa: SLF001
   iterator_ops.OwnedIterator._restore_from_tensors = (  # noqa: SLF001
       _restore_from_tensors)
+  _install_model_proto()
   _installed = True
