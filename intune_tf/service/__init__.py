@@ -2,13 +2,14 @@
 `DispatchServer` and `WorkerServer` with InTune loaded, every worker tuned
 within budgets of its own and writing a status file (`worker_status()`,
 `intune inspect --service`). The servers have no authentication and listen
-on all interfaces (`process.SECURITY_NOTE`).
+on all interfaces (`worker.SECURITY_NOTE`).
 
-By job: `cli` (the commands), `dispatcher` and `worker` (the two servers),
-`consumer` (the trainer's `ConsumerMeter` and the dispatcher's reading of
-it), `controllers` (how big the pool should be), `manager` (a controller
-driving a scaler), `scalers` (commands, callbacks, tiers), `workers` (this
-host's worker processes), `addresses` and `process` (what they share).
+By job: `cli` (the commands), `dispatcher` and `worker` (the two servers;
+`worker` also holds what their processes share), `consumer` (the trainer's
+`ConsumerMeter` and the dispatcher's reading of it), `controllers` (how big
+the pool should be), `manager` (a controller driving a scaler), `scalers`
+(commands, callbacks, tiers), `workers` (this host's worker processes),
+`addresses` (HOST:PORT parsed and resolved, free ports).
 """
 
 from intune_tf.service.addresses import ServiceError

@@ -18,9 +18,9 @@ from intune_tf.service import workers as local_workers
 from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import check_port_free
 from intune_tf.service.consumer import pool_reading
-from intune_tf.service.process import SECURITY_NOTE
-from intune_tf.service.process import start_tuner
-from intune_tf.service.process import wait_for_signal
+from intune_tf.service.worker import SECURITY_NOTE
+from intune_tf.service.worker import start_tuner
+from intune_tf.service.worker import wait_for_signal
 
 # Seconds between two decisions on a pool, and between a change taking
 # effect and the next change.

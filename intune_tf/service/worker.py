@@ -1,5 +1,6 @@
 """The worker: TensorFlow's `WorkerServer` tuned by InTune (`intune service
-worker`), cold or as a warm standby."""
+worker`), cold or as a warm standby; and what the dispatcher's process
+shares with it (`start_tuner`, `wait_for_signal`, `SECURITY_NOTE`)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,63 @@ import socket
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, Any, Callable
 
 from absl import logging
 
 from intune_tf import arguments
+from intune_tf.observe import status
 from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import check_port_free
 from intune_tf.service.addresses import parse_address
-from intune_tf.service.process import SECURITY_NOTE
-from intune_tf.service.process import start_tuner
-from intune_tf.service.process import wait_for_signal
 
 # Seconds a worker waits for its dispatcher to accept connections at start.
 DEFAULT_DISPATCHER_WAIT_S = 30.0
 # Seconds a worker gives a dispatcher's answer, whatever `--dispatcher-wait`.
 _MIN_ANSWER_WAIT_S = 5.0
 _GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
+# Logged by the dispatcher and every worker at start.
+SECURITY_NOTE = (
+    "tf.data service has no authentication or encryption: anyone who can "
+    "reach port {port} can read the data and submit work. TensorFlow listens "
+    "on all interfaces; keep it on a private network or behind a firewall.")
+
+
+def start_tuner(role: str, **service: Any) -> None:
+  """Loads the kernel library, starts the tuner, labels the status file."""
+  # Deferred: `intune --help` lists this command without loading TensorFlow.
+  import intune_tf  # noqa: PLC0415
+  from intune_tf.ops import loader  # noqa: PLC0415
+
+  loader.ops()
+  intune_tf.global_tuner().start()
+  writer = status.writer()
+  if writer is not None:
+    writer.set_info(role=role, service=service)
+
+
+def wait_for_signal(tick: Callable[[], None] | None = None,
+                    period_s: float = 1.0) -> str:
+  """Blocks until SIGTERM or SIGINT, and returns its name; calls `tick()`
+  (default None: nothing) every `period_s` (default 1)."""
+  stop = threading.Event()
+  received = []
+
+  def handler(signum, frame):
+    del frame
+    received.append(signal.Signals(signum).name)
+    stop.set()
+
+  old = {s: signal.signal(s, handler) for s in (signal.SIGTERM,
+                                                 signal.SIGINT)}
+  try:
+    while not stop.wait(period_s):
+      if tick is not None:
+        tick()
+  finally:
+    for s, h in old.items():
+      signal.signal(s, h)
+  return received[0] if received else "?"
 
 
 def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
