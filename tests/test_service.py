@@ -7,6 +7,7 @@ the tests read what each worker's tuner did.
 
 import collections
 import functools
+import inspect
 import io
 import json
 import os
@@ -996,38 +997,53 @@ def test_run_dispatcher_refuses_what_does_not_go_together(kwargs, message):
 
 
 def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
-  started = []
-  monkeypatch.setattr(service.dispatcher, "run_dispatcher",
-                      lambda *a, standby, scale_out: started.append(
-                          (*a, standby, scale_out)) or 0)
-  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
-                         "--workers", "command:2-8", "--scale-command",
-                         _K8S])
-  assert args.func(args) == 0
-  assert started[0][4:] == ((2, 8), 10.0, 30.0, _K8S, 60.0, "intune",
-                            workers.DEFAULT_STANDBY, None)
-  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
-                         "--workers", "command:2-8", "--scale-command",
-                         _K8S, "--scale-timeout", "2.5"])
-  args.func(args)
-  assert started[1][7:9] == (_K8S, 2.5)
-  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
-                         "--workers", "local:1-3", "--pool-controller",
-                         "tf-formula"])
-  args.func(args)
-  assert started[2][4:] == ((1, 3), 10.0, 30.0, None, 60.0, "tf-formula", 1,
-                            None)
-  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
-                         "--workers", "local:1-3", "--pool-standby", "0"])
-  args.func(args)
-  assert started[3][-2:] == (0, None)
+  # What `run_dispatcher` receives, its defaults applied, however it is
+  # called.
+  received = []
+  signature = inspect.signature(service.run_dispatcher)
+
+  def run_dispatcher(*args, **kwargs):
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    received.append(dict(bound.arguments))
+    return 0
+
+  monkeypatch.setattr(service.dispatcher, "run_dispatcher", run_dispatcher)
+
+  def run(*flags):
+    args = cli.parse_args(["service", "dispatcher", "--port", "5050",
+                           *flags])
+    assert args.func(args) == 0
+    return received[-1]
+
+  unset = {"port": 5050, "host": "127.0.0.1", "work_dir": None,
+           "worker_timeout_ms": None, "workers": None, "pool_period_s": 10.0,
+           "pool_min_interval_s": 30.0, "scale_command": None,
+           "scale_timeout_s": 60.0, "controller": "intune", "scaler": None,
+           "standby": workers.DEFAULT_STANDBY, "scale_out": None}
+  assert run() == unset
+  assert run("--workers", "command:2-8", "--scale-command", _K8S) == {
+      **unset, "workers": (2, 8), "scale_command": _K8S}
+  assert run("--workers", "command:2-8", "--scale-command", _K8S,
+             "--scale-timeout", "2.5") == {
+      **unset, "workers": (2, 8), "scale_command": _K8S,
+      "scale_timeout_s": 2.5}
+  assert run("--workers", "local:1-3", "--pool-controller",
+             "tf-formula") == {**unset, "workers": (1, 3),
+                               "controller": "tf-formula"}
+  assert run("--workers", "local:1-3", "--pool-standby", "0") == {
+      **unset, "workers": (1, 3), "standby": 0}
   # The host's 1-2 workers first, then up to 16 through the command.
-  args = cli.parse_args(["service", "dispatcher", "--port", "5050",
-                         "--workers", "local:1-2", "--scale-out", "16",
-                         "--scale-command", _K8S, "--scale-timeout", "9"])
-  args.func(args)
-  assert started[4][4:] == ((1, 2), 10.0, 30.0, _K8S, 9.0, "intune",
-                            workers.DEFAULT_STANDBY, 16)
+  assert run("--workers", "local:1-2", "--scale-out", "16",
+             "--scale-command", _K8S, "--scale-timeout", "9") == {
+      **unset, "workers": (1, 2), "scale_command": _K8S,
+      "scale_timeout_s": 9.0, "scale_out": 16}
+  assert run("--host", "10.0.0.2", "--work-dir", "/j",
+             "--worker-timeout-ms", "500", "--workers", "local:1-4",
+             "--pool-period", "2", "--pool-min-interval", "0") == {
+      **unset, "host": "10.0.0.2", "work_dir": "/j",
+      "worker_timeout_ms": 500, "workers": (1, 4), "pool_period_s": 2.0,
+      "pool_min_interval_s": 0.0}
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 from absl import logging
 
@@ -19,6 +18,11 @@ from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import parse_address
 
 _EXAMPLE = f"'{scalers.EXAMPLE_COMMAND}'"
+# `run_dispatcher`'s parameters that are flags of the same `dest`.
+_RUN_DISPATCHER_ARGS = (
+    "port", "host", "work_dir", "worker_timeout_ms", "pool_period_s",
+    "pool_min_interval_s", "scale_command", "scale_timeout_s", "controller",
+    "standby", "scale_out")
 
 
 def _fail(command: str, error: Exception) -> int:
@@ -45,28 +49,24 @@ def pool_flags_problem(args: argparse.Namespace) -> str | None:
   if args.scale_out is not None and args.scale_command is None:
     return ("--scale-out needs --scale-command, the shell command that sets "
             f"the workers beyond the host's to {{n}}; {example}")
-  if args.pool_controller != "intune" and kind is None:
-    return (f"--pool-controller {args.pool_controller} sizes a pool: "
+  if args.controller != "intune" and kind is None:
+    return (f"--pool-controller {args.controller} sizes a pool: "
             f"{sized} --pool-controller.")
   commanded = kind == "command" or args.scale_out is not None
   for flag, value in (("--scale-command", args.scale_command),
-                      ("--scale-timeout", args.scale_timeout)):
+                      ("--scale-timeout", args.scale_timeout_s)):
     if value is not None and not commanded:
       return (f"{flag} is for --workers command:MIN-MAX or local:MIN-MAX "
               f"with --scale-out, not {given}{' alone' if kind else ''}; "
               f"pass one of them or drop {flag}.")
-  for flag, value in (("--pool-period", args.pool_period),
-                      ("--pool-min-interval", args.pool_min_interval)):
+  for flag, value in (("--pool-period", args.pool_period_s),
+                      ("--pool-min-interval", args.pool_min_interval_s)):
     if value is not None and kind is None:
       return f"{flag} paces the decisions on a pool: {sized} {flag}."
-  if args.pool_standby is not None and kind != "local":
+  if args.standby is not None and kind != "local":
     return ("--pool-standby keeps local workers warm: pass --workers "
             "local:MIN-MAX or drop --pool-standby.")
   return None
-
-
-def _or(value: Any, default: Any) -> Any:
-  return default if value is None else value
 
 
 def _dispatcher_main(args: argparse.Namespace) -> int:
@@ -75,18 +75,14 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
     print(f"intune service dispatcher: error: {problem}", file=sys.stderr,
           flush=True)
     return 2
-  _, low, high = args.workers or (None, None, None)
+  # The flags given, by `run_dispatcher`'s names (their `dest`); the
+  # others take its defaults.
+  given = {name: getattr(args, name) for name in _RUN_DISPATCHER_ARGS
+           if getattr(args, name) is not None}
+  if args.workers:
+    given["workers"] = args.workers[1:]  # (MIN, MAX) without the kind
   try:
-    return dispatcher.run_dispatcher(
-        args.port, args.host, args.work_dir, args.worker_timeout_ms,
-        (low, high) if args.workers else None,
-        _or(args.pool_period, dispatcher.DEFAULT_POOL_PERIOD_S),
-        _or(args.pool_min_interval, dispatcher.DEFAULT_POOL_MIN_INTERVAL_S),
-        args.scale_command,
-        _or(args.scale_timeout, scalers.DEFAULT_COMMAND_TIMEOUT_S),
-        args.pool_controller,
-        standby=_or(args.pool_standby, workers.DEFAULT_STANDBY),
-        scale_out=args.scale_out)
+    return dispatcher.run_dispatcher(**given)
   except (ServiceError, scalers.ScalerError) as e:
     return _fail("dispatcher", e)
 
@@ -148,23 +144,24 @@ def add_commands(subparsers) -> None:
                  help="With --workers local:MIN-MAX: the host's workers "
                  "first, then up to N more through --scale-command.")
   d.add_argument("--scale-timeout", type=arguments.duration,
-                 metavar="SECONDS",
+                 metavar="SECONDS", dest="scale_timeout_s",
                  help="Seconds --scale-command may run before it is killed "
                  f"(default {scalers.DEFAULT_COMMAND_TIMEOUT_S:g}).")
   d.add_argument("--pool-period", type=arguments.duration, metavar="SECONDS",
+                 dest="pool_period_s",
                  help="Seconds between two decisions on the pool (default "
                  f"{dispatcher.DEFAULT_POOL_PERIOD_S:g}).")
   d.add_argument("--pool-min-interval", type=arguments.optional_duration,
-                 metavar="SECONDS",
+                 metavar="SECONDS", dest="pool_min_interval_s",
                  help="Seconds between a change taking effect and the next "
                  f"(default {dispatcher.DEFAULT_POOL_MIN_INTERVAL_S:g}).")
-  d.add_argument("--pool-controller", default="intune",
+  d.add_argument("--pool-controller", default="intune", dest="controller",
                  choices=tuple(controllers.CONTROLLERS),
                  help="What sizes the pool; tf-formula (TensorFlow's "
                  "estimate) and cachew (Cachew's hill climb) are there to "
                  "compare (default intune).")
   d.add_argument("--pool-standby", type=arguments.non_negative_int,
-                 metavar="N",
+                 metavar="N", dest="standby",
                  help="Local workers kept warm to serve at once (TensorFlow "
                  f"loaded); 0: none (default {workers.DEFAULT_STANDBY}).")
   d.set_defaults(func=_dispatcher_main)
