@@ -69,27 +69,14 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
   """Runs a tf.data service dispatcher until SIGTERM/SIGINT.
 
   Args:
-    port: port to listen on (all interfaces: TensorFlow's choice).
-    host: the address workers and clients use. Default "127.0.0.1".
-    work_dir: the journal folder. Default None: no journal.
-    worker_timeout_ms: how long a worker may miss heartbeats before it is
-      logged as lost. Default None: TensorFlow's.
     workers: (MIN, MAX) of a pool sized from the reports of `ConsumerMeter`
-      and of the workers: local workers (`workers.LocalWorkers`), or those
-      of `scale_command` or of `scaler`. Default None: no pool.
-    pool_period_s: seconds between two decisions on the pool. Default 10.
-    pool_min_interval_s: seconds between a change taking effect and the
-      next change. Default 30.
-    scale_command: a shell command with `{n}` where the count goes
-      (`scalers.CommandScaler`; the registered workers serve). Default
-      None: local workers.
-    scale_timeout_s: seconds the scale command may run. Default 60.
-    controller: a name in `controllers.CONTROLLERS`. Default "intune".
+      and of the workers (`--workers` without the kind): local workers, or
+      those of `scale_command` or of `scaler`. Default None: no pool.
     scaler: the pool as a Python object with the bounds of `workers`, e.g.
       a `scalers.CallbackScaler`. Default None.
-    standby: warm local processes kept ready to join. Default 1.
-    scale_out: local workers first, then up to `scale_out` more through the
-      scale command (`scalers.LocalFirst`). Default None.
+    The others: the `intune service dispatcher` flags of the same names
+      (`_s`: in seconds; `controller`: --pool-controller, `standby`:
+      --pool-standby), with their defaults (docs/service.md).
 
   Returns:
     The exit code (0).

@@ -96,15 +96,10 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   """Runs a tf.data service worker tuned by InTune until SIGTERM/SIGINT.
 
   Args:
-    dispatcher: the dispatcher's HOST:PORT.
-    port: port to listen on (all interfaces: TensorFlow's choice).
-    host: the address the worker advertises. Default "127.0.0.1".
-    dispatcher_wait_s: seconds the dispatcher has to accept connections
-      and answer (at least 5 s for the answer). Default 30.
-    heartbeat_interval_ms: how often the worker reports to the dispatcher.
-      Default None: TensorFlow's.
     ready_fd: a file descriptor to write "registered PORT" to (then closed)
       once the dispatcher has registered the worker. Default None.
+    The others: the `intune service worker` flags of the same names (`_s`:
+      in seconds), with their defaults (docs/service.md).
 
   Returns:
     The exit code (0).
