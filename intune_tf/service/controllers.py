@@ -52,6 +52,16 @@ def check_bounds(min_workers: int, max_workers: int) -> None:
                      f"({max_workers}).")
 
 
+class PoolBounds:
+  """A pool's `min_workers` and `max_workers`, checked (`check_bounds`):
+  the base of controllers and scalers."""
+
+  def __init__(self, min_workers: int, max_workers: int):
+    check_bounds(min_workers, max_workers)
+    self.min_workers = min_workers
+    self.max_workers = max_workers
+
+
 def moved(now: float, before: float, share: float) -> bool:
   """Whether a pace moved from `before` to `now` by more than `share` of
   `before`: moved(130, 100, 0.25) is True, moved(120, 100, 0.25) False."""
@@ -176,18 +186,9 @@ class Decision:
   change: bool = False
 
 
-class PoolController:
-  """A controller: `decide(reading)` once per control period.
-
-  Args:
-    min_workers: the pool's MIN (at least 1).
-    max_workers: the pool's MAX (at least MIN).
-  """
-
-  def __init__(self, min_workers: int, max_workers: int):
-    check_bounds(min_workers, max_workers)
-    self.min_workers = min_workers
-    self.max_workers = max_workers
+class PoolController(PoolBounds):
+  """A controller: `decide(reading)` once per control period; its
+  arguments are `PoolBounds`'."""
 
   def decide(self, reading: PoolReading) -> Decision:
     raise NotImplementedError

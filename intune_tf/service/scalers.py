@@ -67,14 +67,13 @@ def check_template(template: str) -> str:
   return template
 
 
-class Scaler:
+class Scaler(controllers.PoolBounds):
   """A pool of workers that can be resized within [MIN, MAX] (ValueError
   outside, before anything runs); a failed change raises one `ScalerError`
-  and leaves the pool as it was.
+  and leaves the pool as it was. `min_workers` and `max_workers` are
+  `PoolBounds`'.
 
   Args:
-    min_workers: MIN, at least 1.
-    max_workers: MAX, at least MIN.
     initial: the workers the pool has now. Default None: MIN.
   """
 
@@ -85,9 +84,7 @@ class Scaler:
 
   def __init__(self, min_workers: int, max_workers: int,
                initial: int | None = None):
-    controllers.check_bounds(min_workers, max_workers)
-    self.min_workers = min_workers
-    self.max_workers = max_workers
+    super().__init__(min_workers, max_workers)
     self._size = min_workers if initial is None else initial
 
   def size(self) -> int:
