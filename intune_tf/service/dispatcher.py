@@ -165,14 +165,14 @@ def _make_scaler(server, port: int, workers: tuple[int, int],
   """The pool's scaler from `run_dispatcher`'s arguments."""
   local, (low, high) = f"127.0.0.1:{port}", workers
   registered = server._num_workers  # noqa: SLF001  TF's only count
-  if scale_command is None:
-    return local_workers.LocalWorkers(local, low, high, standby=standby)
-  if scale_out is None:
+  if scale_command is not None and scale_out is None:
     # Initially 0: the command runs for MIN at start, whatever the count.
     return scalers.CommandScaler(scale_command, low, high, initial=0,
                                  timeout_s=scale_timeout_s,
                                  serving=registered)
   on_host = local_workers.LocalWorkers(local, low, high, standby=standby)
+  if scale_command is None:
+    return on_host
   # The dispatcher's registered workers beyond the host's own.
   return scalers.LocalFirst(on_host, scalers.CommandScaler(
       scale_command, 1, scale_out, initial=0, timeout_s=scale_timeout_s,
