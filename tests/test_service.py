@@ -998,10 +998,11 @@ def test_run_dispatcher_refuses_what_does_not_go_together(kwargs, message):
 
 def test_a_command_pool_reaches_the_dispatcher(monkeypatch):
   # What `run_dispatcher` receives, its defaults applied, however it is
-  # called.
+  # called; the stand-in has its signature.
   received = []
   signature = inspect.signature(service.run_dispatcher)
 
+  @functools.wraps(service.run_dispatcher)
   def run_dispatcher(*args, **kwargs):
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()

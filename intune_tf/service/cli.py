@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 
@@ -18,11 +19,6 @@ from intune_tf.service.addresses import ServiceError
 from intune_tf.service.addresses import parse_address
 
 _EXAMPLE = f"'{scalers.EXAMPLE_COMMAND}'"
-# `run_dispatcher`'s parameters that are flags of the same `dest`.
-_RUN_DISPATCHER_ARGS = (
-    "port", "host", "work_dir", "worker_timeout_ms", "pool_period_s",
-    "pool_min_interval_s", "scale_command", "scale_timeout_s", "controller",
-    "standby", "scale_out")
 
 
 def _fail(command: str, error: Exception) -> int:
@@ -75,10 +71,11 @@ def _dispatcher_main(args: argparse.Namespace) -> int:
     print(f"intune service dispatcher: error: {problem}", file=sys.stderr,
           flush=True)
     return 2
-  # The flags given, by `run_dispatcher`'s names (their `dest`); the
-  # others take its defaults.
-  given = {name: getattr(args, name) for name in _RUN_DISPATCHER_ARGS
-           if getattr(args, name) is not None}
+  # The flags given, each under its `dest`: a parameter of
+  # `run_dispatcher`, whose defaults the others take.
+  params = inspect.signature(dispatcher.run_dispatcher).parameters
+  given = {name: value for name, value in vars(args).items()
+           if name in params and value is not None}
   if args.workers:
     given["workers"] = args.workers[1:]  # (MIN, MAX) without the kind
   try:
