@@ -16,6 +16,8 @@ from _waiting import wait_for
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.data.kernel_tests import checkpoint_test_base
+from tensorflow.python.data.kernel_tests import tf_record_test_base
 
 import intune_tf
 from intune_tf import CacheState
@@ -1019,3 +1021,29 @@ def test_outside_state_is_seen_each_epoch_as_by_plain_tf_data(tmp_path, name):
     # A cache was placed on the pure work below, not above the stage.
     assert stats["point"], stats["reason"]
     assert stats["complete"] and stats["hits"] > 0
+
+
+
+class CancelledInputCheckpointTest(tf_record_test_base.FeaturesTestBase,
+                                   checkpoint_test_base.CheckpointTestBase):
+  """TF's own checkpoint harness (graph mode: each break a new graph and
+  session) on `make_batched_features_dataset`, whose legacy
+  parallel_interleave, below the cache, ends its epoch early when its
+  iterator is cancelled (an iterator replaced by its restored one). That end
+  is not the epoch's."""
+
+  test_session = None  # tf.test.TestCase's deprecated helper, not a test.
+
+  def _dataset(self):
+    ds = self.make_batch_feature(filenames=self._filenames, num_epochs=5,
+                                 batch_size=2, reader_num_threads=5,
+                                 parser_num_threads=10)
+    options = tf.data.Options()
+    options.experimental_intune = True
+    return ds.with_options(options)
+
+  def test_unused_and_broken_iterators_give_every_element(self):
+    outputs = self._num_records * self._num_files * 5 // 2
+    with tf.Graph().as_default():
+      self.verify_unused_iterator(self._dataset, num_outputs=outputs)
+      self.verify_multiple_breaks(self._dataset, num_outputs=outputs)

@@ -460,8 +460,10 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       if (entry == nullptr || bypass_) return read;
       if (!read.ok()) return Failed(read, position_);
       if (*end_of_sequence) {
-        entry->MarkEnd(position_);
-        EndOfInputEpoch(now);
+        if (!Cancelled(ctx)) {
+          entry->MarkEnd(position_);
+          EndOfInputEpoch(now);
+        }
         return OkStatus();
       }
       // The time since the previous element: what the input took to make
@@ -585,8 +587,12 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         return read;
       }
       if (*end_of_sequence) {
-        entry->MarkEnd(position_);
-        filling_ = false;
+        if (Cancelled(ctx)) {
+          StopFilling();
+        } else {
+          entry->MarkEnd(position_);
+          filling_ = false;
+        }
         return OkStatus();
       }
       const int64_t upstream =
@@ -687,6 +693,13 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         entry->FailedAt(index);
       }
       return read;
+    }
+
+    // Whether the iterator is being cancelled: an input may then end early
+    // (TF's legacy parallel_interleave does), which is not the epoch's end.
+    static bool Cancelled(data::IteratorContext* ctx) {
+      return ctx->cancellation_manager() != nullptr &&
+             ctx->cancellation_manager()->IsCancelled();
     }
 
     // The input ended at `now_us`: when it gave the whole epoch, its time
