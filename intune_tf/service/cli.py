@@ -96,7 +96,9 @@ def _worker_main(args: argparse.Namespace) -> int:
   try:
     port = args.port
     if args.standby:
-      worker.warm_worker()
+      # Most of a worker's start-up, done before it has a port.
+      from intune_tf.ops import loader  # noqa: PLC0415  (loads TensorFlow)
+      loader.ops()
       logging.info("Standby worker ready (pid %d): waiting for a port on "
                    "stdin.", os.getpid())
       port = worker.standby_port(sys.stdin)

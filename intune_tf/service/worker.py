@@ -70,25 +70,6 @@ def wait_for_signal(tick: Callable[[], None] | None = None,
   return received[0] if received else "?"
 
 
-def wait_for_dispatcher(host: str, port: int, timeout_s: float) -> None:
-  """Waits until a TCP connection to host:port succeeds; raises ServiceError
-  after `timeout_s`."""
-  deadline = time.monotonic() + timeout_s
-  last: OSError | None = None
-  while True:
-    try:
-      with socket.create_connection((host.strip("[]"), port), timeout=2.0):
-        return
-    except OSError as e:
-      last = e
-    if time.monotonic() >= deadline:
-      raise ServiceError(
-          f"no dispatcher reachable at {host}:{port} after {timeout_s:g} s "
-          f"({last}). Start it first with `intune service dispatcher --port "
-          f"{port}`, or raise --dispatcher-wait.")
-    time.sleep(0.25)
-
-
 def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
                dispatcher_wait_s: float = DEFAULT_DISPATCHER_WAIT_S,
                heartbeat_interval_ms: int | None = None,
@@ -114,16 +95,13 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   d_host, d_port = parse_address(dispatcher, "--dispatcher")
   dispatcher = f"{d_host}:{d_port}"
   check_port_free(port)
-  deadline = time.monotonic() + dispatcher_wait_s
-  wait_for_dispatcher(d_host, d_port, dispatcher_wait_s)
+  _reach_dispatcher(d_host, d_port, dispatcher_wait_s)
   worker_address = f"{host}:{port}"
   start_tuner("worker", dispatcher=dispatcher, worker_address=worker_address,
                port=port)
   config = tf.data.experimental.service.WorkerConfig(
       dispatcher_address=dispatcher, worker_address=worker_address, port=port,
       heartbeat_interval_ms=heartbeat_interval_ms)
-  _check_is_dispatcher(dispatcher, max(_MIN_ANSWER_WAIT_S,
-                                       deadline - time.monotonic()))
   # Returns once the dispatcher registered the worker.
   server = tf.data.experimental.service.WorkerServer(config)
   logging.info("tf.data service worker with InTune at %s registered with "
@@ -139,23 +117,37 @@ def run_worker(dispatcher: str, port: int, host: str = "127.0.0.1",
   return 0
 
 
-def _check_is_dispatcher(dispatcher: str, timeout_s: float) -> None:
-  """Asks the server at `dispatcher` for its tf.data service version (a
-  `WorkerServer` retries for ever at anything else); raises ServiceError
-  when no dispatcher answered within `timeout_s`."""
+def _reach_dispatcher(host: str, port: int, timeout_s: float) -> None:
+  """Waits until host:port accepts a TCP connection, then asks the server
+  there for its tf.data service version (a `WorkerServer` retries for ever
+  at anything else); raises ServiceError when either has not happened after
+  `timeout_s` (for the answer, at least `_MIN_ANSWER_WAIT_S`)."""
   import grpc  # noqa: PLC0415  TensorFlow's own dependency, only needed here
 
-  with grpc.insecure_channel(dispatcher) as channel:
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      with socket.create_connection((host.strip("[]"), port), timeout=2.0):
+        break
+    except OSError as e:
+      if time.monotonic() >= deadline:
+        raise ServiceError(
+            f"no dispatcher reachable at {host}:{port} after {timeout_s:g} s "
+            f"({e}). Start it first with `intune service dispatcher --port "
+            f"{port}`, or raise --dispatcher-wait.") from e
+    time.sleep(0.25)
+  answer_s = max(_MIN_ANSWER_WAIT_S, deadline - time.monotonic())
+  with grpc.insecure_channel(f"{host}:{port}") as channel:
     get_version = channel.unary_unary(_GET_VERSION)
     try:
-      get_version(b"", timeout=timeout_s, wait_for_ready=True)
+      get_version(b"", timeout=answer_s, wait_for_ready=True)
     except grpc.RpcError as e:
       what = ("a gRPC server that is not a tf.data service dispatcher"
               if e.code() == grpc.StatusCode.UNIMPLEMENTED else
               f"no tf.data service dispatcher answer ({e.code().name})")
       raise ServiceError(
-          f"something accepts connections at {dispatcher} but gave "
-          f"{what} within {timeout_s:.3g} s: check the address (`intune "
+          f"something accepts connections at {host}:{port} but gave "
+          f"{what} within {answer_s:.3g} s: check the address (`intune "
           "service dispatcher` listens there), or raise "
           "--dispatcher-wait.") from None
 
@@ -189,13 +181,3 @@ def standby_port(stream: IO[str]) -> int | None:
   except argparse.ArgumentTypeError as e:
     raise ServiceError(f"a standby worker got {line.strip()!r} on stdin, "
                        f"not a port: {e}") from e
-
-
-def warm_worker() -> None:
-  """What a worker loads before it has a port: TensorFlow, InTune and its
-  kernel library (most of a worker's start-up)."""
-  # Deferred: `intune --help` lists this command without loading TensorFlow.
-  import tensorflow as tf  # noqa: PLC0415, F401
-
-  from intune_tf.ops import loader  # noqa: PLC0415  (loads TensorFlow)
-  loader.ops()
