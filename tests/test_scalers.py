@@ -350,6 +350,11 @@ def _stand_ins(tmp_path, min_workers, max_workers, **kwargs):
                               **kwargs)
 
 
+def _ports(s):
+  """The ports of `s`'s workers, oldest first."""
+  return [w.port for w in s.workers]
+
+
 def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):
   s = _stand_ins(tmp_path, 1, 4, standby=0)
   with socket.socket() as busy:
@@ -363,11 +368,11 @@ def test_local_workers_take_a_vacated_port_first_when_it_is_free(tmp_path):
       # The busy port is passed over (and dropped), the oldest free one
       # used.
       s.resize(1)
-      assert s.ports() == [free_1] and s.vacated == [free_2]
+      assert _ports(s) == [free_1] and s.vacated == [free_2]
       s.resize(2)
-      assert s.ports() == [free_1, free_2] and s.vacated == []
+      assert _ports(s) == [free_1, free_2] and s.vacated == []
       s.resize(3)
-      assert s.ports()[2] not in (taken, free_1, free_2)
+      assert _ports(s)[2] not in (taken, free_1, free_2)
       wait_until(lambda: s.serving() == 3, what="the stand-ins to register")
     finally:
       s.close()
@@ -635,7 +640,7 @@ def test_a_paused_worker_keeps_its_place_and_is_resumed_first(tmp_path):
     wait_until(lambda: _stopped(paused.proc), what="the worker to pause")
     s.resize(3)  # the paused worker first, then a new one
     assert s.workers[1] is paused and paused.proc.poll() is None
-    assert len({*s.ports()}) == 3 and s.serving() >= 2
+    assert len({*_ports(s)}) == 3 and s.serving() >= 2
     wait_until(lambda: not _stopped(paused.proc), what="it to resume")
     procs = [w.proc for w in s.workers]
     s.resize(1)  # two pause; closing ends all three

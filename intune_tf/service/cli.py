@@ -164,10 +164,6 @@ def add_commands(subparsers) -> None:
                  help="Local workers kept warm to serve at once (TensorFlow "
                  f"loaded); 0: none (default {workers.DEFAULT_STANDBY}).")
   d.set_defaults(func=_dispatcher_main)
-  _add_worker(subparsers)
-
-
-def _add_worker(subparsers) -> None:
   w = subparsers.add_parser(
       "worker", help="Start a tf.data service worker tuned by InTune.")
   w.add_argument("--dispatcher", required=True, metavar="HOST:PORT",

@@ -304,6 +304,7 @@ class _Pending:
   doubted_wait: float | None = None
 
 
+@dataclasses.dataclass(eq=False)
 class IntuneController(PoolController):
   """InTune's pool controller: a model proposes the size, measurement
   confirms each change (docs/service-design.md). `min_workers` and
@@ -333,25 +334,22 @@ class IntuneController(PoolController):
       run; never below MIN. Default None: MAX.
   """
 
-  def __init__(self, min_workers: int, max_workers: int,
-               min_interval_s: float = 30.0, grow_wait: float = 0.03,
-               shrink_wait: float = 0.01, headroom: float = 0.05,
-               confirm_share: float = 0.5, shrink_patience: int = 3,
-               limit_ttl_s: float = 600.0, first_rows_s: float = 20.0,
-               grow_patience: int = 2, tolerate_wait: float = 0.05,
-               cpu_cap: Callable[[], int] | None = None):
-    super().__init__(min_workers, max_workers)
-    self.cpu_cap = cpu_cap
-    self.min_interval_s = min_interval_s
-    self.grow_wait = grow_wait
-    self.shrink_wait = shrink_wait
-    self.headroom = headroom
-    self.confirm_share = confirm_share
-    self.shrink_patience = shrink_patience
-    self.limit_ttl_s = limit_ttl_s
-    self.first_rows_s = first_rows_s
-    self.grow_patience = grow_patience
-    self.tolerate_wait = tolerate_wait
+  min_workers: int
+  max_workers: int
+  min_interval_s: float = 30.0
+  grow_wait: float = 0.03
+  shrink_wait: float = 0.01
+  headroom: float = 0.05
+  confirm_share: float = 0.5
+  shrink_patience: int = 3
+  limit_ttl_s: float = 600.0
+  first_rows_s: float = 20.0
+  grow_patience: int = 2
+  tolerate_wait: float = 0.05
+  cpu_cap: Callable[[], int] | None = None
+
+  def __post_init__(self) -> None:
+    super().__init__(self.min_workers, self.max_workers)
     self.per_worker: float | None = None  # the model: rows/s of a worker
     self.pending: _Pending | None = None
     self.settled_at: float | None = None  # when the last change took effect

@@ -165,11 +165,6 @@ class LocalWorkers(Scaler):
     self._reap()
     return len(self.standbys)
 
-  def ports(self) -> list[int]:
-    """The ports of the live workers, oldest first."""
-    self._reap()
-    return [w.port for w in self.workers]
-
   def _resize(self, n: int) -> None:
     self.asked = n
     while len(self.workers) < n and self.paused:
@@ -244,12 +239,10 @@ class LocalWorkers(Scaler):
     while self.standbys:
       w = self.standbys.pop(0)
       try:
-        if w.proc.poll() is not None:
-          raise OSError(f"exit status {w.proc.returncode}")
         # Held open after: the worker exits at its end.
         w.proc.stdin.write(f"{port}\n".encode())
         w.proc.stdin.flush()
-      except OSError as e:  # it died since the reap
+      except OSError as e:  # it died since the reap: a broken pipe
         logging.warning("Standby local worker pid %d is gone (%s).",
                         w.proc.pid, e)
         w.release()
@@ -309,11 +302,6 @@ class LocalWorkers(Scaler):
                  w.port)
 
   def close(self) -> None:
-    for w in self.standbys:
-      try:
-        w.proc.stdin.close()  # a standby exits at the end of stdin
-      except OSError:
-        pass
     for group in (self.workers, self.paused, self.standbys):
       while group:
         self._stop(group.pop())
