@@ -3,6 +3,7 @@ reading of it and of its workers (`pool_reading`, `worker_status`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -166,10 +167,8 @@ class ConsumerMeter:
 
   def close(self) -> None:
     """Removes the report (if it can)."""
-    try:
+    with contextlib.suppress(OSError):
       self.path.unlink(missing_ok=True)
-    except OSError:
-      pass
 
 
 def pool_reading(dispatcher: str, serving: int, starting: int,

@@ -5,6 +5,7 @@ command), `CallbackScaler` (a Python callable), `LocalFirst` (two as tiers).
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
 import re
@@ -230,10 +231,8 @@ class CommandScaler(Scaler):
       try:
         proc.wait(timeout=self.timeout_s)
       except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
           os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
         proc.wait()
         raise ScalerError(
             f"the scale command `{command}` did not finish within "

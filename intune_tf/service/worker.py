@@ -5,6 +5,7 @@ shares with it (`start_tuner`, `wait_for_signal`, `SECURITY_NOTE`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -157,11 +158,9 @@ def exit_with_stdin() -> None:
   started it and held the other end is gone, however it died."""
 
   def watch():
-    try:
+    with contextlib.suppress(OSError, ValueError):
       while sys.stdin.buffer.read1(4096):
         pass
-    except (OSError, ValueError):
-      pass
     logging.warning("Worker: stdin closed (whoever started it is gone); "
                     "stopping.")
     os.kill(os.getpid(), signal.SIGTERM)

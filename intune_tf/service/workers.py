@@ -3,6 +3,7 @@ warm standbys (`LocalWorkers`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -57,10 +58,8 @@ class _LocalWorker:
     """Closes what the scaler holds of the worker (its log, its pipes)."""
     self.log.close()
     for close in (lambda: os.close(self.ready), self.proc.stdin.close):
-      try:
+      with contextlib.suppress(OSError):
         close()
-      except OSError:
-        pass
     self.ready = -1
 
 
