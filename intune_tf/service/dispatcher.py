@@ -102,11 +102,8 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
     manager = _start_pool(scaler or _make_scaler(
         server, port, workers, scale_command, scale_timeout_s, standby,
         scale_out), workers, controller, pool_min_interval_s, scale_out)
-  # The dispatcher's address in its workers' status files: the local ones
-  # use loopback, those of a scale command the advertised address.
-  addresses = (f"127.0.0.1:{port}", f"{host}:{port}")
-  loop = _Loop(server, manager, pool_period_s, addresses,
-               addresses[scale_command is not None])
+  loop = _Loop(server, manager, pool_period_s,
+               (f"127.0.0.1:{port}", f"{host}:{port}"))
   try:
     name = wait_for_signal(loop.tick, _DISPATCHER_STATUS_PERIOD_S)
   finally:
@@ -212,17 +209,15 @@ class _Loop:
   """The dispatcher's tick: each pool period, replaces lost workers, gives
   up those that never started, reads the consumers' reports and steps the
   manager; then writes the status file (its workers, its pool's report).
-  The workers name the dispatcher `workers_use`, the consumers either of
-  `addresses` (by loopback, and advertised)."""
+  Workers and consumers name the dispatcher by either of `addresses` (by
+  loopback: the local workers; advertised: those of a scale command)."""
 
   def __init__(self, server, manager: manager_lib.PoolManager | None,
-               period_s: float, addresses: tuple[str, str],
-               workers_use: str):
+               period_s: float, addresses: tuple[str, str]):
     self.server = server
     self.manager = manager
     self.period_s = period_s
     self.addresses = addresses
-    self.workers_use = workers_use
     self.last = time.monotonic()
 
   def _step(self) -> None:
@@ -239,8 +234,8 @@ class _Loop:
       logging.error("%s", e)
     self.manager.give_up_unstarted(time.time())
     size, serving = scaler.size(), scaler.serving()
-    reading = pool_reading(self.workers_use, serving, size - serving,
-                           consumer_addresses=self.addresses)
+    reading = pool_reading(self.addresses[0], serving, size - serving,
+                           consumer_addresses=self.addresses[1:])
     if reading is not None:
       self.manager.step(reading)
     else:
