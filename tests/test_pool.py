@@ -70,6 +70,14 @@ def test_bad_bounds_raise(bounds, message):
       controllers.make_controller(name, *bounds)
 
 
+@pytest.mark.parametrize("name", controllers.CONTROLLERS)
+def test_numpy_bounds_are_taken_as_ints(name):
+  controller = controllers.make_controller(name, np.int64(2), np.int32(6))
+  assert (controller.min_workers, controller.max_workers) == (2, 6)
+  assert type(controller.min_workers) is int
+  assert type(controller.max_workers) is int
+
+
 class _ToyPool:
   """A pool of workers of `capacity` rows/s each (the tuners report
   `reported`), behind a host that takes at most `ceiling` rows/s; a worker

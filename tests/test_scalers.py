@@ -11,6 +11,7 @@ import threading
 import time
 
 from _waiting import wait_until
+import numpy as np
 import psutil
 import pytest
 
@@ -203,6 +204,10 @@ def test_callback_scaler():
   assert calls == [3] and s.size() == 3
   # It cannot tell a worker that died: nothing to replace, nothing called.
   assert s.replace_lost() == [] and calls == [3]
+  # numpy integers, as Python's: the callback gets an int.
+  numpy_bounds = scalers.CallbackScaler(calls.append, np.int64(1), np.int64(4))
+  numpy_bounds.resize(np.int64(2))
+  assert calls[-1] == 2 and type(calls[-1]) is int
 
   def broken(n):
     raise RuntimeError(f"quota exceeded at {n}")
@@ -510,6 +515,10 @@ def test_a_pool_at_max_keeps_no_standby_and_a_bad_count_is_refused(
   with pytest.raises(ValueError, match="standby must be a count of 0 or "
                      "more processes, got -1"):
     workers.LocalWorkers("127.0.0.1:1", 1, 2, standby=-1)
+  numpy_count = workers.LocalWorkers("127.0.0.1:1", np.int64(1), np.int64(2),
+                                     standby=np.int64(0), log_dir=tmp_path)
+  assert type(numpy_count.standby) is int and numpy_count.max_workers == 2
+  numpy_count.close()
   s = _stand_ins(tmp_path, 2, 2)
   try:
     s.resize(2)  # at MAX: a standby would never be taken

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import statistics
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 # Cachew's thresholds (Graur et al., USENIX ATC'22): one more worker while the
 # batch time improves by more than 7%, one fewer while it worsens by less than
@@ -38,10 +39,19 @@ TF_MAX_GROWTH_FACTOR = 4
 TF_MAX_GROWTH_WORKERS = 500
 
 
-def check_bounds(min_workers: int, max_workers: int) -> None:
-  """Raises ValueError unless 1 <= min_workers <= max_workers (integers)."""
+def integer(value: Any) -> int | None:
+  """`value` as an int when it is an integer (numpy's too, not a bool);
+  else None."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    return None
+  return int(value)
+
+
+def check_bounds(min_workers: int, max_workers: int) -> tuple[int, int]:
+  """(min_workers, max_workers) as ints; raises ValueError unless
+  1 <= min_workers <= max_workers (integers, numpy's too)."""
   for name, value in (("MIN", min_workers), ("MAX", max_workers)):
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
       raise ValueError(f"the pool's {name} must be an integer, got "
                        f"{value!r}.")
     if value < 1:
@@ -50,6 +60,7 @@ def check_bounds(min_workers: int, max_workers: int) -> None:
   if min_workers > max_workers:
     raise ValueError(f"the pool's MIN ({min_workers}) is above its MAX "
                      f"({max_workers}).")
+  return int(min_workers), int(max_workers)
 
 
 class PoolBounds:
@@ -57,9 +68,8 @@ class PoolBounds:
   the base of controllers and scalers."""
 
   def __init__(self, min_workers: int, max_workers: int):
-    check_bounds(min_workers, max_workers)
-    self.min_workers = min_workers
-    self.max_workers = max_workers
+    self.min_workers, self.max_workers = check_bounds(min_workers,
+                                                      max_workers)
 
 
 def moved(now: float, before: float, share: float) -> bool:

@@ -96,6 +96,7 @@ def run_dispatcher(port: int, host: str = "127.0.0.1",
         "write.") from None
   controllers.check_name(controller)
   _check_pool_args(workers, scale_command, scaler, scale_out)
+  scale_out = controllers.integer(scale_out)
   server = _start_server(port, host, work_dir, worker_timeout_ms)
   manager = None
   if workers is not None:
@@ -148,8 +149,7 @@ def _check_pool_args(workers: tuple[int, int] | None,
         "scale_command.")
   if scale_out is not None and (
       workers is None or scale_command is None or scaler is not None or
-      isinstance(scale_out, bool) or not isinstance(scale_out, int) or
-      scale_out < 1):
+      controllers.integer(scale_out) is None or scale_out < 1):
     raise ValueError(
         f"scale_out= is the workers the scale command adds beyond the local "
         f"ones: it needs workers=(MIN, MAX) and scale_command, and a count "

@@ -107,16 +107,17 @@ class Scaler(controllers.PoolBounds):
       ValueError: `n` outside [MIN, MAX] (nothing changes).
       ScalerError: the change failed (the pool is as it was).
     """
-    self._check_count(n)
+    n = self._check_count(n)
     if n != self.size():
       self._resize(n)
 
-  def _check_count(self, n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or not (
-        self.min_workers <= n <= self.max_workers):
+  def _check_count(self, n: int) -> int:
+    count = controllers.integer(n)
+    if count is None or not self.min_workers <= count <= self.max_workers:
       raise ValueError(f"cannot resize the pool to {n!r} workers: it must "
                        f"stay within MIN {self.min_workers} and MAX "
                        f"{self.max_workers}.")
+    return count
 
   def _resize(self, n: int) -> None:
     """Makes the pool `n` workers, within [MIN, MAX] or 0 (a `LocalFirst`
@@ -320,7 +321,7 @@ class LocalFirst(Scaler):
     """`resize(n)` at start, the remote tier set to its share whatever it
     held before (a deployment an earlier run left scaled up is scaled
     back); when that fails (ScalerError), no local worker starts."""
-    self._check_count(n)
+    n = self._check_count(n)
     local, remote = self.split(n)
     try:
       self.remote._resize(remote)  # noqa: SLF001 (below its MIN: 0)

@@ -15,6 +15,7 @@ import time
 
 from absl import logging
 
+from intune_tf.service import controllers
 from intune_tf.service.addresses import free_port
 from intune_tf.service.addresses import port_is_free
 from intune_tf.service.scalers import Scaler
@@ -113,8 +114,7 @@ class LocalWorkers(Scaler):
                pause: bool = True,
                program: tuple[str, ...] | None = None):
     super().__init__(min_workers, max_workers)
-    if isinstance(standby, bool) or not isinstance(standby, int) or (
-        standby < 0):
+    if controllers.integer(standby) is None or standby < 0:
       raise ValueError(f"standby must be a count of 0 or more processes, "
                        f"got {standby!r}.")
     self.dispatcher = dispatcher
@@ -128,7 +128,7 @@ class LocalWorkers(Scaler):
                                      "service", "worker"))
     self.stop_timeout_s = stop_timeout_s
     self.pause = pause
-    self.standby = standby
+    self.standby = int(standby)
     self.standby_delay_s = standby_delay_s
     self.workers: list[_LocalWorker] = []
     self.paused: list[_LocalWorker] = []  # the last paused last
