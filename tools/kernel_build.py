@@ -62,6 +62,7 @@ KERNEL_SOURCES = [
     "rewrites/optimizer.cc",
     "rewrites/rewrite.cc",
     "rewrites/rewrite_graph_op.cc",
+    "rewrites/row_wise.cc",
     "rewrites/strip_roots.cc",
     "rewrites/tf_autotune.cc",
     "rewrites/untrack_inner.cc",
@@ -87,6 +88,7 @@ KERNEL_HEADERS = [
     "rewrites/optimizer.h",
     "rewrites/passes.h",
     "rewrites/rewrite.h",
+    "rewrites/row_wise.h",
 ]
 LIBRARY = "_intune_ops.so"
 STAMP = "_intune_ops.tfversion"
