@@ -12,6 +12,7 @@
 #include "intune_tf/cc/graph_walk.h"
 #include "rewrites/graph_utils.h"
 #include "rewrites/passes.h"
+#include "rewrites/row_wise.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/op.h"
@@ -573,9 +574,8 @@ CachePoint NoPoint(std::string reason) {
   return point;
 }
 
-}  // namespace
-
-CachePoint FindCachePoint(const GraphDef& graph) {
+// FindCachePoint but for the row-wise chain above the point.
+CachePoint PointOf(const GraphDef& graph) {
   if (HoldsUserCache(graph)) return NoPoint("the pipeline has its own cache");
   // A global shuffle reads its input by index (random access), which the
   // cache does not serve.
@@ -633,6 +633,21 @@ CachePoint FindCachePoint(const GraphDef& graph) {
                     point.unordered);
   }
   point.decision = CacheDecision::Placed(node->name(), std::move(reason));
+  return point;
+}
+
+}  // namespace
+
+CachePoint FindCachePoint(const GraphDef& graph) {
+  CachePoint point = PointOf(graph);
+  Purity purity(graph);
+  const NodeDef* output = OutputNode(graph, purity);
+  if (output == nullptr) return point;
+  point.row_wise = FindRowWiseChain(graph, output->name());
+  if (point.row_wise.found) {
+    absl::StrAppend(&point.decision.reason, "; ",
+                    point.row_wise.Describe());
+  }
   return point;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "intune_tf/cc/cache_decision.h"
+#include "rewrites/row_wise.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/platform/status.h"
 
@@ -108,9 +109,13 @@ std::string GraphFingerprint(const GraphDef& graph);
 // `unordered`: why the elements below the point may come in another order
 // each epoch (empty when their order is fixed); the cache then serves only a
 // whole epoch.
+// `row_wise`: the `shuffle -> batch -> maps` chain above the point, if any
+// (FindRowWiseChain in row_wise.h), and whether its maps are row-wise;
+// `decision.reason` ends with what RowWiseChain::Describe says of it.
 struct CachePoint {
   CacheDecision decision;
   std::string unordered;
+  RowWiseChain row_wise;
 };
 CachePoint FindCachePoint(const GraphDef& graph);
 
