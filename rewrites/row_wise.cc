@@ -16,8 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "intune_tf/cc/graph_walk.h"
 #include "rewrites/graph_utils.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_def.pb.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -305,6 +307,11 @@ class Prover {
     void CheckPure(const NodeDef& node) {
       const std::string& op = node.op();
       if (prover_->Function(op) != nullptr) return;  // followed when used
+      // Functions run by other ops (a cond's branches, a nested dataset's
+      // functions) are not followed.
+      if (!IsCallOp(op) && !AttrFunctions(node).empty()) {
+        return Refuse(kNotPure, node, "runs functions not followed");
+      }
       if (IsPyFunction(op)) return Refuse(kNotPure, node, "is a py_function");
       if (IsRandom(op)) return Refuse(kNotPure, node, "is random");
       if (ReadsVariable(op)) {
@@ -906,6 +913,24 @@ const NodeDef* DatasetInput(
   return found == nodes.end() ? nullptr : found->second;
 }
 
+// Whether some OptionsDataset of the graph sets options.deterministic to
+// false (a parallel map left at "default" then gives up its order).
+bool OptionsDropOrder(const GraphDef& graph) {
+  for (const NodeDef& node : graph.node()) {
+    if (node.op() != "OptionsDataset") continue;
+    const auto attr = node.attr().find("serialized_options");
+    if (attr == node.attr().end()) continue;
+    data::Options options;
+    if (!options.ParseFromString(attr->second.s())) continue;
+    if (options.optional_deterministic_case() ==
+            data::Options::kDeterministic &&
+        !options.deterministic()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 RowWiseProof Refused(const std::string& function, const std::string& node,
                      const std::string& op, std::string reason) {
   RowWiseProof proof;
@@ -981,11 +1006,17 @@ RowWiseProof ProveRowWise(const FunctionDefLibrary& library,
 RowWiseProof ProveMapRowWise(const GraphDef& graph, const NodeDef& map,
                              const NodeDef& batch) {
   const auto deterministic = map.attr().find("deterministic");
-  if (deterministic != map.attr().end() &&
-      deterministic->second.s() == "false") {
-    return row_wise_proof::Refused("", map.name(), map.op(),
-                   "has deterministic=False: its batches may come in "
-                   "another order");
+  if (deterministic != map.attr().end()) {
+    const std::string& value = deterministic->second.s();
+    if (value == "false" ||
+        (value == "default" && row_wise_proof::OptionsDropOrder(graph))) {
+      return row_wise_proof::Refused(
+          "", map.name(), map.op(),
+          value == "false" ? "has deterministic=False: its batches may come "
+                             "in another order"
+                           : "follows options.deterministic=False: its "
+                             "batches may come in another order");
+    }
   }
   const auto f = map.attr().find(kFunctionAttr);
   if (f == map.attr().end()) {

@@ -217,6 +217,9 @@ REFUSED = [
      "GatherV2", "gathers by index"),
     ("an output without rows", "ints", lambda x: (x, tf.constant(1)),
      "Const", "without a row per input row"),
+    ("a cond", "ints",
+     lambda x: tf.cond(tf.reduce_all(x > 100), lambda: x, lambda: x + 1),
+     "StatelessIf", "runs functions not followed"),
     ("a variable-length dense feature", "examples",
      lambda s: tf.io.parse_example(s, {"tags": tf.io.FixedLenSequenceFeature(
          [], tf.string, allow_missing=True)}),
@@ -253,12 +256,32 @@ def test_the_first_refused_map_is_told_with_the_row_wise_ones_below_it(
   assert "(Max) " in reason and "reduces over the batch axis" in reason
 
 
-def test_an_unordered_parallel_map_is_refused(tmp_path):
-  ds = (_records("ints", tmp_path).shuffle(8, seed=1).batch(BATCH)
-        .map(lambda x: x * 2, num_parallel_calls=2, deterministic=False))
+def _unordered(ds, deterministic):
+  options = tf.data.Options()
+  options.deterministic = deterministic
+  return ds.with_options(options)
+
+
+@pytest.mark.parametrize("make,why", [
+    (lambda ds: ds.map(lambda x: x * 2, num_parallel_calls=2,
+                       deterministic=False),
+     "has deterministic=False"),
+    (lambda ds: _unordered(ds.map(lambda x: x * 2, num_parallel_calls=2),
+                           False),
+     "follows options.deterministic=False"),
+    (lambda ds: _unordered(ds.map(lambda x: x * 2, num_parallel_calls=2),
+                           True), None),
+])
+def test_a_parallel_map_that_gives_up_its_order_is_refused(make, why,
+                                                           tmp_path):
+  ds = make(_records("ints", tmp_path).shuffle(8, seed=1).batch(BATCH))
   reason = rewrites.cache_point(_graph(ds)).reason
-  assert "is not row-wise" in reason
-  assert "deterministic=False" in reason
+  if why is None:
+    assert "is row-wise" in reason, reason
+  else:
+    assert "is not row-wise" in reason, reason
+    assert f"(ParallelMapDatasetV2) {why}: its batches may come in another " \
+        "order" in reason, reason
 
 
 # Pipelines with no `shuffle -> batch -> maps` chain: nothing is said.
@@ -301,13 +324,21 @@ def _session_reason(ds) -> tuple:
   return cache["state"], cache["reason"]
 
 
-@pytest.mark.parametrize("f,told", [
-    (lambda s: tf.io.parse_example(s, _DENSE), "is row-wise"),
-    (lambda s: tf.boolean_mask(s, tf.strings.length(s) > 30),
-     "(Where)"),
+@pytest.mark.parametrize("source,make,state,told", [
+    ("examples", lambda: lambda s: tf.io.parse_example(s, _DENSE),
+     intune_tf.CacheState.PLACED, "is row-wise"),
+    ("examples",
+     lambda: lambda s: tf.boolean_mask(s, tf.strings.length(s) > 30),
+     intune_tf.CacheState.PLACED, "(Where)"),
+    # The root's graph holds a captured table as a placeholder: its kind
+    # is not known there, and the lookup is refused.
+    ("words", lambda: _table().lookup, intune_tf.CacheState.DECLINED,
+     "(LookupTableFindV2)"),
 ])
-def test_a_tuned_iterator_tells_the_chain(f, told, tmp_path):
-  state, reason = _session_reason(_chain("examples", tmp_path, f))
-  assert state is intune_tf.CacheState.PLACED, reason
-  assert "reshuffles each epoch" in reason
+def test_a_tuned_iterator_tells_the_chain(source, make, state, told,
+                                          tmp_path):
+  found, reason = _session_reason(_chain(source, tmp_path, make()))
+  assert found is state, reason
   assert told in reason, reason
+  if "Lookup" in told:
+    assert reason.endswith("looks up a table not known to be immutable")
