@@ -28,11 +28,9 @@ inline constexpr char kRetvalOp[] = "_Retval";
 inline constexpr char kReshuffleAttr[] = "reshuffle_each_iteration";
 // The attributes by which a parallel stage gives up its order: `deterministic`
 // ("true", "false" or "default", which follows options.deterministic) and the
-// older `sloppy`; and the options that hold options.deterministic.
+// older `sloppy` (options.deterministic: OptionsDropOrder, graph_utils.h).
 inline constexpr char kDeterministicAttr[] = "deterministic";
 inline constexpr char kSloppyAttr[] = "sloppy";
-inline constexpr char kOptionsOp[] = "OptionsDataset";
-inline constexpr char kSerializedOptionsAttr[] = "serialized_options";
 
 // Dataset ops whose elements are a function of their inputs (and of their
 // functions, checked apart): the same every epoch when those are. Sources
@@ -472,25 +470,6 @@ bool DoesWork(const Purity& purity, const std::string& name,
   if (!IsWrapper(node->op())) return true;
   for (const int i : DataInputs(*node)) {
     if (DoesWork(purity, InputName(node->input(i)), seen)) return true;
-  }
-  return false;
-}
-
-// Whether some OptionsDataset of the graph sets options.deterministic (or
-// experimental_deterministic) to false: a stage left at "default" is then
-// free to give its elements in any order.
-bool OptionsDropOrder(const GraphDef& graph) {
-  for (const NodeDef& node : graph.node()) {
-    if (node.op() != kOptionsOp) continue;
-    const auto attr = node.attr().find(kSerializedOptionsAttr);
-    if (attr == node.attr().end()) continue;
-    data::Options options;
-    if (!options.ParseFromString(attr->second.s())) continue;
-    if (options.optional_deterministic_case() ==
-            data::Options::kDeterministic &&
-        !options.deterministic()) {
-      return true;
-    }
   }
   return false;
 }

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
+#include "tensorflow/core/framework/dataset_options.pb.h"
 #include "tensorflow/core/framework/tensor.pb.h"
 #include "tensorflow/core/framework/types.pb.h"
 #include "tensorflow/core/platform/errors.h"
@@ -167,6 +168,22 @@ NodeDef* AddConst(const std::string& name, int64_t value, GraphDef* graph) {
   tensor->mutable_tensor_shape();
   tensor->add_int64_val(value);
   return node;
+}
+
+bool OptionsDropOrder(const GraphDef& graph) {
+  for (const NodeDef& node : graph.node()) {
+    if (node.op() != kTfOptionsOp) continue;
+    const auto attr = node.attr().find(kSerializedOptionsAttr);
+    if (attr == node.attr().end()) continue;
+    data::Options options;
+    if (!options.ParseFromString(attr->second.s())) continue;
+    if (options.optional_deterministic_case() ==
+            data::Options::kDeterministic &&
+        !options.deterministic()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace rewrites

@@ -112,6 +112,15 @@ class NodeNames {
   std::unordered_set<std::string> names_;
 };
 
+// TF's OptionsDataset, and its attribute that holds a data::Options.
+inline constexpr char kTfOptionsOp[] = "OptionsDataset";
+inline constexpr char kSerializedOptionsAttr[] = "serialized_options";
+
+// Whether some OptionsDataset of the graph sets options.deterministic (or
+// experimental_deterministic) to false: a stage left at "default" is then
+// free to give its elements in any order.
+bool OptionsDropOrder(const GraphDef& graph);
+
 // Appends a scalar int64 Const node.
 NodeDef* AddConst(const std::string& name, int64_t value, GraphDef* graph);
 

@@ -913,24 +913,6 @@ const NodeDef* DatasetInput(
   return found == nodes.end() ? nullptr : found->second;
 }
 
-// Whether some OptionsDataset of the graph sets options.deterministic to
-// false (a parallel map left at "default" then gives up its order).
-bool OptionsDropOrder(const GraphDef& graph) {
-  for (const NodeDef& node : graph.node()) {
-    if (node.op() != "OptionsDataset") continue;
-    const auto attr = node.attr().find("serialized_options");
-    if (attr == node.attr().end()) continue;
-    data::Options options;
-    if (!options.ParseFromString(attr->second.s())) continue;
-    if (options.optional_deterministic_case() ==
-            data::Options::kDeterministic &&
-        !options.deterministic()) {
-      return true;
-    }
-  }
-  return false;
-}
-
 RowWiseProof Refused(const std::string& function, const std::string& node,
                      const std::string& op, std::string reason) {
   RowWiseProof proof;
@@ -1009,7 +991,7 @@ RowWiseProof ProveMapRowWise(const GraphDef& graph, const NodeDef& map,
   if (deterministic != map.attr().end()) {
     const std::string& value = deterministic->second.s();
     if (value == "false" ||
-        (value == "default" && row_wise_proof::OptionsDropOrder(graph))) {
+        (value == "default" && OptionsDropOrder(graph))) {
       return row_wise_proof::Refused(
           "", map.name(), map.op(),
           value == "false" ? "has deterministic=False: its batches may come "

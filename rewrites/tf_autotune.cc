@@ -2,6 +2,7 @@
 // carries.
 #include <string>
 
+#include "rewrites/graph_utils.h"
 #include "rewrites/passes.h"
 #include "tensorflow/core/framework/attr_value.pb.h"
 #include "tensorflow/core/framework/dataset_options.pb.h"
@@ -11,17 +12,14 @@ namespace tensorflow {
 namespace intune {
 namespace rewrites {
 
-inline constexpr char kTfOptionsOp[] = "OptionsDataset";
-inline constexpr char kSerializedOptions[] = "serialized_options";
-
 Status DisableTfAutotune(GraphDef* graph) {
   for (NodeDef& node : *graph->mutable_node()) {
     if (node.op() != kTfOptionsOp) continue;
-    const auto attr = node.mutable_attr()->find(kSerializedOptions);
+    const auto attr = node.mutable_attr()->find(kSerializedOptionsAttr);
     if (attr == node.mutable_attr()->end()) continue;
     data::Options options;
     if (!options.ParseFromString(attr->second.s())) {
-      return errors::InvalidArgument("the ", kSerializedOptions, " of ",
+      return errors::InvalidArgument("the ", kSerializedOptionsAttr, " of ",
                                      node.name(), " do not parse");
     }
     options.mutable_autotune_options()->set_enabled(false);

@@ -2,6 +2,7 @@
 rewrites/cache_point.cc, through `intune_tf.rewrites.cache_point`), on the
 graphs of real datasets, each point found by hand."""
 
+import _tuned
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -321,16 +322,7 @@ def test_an_order_not_fixed_below_the_point_is_told(make, unordered):
 
 
 def _production_point(ds):
-  """The cache's state, point and reason after the root's own rewrite: the
-  graph that RewriteDataset serializes at iterator creation (captured
-  variables and tables are placeholders there), after TF's own static
-  rewrites."""
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(
-      policy="manual", warm_start=False, cache=True)
-  it = iter(ds.with_options(options))
-  next(it)
-  cache = intune_tf.session_of(it).cache()
+  cache = _tuned.cache_after_first_element(ds)
   return cache["state"], cache["point"], cache["reason"]
 
 

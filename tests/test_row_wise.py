@@ -3,6 +3,7 @@
 reason tells it: through `intune_tf.rewrites.cache_point` on the graphs of
 real pipelines, and through a tuned iterator's `TuningSession.cache()`."""
 
+import _tuned
 import pytest
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
@@ -312,15 +313,7 @@ def test_the_passes_carry_what_the_point_says(tmp_path):
 
 
 def _session_reason(ds) -> tuple:
-  """The cache's state and reason of a tuned iterator (the root's own
-  rewrite): what the status file, the decision log, `intune inspect` and
-  the tuner's log read."""
-  options = tf.data.Options()
-  options.experimental_intune = intune_tf.IntuneOptions(
-      policy="manual", warm_start=False, cache=True)
-  it = iter(ds.with_options(options))
-  next(it)
-  cache = intune_tf.session_of(it).cache()
+  cache = _tuned.cache_after_first_element(ds)
   return cache["state"], cache["reason"]
 
 
