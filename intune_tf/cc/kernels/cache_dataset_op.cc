@@ -458,12 +458,14 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
           input_impl_->GetNext(ctx, out_tensors, end_of_sequence);
       const int64_t now = static_cast<int64_t>(Env::Default()->NowMicros());
       if (entry == nullptr || bypass_) return read;
+      if (Cancelled(ctx)) {
+        if (read.ok() && !*end_of_sequence) ++position_;
+        return read;
+      }
       if (!read.ok()) return Failed(read, position_);
       if (*end_of_sequence) {
-        if (!Cancelled(ctx)) {
-          entry->MarkEnd(position_);
-          EndOfInputEpoch(now);
-        }
+        entry->MarkEnd(position_);
+        EndOfInputEpoch(now);
         return OkStatus();
       }
       // The time since the previous element: what the input took to make
@@ -574,7 +576,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
       const Status read =
           input_impl_->GetNext(ctx, out_tensors, end_of_sequence);
       const int64_t now = static_cast<int64_t>(Env::Default()->NowMicros());
-      if (!filling_) {
+      if (!filling_ || Cancelled(ctx)) {
+        StopFilling();
         if (read.ok() && !*end_of_sequence) {
           ++position_;
           if (session_ != nullptr) session_->RecordCacheRead(false, 0);
@@ -587,12 +590,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         return read;
       }
       if (*end_of_sequence) {
-        if (Cancelled(ctx)) {
-          StopFilling();
-        } else {
-          entry->MarkEnd(position_);
-          filling_ = false;
-        }
+        entry->MarkEnd(position_);
+        filling_ = false;
         return OkStatus();
       }
       const int64_t upstream =
@@ -696,7 +695,8 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     }
 
     // Whether the iterator is being cancelled: an input may then end early
-    // (TF's legacy parallel_interleave does), which is not the epoch's end.
+    // or give another order (TF's legacy parallel_interleave, whose workers
+    // stop), so nothing it gives then goes into the entry.
     static bool Cancelled(data::IteratorContext* ctx) {
       return ctx->cancellation_manager() != nullptr &&
              ctx->cancellation_manager()->IsCancelled();
@@ -751,7 +751,9 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         const Status read = input_impl_->GetNext(ctx, &element, end_of_sequence);
         if (!read.ok()) return Failed(read, done);
         if (*end_of_sequence) break;
-        if (entry != nullptr) entry->Append(done, element, 0);
+        if (entry != nullptr && !Cancelled(ctx)) {
+          entry->Append(done, element, 0);
+        }
         ++done;
       }
       return OkStatus();
