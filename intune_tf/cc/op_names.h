@@ -42,6 +42,18 @@ inline constexpr char kCacheUnorderedAttr[] = "unordered";
 inline constexpr char kBufferReleaseNode[] = "IntuneBufferRelease";
 inline constexpr char kCacheNode[] = "IntuneCache";
 
+// The row store (kernels/row_store.h): the ops a row-wise map over batches
+// is wrapped with, so that a batch whose rows were all stored under their
+// positions is gathered instead of computed. `key` names the store (one per
+// map), `T` the dtypes of the rows' components and `shapes` their shapes
+// without the batch dimension.
+inline constexpr char kRowStoreHasOp[] = "IntuneRowStoreHas";
+inline constexpr char kRowStorePutOp[] = "IntuneRowStorePut";
+inline constexpr char kRowStoreGatherOp[] = "IntuneRowStoreGather";
+inline constexpr char kRowStoreKeyAttr[] = "key";
+inline constexpr char kRowStoreTypesAttr[] = "T";
+inline constexpr char kRowStoreShapesAttr[] = "shapes";
+
 }  // namespace intune
 }  // namespace tensorflow
 

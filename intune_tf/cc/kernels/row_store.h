@@ -1,0 +1,129 @@
+// The rows a row-wise map over batches computed, by position, outside any
+// one iterator (the ops in row_store_ops.cc).
+//
+// A pipeline `enumerate -> shuffle -> batch -> map(f)` carries each row's
+// position in the epoch beside it: a shuffle's order depends only on its
+// seeds and on how many elements it read, so the positions come out in the
+// order plain tf.data gives the rows. When f is row-wise (row j of its
+// output depends only on row j of its input), the map can be wrapped as
+//
+//   f'(pos, x) = cond(IntuneRowStoreHas(pos),
+//                     IntuneRowStoreGather(pos),
+//                     IntuneRowStorePut(pos, f(x)))
+//
+// so that a batch whose rows were all stored skips f, and a batch with a
+// row missing is computed as written (a malformed row raises where plain
+// tf.data raises).
+//
+// One store per key (the wrapped map), in a process-wide registry that holds
+// it for the life of the process: `model.fit` makes one iterator per epoch,
+// and the ops' kernels go with their iterator. The store's bytes are taken
+// from the room of the process's caches (CacheStore::Reserve), so the budget
+// guard counts them: when the budget falls below what the caches hold,
+// CacheStore::Balance shrinks the element caches, never a row store. Once a
+// row does not fit, the store takes no more rows: it holds the rows stored
+// before, and the others are computed every epoch.
+//
+// A row store is never shrunk because a stored row must stay stored between
+// IntuneRowStoreHas and the IntuneRowStoreGather of the same batch; a store
+// that the guard can shrink needs the two in one step (a lookup that answers
+// with the rows it found).
+#ifndef INTUNE_TF_CC_KERNELS_ROW_STORE_H_
+#define INTUNE_TF_CC_KERNELS_ROW_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "intune_tf/cc/kernels/cache_store.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/platform/mutex.h"
+#include "tensorflow/core/platform/status.h"
+#include "tensorflow/core/platform/thread_annotations.h"
+
+namespace tensorflow {
+namespace intune {
+
+// OK when a row store can hold components of `dtypes`: dense tensors of any
+// dtype, strings included; InvalidArgument naming the first variant or
+// resource dtype (their bytes and lifetime are not the store's to know).
+Status CheckRowTypes(const DataTypeVector& dtypes);
+
+class RowStore {
+ public:
+  // `budget` (may be null: no limit) gives the room for the rows' bytes.
+  RowStore(std::string key, DataTypeVector dtypes, CacheStore* budget)
+      : key_(std::move(key)), dtypes_(std::move(dtypes)), budget_(budget) {}
+  ~RowStore();
+  RowStore(const RowStore&) = delete;
+  RowStore& operator=(const RowStore&) = delete;
+
+  const std::string& key() const { return key_; }
+  const DataTypeVector& dtypes() const { return dtypes_; }
+
+  // Whether every position of `positions` (a vector) is stored; false when
+  // there is none (an empty batch is computed as written).
+  bool HasAll(const Tensor& positions) const TF_LOCKS_EXCLUDED(mu_);
+
+  // Stores row j of each of `components` (each [B, ...], B the length of
+  // `positions`) under positions[j], copied, unless that position is stored
+  // (it is left as it is) or the store stopped taking rows. The first row
+  // without room under the budget stops the store, for good, and says so
+  // once in the log. `stored` (may be null) is set to the rows this call
+  // stored. The shapes are the caller's to check.
+  Status Put(const Tensor& positions, const std::vector<Tensor>& components,
+             int64_t* stored = nullptr) TF_LOCKS_EXCLUDED(mu_);
+
+  // Stacks the rows stored under `positions` into `out`, one tensor
+  // [B, ...] per component. InvalidArgument when a position is not stored,
+  // when the rows of a component differ in shape, or when they do not fit
+  // `shapes` (the row shapes the graph expects).
+  Status Gather(const Tensor& positions,
+                const std::vector<PartialTensorShape>& shapes,
+                std::vector<Tensor>* out) const TF_LOCKS_EXCLUDED(mu_);
+
+  // Rows and bytes held, and whether the store stopped taking rows.
+  int64_t rows() const TF_LOCKS_EXCLUDED(mu_);
+  int64_t bytes() const TF_LOCKS_EXCLUDED(mu_);
+  bool stopped() const TF_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const std::string key_;
+  const DataTypeVector dtypes_;
+  CacheStore* const budget_;
+  mutable mutex mu_;
+  // Row components by position; a row's tensors are never changed once
+  // stored, so readers share them.
+  std::unordered_map<int64_t, std::vector<Tensor>> rows_ TF_GUARDED_BY(mu_);
+  int64_t bytes_ TF_GUARDED_BY(mu_) = 0;
+  bool stopped_ TF_GUARDED_BY(mu_) = false;
+};
+
+// The process's row stores, by key. A store lives as long as the process.
+class RowStoreRegistry {
+ public:
+  static RowStoreRegistry* Global();
+
+  // The store of `key`, made (its bytes under CacheStore::Global()'s room)
+  // if there is none. InvalidArgument if `dtypes` is refused
+  // (CheckRowTypes) or differs from the store's.
+  Status GetOrCreate(const std::string& key, const DataTypeVector& dtypes,
+                     std::shared_ptr<RowStore>* store) TF_LOCKS_EXCLUDED(mu_);
+  // The store of `key`, or null.
+  std::shared_ptr<RowStore> Lookup(const std::string& key) const
+      TF_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<RowStore>> stores_
+      TF_GUARDED_BY(mu_);
+};
+
+}  // namespace intune
+}  // namespace tensorflow
+
+#endif  // INTUNE_TF_CC_KERNELS_ROW_STORE_H_
