@@ -542,7 +542,8 @@ def process_caches() -> dict[str, int]:
 
   Returns:
     `entries`: caches alive (one per pipeline whose dataset is alive);
-    `bytes`: what they hold; `room`: the most they may hold now, the
+    `bytes`: what they hold, with the rows of the row stores (which live
+    as long as the process); `room`: the most they may hold now, the
     process's budget less what the live pipelines' buffers hold (-1 with no
     budget); `budget`: the process's budget for its caches and buffers (0
     before the tuner resolved one); `buffered`: bytes the live pipelines'

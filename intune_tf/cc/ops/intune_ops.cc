@@ -347,7 +347,7 @@ REGISTER_OP("IntuneProcessCaches")
     })
     .Doc(R"doc(
 The process's caches (every entry alive, with an iterator or without one):
-[entries, bytes held, the most they may hold (-1: no budget), the process's
+[entries, bytes held (the row stores' rows included), the most they may hold (-1: no budget), the process's
 budget for caches and buffers (0: none), bytes the live sessions' buffers
 hold].
 )doc");
