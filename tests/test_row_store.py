@@ -209,48 +209,75 @@ def test_a_malformed_row_raises_where_plain_raises_every_epoch(malformed):
   assert 1 <= counts[2] <= counts[1] <= 4, counts
 
 
-# Under a process budget that holds `fraction` of the rows, in a fresh
-# process: a probe store first holds every row, to measure their bytes. The
-# positions come from a zipped range: `enumerate()` makes its counter from a
-# variant, which makes an iterator start the tuner, whose thread resolves
-# the process's budget again every second.
+# Under a process budget, in a fresh process. The positions come from a
+# zipped range: `enumerate()` makes its counter from a variant, which makes an
+# iterator start the tuner, whose thread resolves the process's budget again
+# every second.
+#
+# "limit": a budget that holds `fraction` of the rows from the start (a
+# probe store first holds every row, to measure their bytes). "shrink": the
+# budget falls to `fraction` of what the store holds after epoch 1.
 BUDGET_SCRIPT = '''
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import test_row_store as t
 from intune_tf.ops import session as session_lib
-fraction = float(sys.argv[2])
-_, probe, _, probe_calls = t._pipelines(
-    t._source(t._rows(), "tensors", ""), 4, "probe", "zip")
-t._epochs(probe, probe_calls)
-total = session_lib.process_caches()["bytes"]
-budget = total + int(fraction * total)
-session_lib.set_default_ram_budget(budget)
-plain, stored, plain_calls, stored_calls = t._pipelines(
-    t._source(t._rows(), "tensors", ""), 4, "budget", "zip")
-expected, _ = t._epochs(plain, plain_calls)
-got, counts = t._epochs(stored, stored_calls)
-caches = session_lib.process_caches()
-print(json.dumps({"same": got == expected, "counts": counts,
-                  "total": total, "kept": caches["budget"] == budget,
-                  "held": caches["bytes"] - total}))
+mode, fraction = sys.argv[2], float(sys.argv[3])
+def pipelines(key):
+  return t._pipelines(t._source(t._rows(), "tensors", ""), 4, key, "zip")
+def held():
+  return session_lib.process_caches()["bytes"]
+if mode == "limit":
+  _, probe, _, probe_calls = pipelines("probe")
+  t._epochs(probe, probe_calls)
+  total = held()
+  budget = total + int(fraction * total)
+  session_lib.set_default_ram_budget(budget)
+  plain, stored, plain_calls, stored_calls = pipelines("budget")
+  expected, _ = t._epochs(plain, plain_calls)
+  got, counts = t._epochs(stored, stored_calls)
+  kept = held() - total
+else:
+  plain, stored, plain_calls, stored_calls = pipelines("shrink")
+  expected = [t._epoch(plain)]
+  got = [t._epoch(stored)]
+  total = held()
+  budget = max(1, int(fraction * total))
+  session_lib.set_default_ram_budget(budget)
+  kept = held()
+  counts = []
+  for _ in range(t.EPOCHS - 1):
+    before = int(stored_calls.numpy())
+    got.append(t._epoch(stored))
+    counts.append(int(stored_calls.numpy()) - before)
+    expected.append(t._epoch(plain))
+print(json.dumps({"same": got == expected, "counts": counts, "total": total,
+                  "budget": session_lib.process_caches()["budget"] == budget,
+                  "held": kept}))
 '''
+
+
+def _budget_run(mode: str, fraction: float, folder: str) -> tuple[dict, str]:
+  """BUDGET_SCRIPT's result, and its log."""
+  script = f"{folder}/budget.py"
+  with open(script, "w") as f:
+    f.write(BUDGET_SCRIPT)
+  done = subprocess.run(
+      [sys.executable, script, os.path.dirname(__file__), mode, str(fraction)],
+      capture_output=True, text=True, timeout=300, check=False, cwd=folder,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"})
+  assert done.returncode == 0, done.stderr[-3000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  assert result["same"], result
+  assert result["budget"] and result["total"] > 0, result
+  assert result["held"] <= fraction * result["total"], result
+  return result, done.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fraction", [0.0, 0.9])
 def test_rows_without_room_are_computed(fraction, tmp_path):
-  script = tmp_path / "budget.py"
-  script.write_text(BUDGET_SCRIPT)
-  done = subprocess.run(
-      [sys.executable, str(script), os.path.dirname(__file__), str(fraction)],
-      capture_output=True, text=True, timeout=300, check=False,
-      cwd=str(tmp_path), env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"})
-  assert done.returncode == 0, done.stderr[-3000:]
-  result = json.loads(done.stdout.strip().splitlines()[-1])
-  assert result["same"], result
-  assert result["kept"] and result["total"] > 0, result
-  assert result["held"] <= fraction * result["total"], result
+  result, log = _budget_run("limit", fraction, str(tmp_path))
   batches = ROWS // 4
   if fraction == 0:
     assert result["held"] == 0, result
@@ -259,7 +286,23 @@ def test_rows_without_room_are_computed(fraction, tmp_path):
     # About 36 rows held: the rows missing touch a few batches, not all.
     assert result["held"] > 0.8 * result["total"], result
     assert all(0 < n < batches for n in result["counts"][1:]), result
-  assert "stores no more" in done.stderr
+  assert "stores no more" in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_a_store_shrinks_when_the_budget_falls(fraction, tmp_path):
+  # Epoch 1 stores every row; the budget then falls to `fraction` of them:
+  # the store gives back rows (the highest positions first) and the rows
+  # dropped are computed in the epochs after.
+  result, _ = _budget_run("shrink", fraction, str(tmp_path))
+  batches = ROWS // 4
+  if fraction == 0:
+    assert result["held"] == 0, result
+    assert result["counts"] == [batches] * (EPOCHS - 1), result
+  else:
+    assert result["held"] > 0.3 * result["total"], result
+    assert all(0 < n for n in result["counts"]), result
 
 
 def _ops() -> Any:

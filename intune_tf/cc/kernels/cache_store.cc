@@ -359,6 +359,11 @@ std::vector<std::shared_ptr<CacheEntry>> CacheStore::List() const {
   return entries;
 }
 
+void CacheStore::AddHolder(std::weak_ptr<CacheHolder> holder) {
+  mutex_lock l(mu_);
+  holders_.push_back(std::move(holder));
+}
+
 void CacheStore::SetProcessBudget(int64_t bytes) {
   {
     mutex_lock l(mu_);
@@ -403,6 +408,7 @@ void CacheStore::Release(int64_t bytes) { bytes_.fetch_sub(bytes); }
 
 void CacheStore::Balance() {
   std::vector<std::shared_ptr<CacheEntry>> entries;
+  std::vector<std::shared_ptr<CacheHolder>> holders;
   {
     mutex_lock l(mu_);
     int64_t room = std::numeric_limits<int64_t>::max();
@@ -416,6 +422,19 @@ void CacheStore::Balance() {
     for (const auto& [unused, weak] : entries_) {
       if (auto entry = weak.lock()) entries.push_back(std::move(entry));
     }
+    for (auto it = holders_.begin(); it != holders_.end();) {
+      if (auto holder = it->lock()) {
+        holders.push_back(std::move(holder));
+        ++it;
+      } else {
+        it = holders_.erase(it);
+      }
+    }
+  }
+  for (const auto& holder : holders) {
+    const int64_t over = bytes_.load() - room_.load();
+    if (over <= 0) return;
+    holder->Shrink(over);
   }
   // Idle entries first, the largest first in each group.
   std::sort(entries.begin(), entries.end(),

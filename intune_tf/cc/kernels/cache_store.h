@@ -180,6 +180,17 @@ class CacheEntry {
   std::map<std::string, KnobBelow> knobs_below_ TF_GUARDED_BY(mu_);
 };
 
+// Something outside the entries that holds bytes reserved in the store
+// (CacheStore::Reserve) and can give them back: the row stores
+// (row_store.h). The store shrinks them first when its caches must shrink.
+class CacheHolder {
+ public:
+  virtual ~CacheHolder() = default;
+  // Drops what it holds until `bytes` are freed (or it cannot free more),
+  // releasing them to the store. Returns the bytes freed.
+  virtual int64_t Shrink(int64_t bytes) = 0;
+};
+
 // The process's entries, by key. The store does not own them: an entry
 // lives while a dataset that caches with its key does (each
 // IntuneCacheDataset holds its entry), so the elements go with the last
@@ -190,7 +201,8 @@ class CacheEntry {
 // the machine, `SetProcessBudget`): the caches hold at most that budget less
 // the bytes that the live sessions' buffers hold (`SetBuffered`). An element
 // that would pass it is not appended; when the budget falls or the buffers
-// grow, the caches are shrunk, idle entries first.
+// grow, the caches are shrunk: the holders (row stores) first, then idle
+// entries, then the others.
 class CacheStore {
  public:
   static CacheStore* Global();
@@ -217,6 +229,9 @@ class CacheStore {
       TF_LOCKS_EXCLUDED(mu_);
   // Every entry alive.
   std::vector<std::shared_ptr<CacheEntry>> List() const TF_LOCKS_EXCLUDED(mu_);
+  // Shrinks `holder` (while it lives), before the entries, when the caches
+  // hold more than their room.
+  void AddHolder(std::weak_ptr<CacheHolder> holder) TF_LOCKS_EXCLUDED(mu_);
 
  private:
   // Sets the room from the budget and the buffers, then shrinks the
@@ -226,6 +241,7 @@ class CacheStore {
   mutable mutex mu_;
   std::unordered_map<std::string, std::weak_ptr<CacheEntry>> entries_
       TF_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<CacheHolder>> holders_ TF_GUARDED_BY(mu_);
   int64_t process_budget_ TF_GUARDED_BY(mu_) = 0;
   std::unordered_map<int64_t, int64_t> buffered_ TF_GUARDED_BY(mu_);
   std::atomic<int64_t> bytes_{0};

@@ -27,13 +27,14 @@ RowStore::~RowStore() {
   if (budget_ != nullptr) budget_->Release(bytes_);
 }
 
-bool RowStore::HasAll(const Tensor& positions) const {
+bool RowStore::HasAll(const Tensor& positions) {
   const auto pos = positions.flat<int64_t>();
   if (pos.size() == 0) return false;
   mutex_lock l(mu_);
   for (int64_t j = 0; j < pos.size(); ++j) {
     if (rows_.find(pos(j)) == rows_.end()) return false;
   }
+  for (int64_t j = 0; j < pos.size(); ++j) ++rows_[pos(j)].pins;
   return true;
 }
 
@@ -44,27 +45,27 @@ Status RowStore::Put(const Tensor& positions,
   mutex_lock l(mu_);
   for (int64_t j = 0; j < pos.size() && !stopped_; ++j) {
     if (rows_.find(pos(j)) != rows_.end()) continue;
-    std::vector<Tensor> row;
-    row.reserve(components.size());
+    Row row;
+    row.components.reserve(components.size());
     for (const Tensor& component : components) {
       TensorShape shape = component.shape();
       shape.RemoveDim(0);
       Tensor element(component.dtype(), shape);
       TF_RETURN_IF_ERROR(batch_util::CopySliceToElement(component, &element, j));
-      row.push_back(std::move(element));
+      row.components.push_back(std::move(element));
     }
-    const int64_t bytes = ElementBytes(row);
-    if (budget_ != nullptr && !budget_->Reserve(bytes)) {
+    row.bytes = ElementBytes(row.components);
+    if (budget_ != nullptr && !budget_->Reserve(row.bytes)) {
       stopped_ = true;
       LOG(INFO) << "InTune row store " << key_ << ": no room for row "
-                << pos(j) << " (" << bytes << " bytes) under the process's "
-                << "cache budget; it keeps its " << rows_.size() << " rows ("
-                << bytes_ << " bytes) and stores no more: the others are "
-                << "computed every epoch.";
+                << pos(j) << " (" << row.bytes << " bytes) under the "
+                << "process's cache budget; it keeps its " << rows_.size()
+                << " rows (" << bytes_ << " bytes) and stores no more: the "
+                << "others are computed every epoch.";
       break;
     }
+    bytes_ += row.bytes;
     rows_.emplace(pos(j), std::move(row));
-    bytes_ += bytes;
     ++count;
   }
   if (stored != nullptr) *stored = count;
@@ -73,30 +74,36 @@ Status RowStore::Put(const Tensor& positions,
 
 Status RowStore::Gather(const Tensor& positions,
                         const std::vector<PartialTensorShape>& shapes,
-                        std::vector<Tensor>* out) const {
+                        std::vector<Tensor>* out) {
   const auto pos = positions.flat<int64_t>();
   const int64_t n = pos.size();
-  std::vector<const std::vector<Tensor>*> rows(n);
+  // The rows' tensors (shared buffers), taken under the lock; a shrink may
+  // drop the rows once they are unpinned.
+  std::vector<std::vector<Tensor>> rows(n);
   {
     mutex_lock l(mu_);
+    int64_t missing = -1;
     for (int64_t j = 0; j < n; ++j) {
       auto it = rows_.find(pos(j));
       if (it == rows_.end()) {
-        return errors::InvalidArgument(
-            "Row store ", key_, " holds no row at position ", pos(j),
-            " (element ", j, " of the batch): only a batch whose rows are all "
-            "stored (IntuneRowStoreHas) can be gathered.");
+        if (missing < 0) missing = j;
+        continue;
       }
-      // Stored rows are never removed nor changed (the store lives as long
-      // as the process), so their tensors can be read without the lock.
-      rows[j] = &it->second;
+      rows[j] = it->second.components;
+      if (it->second.pins > 0) --it->second.pins;
+    }
+    if (missing >= 0) {
+      return errors::InvalidArgument(
+          "Row store ", key_, " holds no row at position ", pos(missing),
+          " (element ", missing, " of the batch): only a batch whose rows are "
+          "all stored (IntuneRowStoreHas) can be gathered.");
     }
   }
   out->clear();
   for (size_t i = 0; i < dtypes_.size(); ++i) {
     TensorShape row_shape;
     if (n > 0) {
-      row_shape = (*rows[0])[i].shape();
+      row_shape = rows[0][i].shape();
     } else if (!shapes[i].AsTensorShape(&row_shape)) {
       return errors::InvalidArgument(
           "Row store ", key_, ": an empty batch needs a fully known row shape "
@@ -112,7 +119,7 @@ Status RowStore::Gather(const Tensor& positions,
     batch_shape.InsertDim(0, n);
     Tensor batch(dtypes_[i], batch_shape);
     for (int64_t j = 0; j < n; ++j) {
-      const Tensor& row = (*rows[j])[i];
+      const Tensor& row = rows[j][i];
       if (row.shape() != row_shape) {
         return errors::InvalidArgument(
             "Row store ", key_, ": the rows of component ", i, " differ in "
@@ -125,6 +132,22 @@ Status RowStore::Gather(const Tensor& positions,
     out->push_back(std::move(batch));
   }
   return OkStatus();
+}
+
+int64_t RowStore::Shrink(int64_t bytes) {
+  mutex_lock l(mu_);
+  if (bytes <= 0) return 0;
+  stopped_ = true;
+  int64_t freed = 0;
+  for (auto it = rows_.end(); it != rows_.begin() && freed < bytes;) {
+    --it;
+    if (it->second.pins > 0) continue;
+    freed += it->second.bytes;
+    it = rows_.erase(it);
+  }
+  bytes_ -= freed;
+  if (budget_ != nullptr) budget_->Release(freed);
+  return freed;
 }
 
 int64_t RowStore::rows() const {
@@ -155,6 +178,7 @@ Status RowStoreRegistry::GetOrCreate(const std::string& key,
   std::shared_ptr<RowStore>& slot = stores_[key];
   if (slot == nullptr) {
     slot = std::make_shared<RowStore>(key, dtypes, CacheStore::Global());
+    CacheStore::Global()->AddHolder(slot);
   } else if (slot->dtypes() != dtypes) {
     return errors::InvalidArgument(
         "Row store ", key, " holds rows of dtypes ",

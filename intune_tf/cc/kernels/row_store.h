@@ -19,19 +19,22 @@
 // it for the life of the process: `model.fit` makes one iterator per epoch,
 // and the ops' kernels go with their iterator. The store's bytes are taken
 // from the room of the process's caches (CacheStore::Reserve), so the budget
-// guard counts them: when the budget falls below what the caches hold,
-// CacheStore::Balance shrinks the element caches, never a row store. Once a
-// row does not fit, the store takes no more rows: it holds the rows stored
-// before, and the others are computed every epoch.
+// guard counts them, and the store is the first that the caches give back
+// when they must shrink (CacheStore::Balance): it drops rows from the
+// highest position down. Once a row does not fit, or once the store was
+// shrunk, it takes no more rows: it holds the rows stored before, and the
+// others are computed every epoch.
 //
-// A row store is never shrunk because a stored row must stay stored between
-// IntuneRowStoreHas and the IntuneRowStoreGather of the same batch; a store
-// that the guard can shrink needs the two in one step (a lookup that answers
-// with the rows it found).
+// A stored row stays stored between the IntuneRowStoreHas that found it and
+// the IntuneRowStoreGather of the same batch: a Has that answers true pins
+// the batch's rows, its Gather unpins them, and a shrink leaves pinned rows.
+// A Has answering true must therefore be followed by its Gather (the cond
+// does); a pin left behind only keeps its rows from a shrink.
 #ifndef INTUNE_TF_CC_KERNELS_ROW_STORE_H_
 #define INTUNE_TF_CC_KERNELS_ROW_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -53,12 +56,12 @@ namespace intune {
 // resource dtype (their bytes and lifetime are not the store's to know).
 Status CheckRowTypes(const DataTypeVector& dtypes);
 
-class RowStore {
+class RowStore : public CacheHolder {
  public:
   // `budget` (may be null: no limit) gives the room for the rows' bytes.
   RowStore(std::string key, DataTypeVector dtypes, CacheStore* budget)
       : key_(std::move(key)), dtypes_(std::move(dtypes)), budget_(budget) {}
-  ~RowStore();
+  ~RowStore() override;
   RowStore(const RowStore&) = delete;
   RowStore& operator=(const RowStore&) = delete;
 
@@ -66,8 +69,9 @@ class RowStore {
   const DataTypeVector& dtypes() const { return dtypes_; }
 
   // Whether every position of `positions` (a vector) is stored; false when
-  // there is none (an empty batch is computed as written).
-  bool HasAll(const Tensor& positions) const TF_LOCKS_EXCLUDED(mu_);
+  // there is none (an empty batch is computed as written). When true, the
+  // rows are pinned until `Gather` of the same positions.
+  bool HasAll(const Tensor& positions) TF_LOCKS_EXCLUDED(mu_);
 
   // Stores row j of each of `components` (each [B, ...], B the length of
   // `positions`) under positions[j], copied, unless that position is stored
@@ -79,12 +83,17 @@ class RowStore {
              int64_t* stored = nullptr) TF_LOCKS_EXCLUDED(mu_);
 
   // Stacks the rows stored under `positions` into `out`, one tensor
-  // [B, ...] per component. InvalidArgument when a position is not stored,
-  // when the rows of a component differ in shape, or when they do not fit
-  // `shapes` (the row shapes the graph expects).
+  // [B, ...] per component, and unpins them (HasAll). InvalidArgument when a
+  // position is not stored, when the rows of a component differ in shape,
+  // or when they do not fit `shapes` (the row shapes the graph expects).
   Status Gather(const Tensor& positions,
                 const std::vector<PartialTensorShape>& shapes,
-                std::vector<Tensor>* out) const TF_LOCKS_EXCLUDED(mu_);
+                std::vector<Tensor>* out) TF_LOCKS_EXCLUDED(mu_);
+
+  // Drops rows not pinned, from the highest position down, until `bytes`
+  // are freed or none is left, and stops taking rows. Returns the bytes
+  // freed (released to the budget).
+  int64_t Shrink(int64_t bytes) override TF_LOCKS_EXCLUDED(mu_);
 
   // Rows and bytes held, and whether the store stopped taking rows.
   int64_t rows() const TF_LOCKS_EXCLUDED(mu_);
@@ -96,14 +105,20 @@ class RowStore {
   const DataTypeVector dtypes_;
   CacheStore* const budget_;
   mutable mutex mu_;
-  // Row components by position; a row's tensors are never changed once
-  // stored, so readers share them.
-  std::unordered_map<int64_t, std::vector<Tensor>> rows_ TF_GUARDED_BY(mu_);
+  struct Row {
+    // Its components; never changed once stored, so readers share them.
+    std::vector<Tensor> components;
+    int64_t bytes = 0;
+    // Has answers that found it and whose Gather has not run yet.
+    int64_t pins = 0;
+  };
+  std::map<int64_t, Row> rows_ TF_GUARDED_BY(mu_);
   int64_t bytes_ TF_GUARDED_BY(mu_) = 0;
   bool stopped_ TF_GUARDED_BY(mu_) = false;
 };
 
-// The process's row stores, by key. A store lives as long as the process.
+// The process's row stores, by key. A store lives as long as the process;
+// each is a holder of the process's CacheStore.
 class RowStoreRegistry {
  public:
   static RowStoreRegistry* Global();

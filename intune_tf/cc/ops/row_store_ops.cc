@@ -53,7 +53,9 @@ REGISTER_OP(kRowStoreHasOp)
     .Doc(R"doc(
 Whether the row store `key` holds a row at every position of `positions`;
 false for an empty vector (an empty batch is computed as written) and for a
-store that does not exist yet.
+store that does not exist yet. When true, those rows stay stored (a shrink
+of the store leaves them) until the IntuneRowStoreGather of the same
+positions, which must follow.
 )doc");
 
 REGISTER_OP(kRowStorePutOp)
@@ -79,8 +81,9 @@ REGISTER_OP(kRowStorePutOp)
 Passes `rows` through unchanged, and stores row j of each of them (copied)
 under positions[j] in the row store `key`, made on first use. A position
 already stored is left as it is. The rows' bytes are taken from the room of
-the process's caches: once a row does not fit, the store takes no more rows
-(it says so once in the log). Dense dtypes only (strings included).
+the process's caches, which shrink the row stores first: once a row does not
+fit (it says so once in the log) or the store was shrunk, it takes no more
+rows. Dense dtypes only (strings included).
 )doc");
 
 REGISTER_OP(kRowStoreGatherOp)
