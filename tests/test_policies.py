@@ -188,8 +188,12 @@ def test_fixed_config_names_matching_no_knob_are_told_once_with_the_knobs(
   warnings = []
   monkeypatch.setattr(logging, "warning", lambda *a, **k: warnings.append(a))
   options = tf.data.Options()
+  # No cache: a cache entry of the same pipeline left by another test of
+  # this process would serve the first elements, and the map's knob would
+  # be listed only once the map ran.
   options.experimental_intune = IntuneOptions(
-      policy="fixed", config={"Nope/parallelism": 2}, period_s=0.02)
+      policy="fixed", config={"Nope/parallelism": 2}, period_s=0.02,
+      cache=False)
   ds = tf.data.Dataset.range(10**6).map(
       lambda x: x + 1, num_parallel_calls=_A).prefetch(_A)
   it = iter(ds.with_options(options))
