@@ -656,6 +656,7 @@ Status InsertCache(GraphDef* graph, CachePoint* point, bool* structure_changed) 
       input = cache.name();
     }
   }
+  point->cache_node = cache.name();
   *graph->add_node() = std::move(cache);
   *structure_changed = true;
   return OkStatus();

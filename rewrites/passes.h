@@ -114,6 +114,8 @@ std::string GraphFingerprint(const GraphDef& graph);
 // `decision.reason` ends with what RowWiseChain::Describe says of it.
 struct CachePoint {
   CacheDecision decision;
+  // The cache's node, once InsertCache put it.
+  std::string cache_node;
   std::string unordered;
   RowWiseChain row_wise;
 };
@@ -123,6 +125,22 @@ CachePoint FindCachePoint(const GraphDef& graph);
 // placed one: every consumer of that node reads the cache instead. `*point`
 // says where, or why nowhere. Element values and order are unchanged.
 Status InsertCache(GraphDef* graph, CachePoint* point, bool* structure_changed);
+
+// Where `point` (placed by InsertCache, its cache node `cache`) has a
+// row-wise chain `shuffle -> batch -> maps` right above the cache (only
+// pass-throughs between), with its rows in one order every epoch: the cache
+// gives each element its position (kCacheRowStoreAttr), the stages up to the
+// first map carry it as one more component (a vector once batched), and the
+// first map calls, in place of its function, F(positions, x, captured) =
+// If(IntuneRowStoreHas, IntuneRowStoreGather, IntuneRowStorePut(f(x))),
+// where f runs the row-wise maps in turn (they read each other directly, and
+// the last gives dense tensors; the others are removed, their consumers read
+// the first). Maps that capture a tensor passed by reference (not in the
+// graph, so not in the store's key) are not wrapped. `*told` says what was
+// done, or why not ("" when there is no such chain). Element values, order
+// and errors are unchanged.
+Status InsertRowStore(GraphDef* graph, const CachePoint& point,
+                      const std::string& cache, std::string* told);
 
 }  // namespace rewrites
 }  // namespace intune

@@ -89,18 +89,34 @@ Status RunPasses(const Options& options, GraphDef* graph, Report* report,
       },
       graph, report);
   if (options.cache) {
+    CachePoint point;
     RunPass(
         "insert_cache",
         // Not a change of structure: the cache's iterator keeps its
         // parent's prefix, and its input's keys are those without it.
-        [report](GraphDef* g, bool*, Fixed*) {
-          CachePoint point;
+        [report, &point](GraphDef* g, bool*, Fixed*) {
           bool inserted = false;
           const Status status = InsertCache(g, &point, &inserted);
           report->cache = point.decision;
           return status;
         },
         graph, report);
+    if (report->cache.placed()) {
+      RunPass(
+          "insert_row_store",
+          // A change of structure: the shuffle's elements carry positions.
+          [report, &point](GraphDef* g, bool* changed, Fixed*) {
+            std::string told;
+            TF_RETURN_IF_ERROR(
+                InsertRowStore(g, point, point.cache_node, &told));
+            if (absl::StartsWith(told, "a row store")) *changed = true;
+            if (!told.empty()) {
+              absl::StrAppend(&report->cache.reason, "; ", told);
+            }
+            return OkStatus();
+          },
+          graph, report);
+    }
   }
   if (options.insert_prefetch) {
     RunPass(

@@ -59,7 +59,7 @@ struct Report {
   // One line per pass that could not apply, and why: "<pass>: <error>".
   std::vector<std::string> skipped;
   // Datasets added whose iterators change the keys of iterator checkpoints
-  // (prefetches inserted). Roots, options and untracked wrappers are
+  // (prefetches inserted, positions carried for a row store). Roots, options and untracked wrappers are
   // transparent to checkpoints and do not count.
   bool structure_changed = false;
   // Warm-start fingerprint of the graph BEFORE the passes (GraphFingerprint
@@ -80,7 +80,8 @@ struct Report {
 using TfOptimizer = std::function<Status(GraphDef* graph)>;
 
 // All passes, in order: strip_roots, TF's optimizations (if any, through
-// `tf_optimizer`), make_tunable, insert_cache (if asked), insert_prefetch (if
+// `tf_optimizer`), make_tunable, insert_cache and insert_row_store (if
+// asked), insert_prefetch (if
 // asked), untrack_inner (unless inner_stats), raise_interleave_buffers (if > 0),
 // disable_tf_autotune; only strip_roots unless `options.tune`. A pass that fails (bad graph) is skipped and recorded
 // in report->skipped, and the graph is kept as it was before that pass; the

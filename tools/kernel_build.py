@@ -60,6 +60,7 @@ KERNEL_SOURCES = [
     "rewrites/fingerprint.cc",
     "rewrites/graph_utils.cc",
     "rewrites/insert_prefetch.cc",
+    "rewrites/insert_row_store.cc",
     "rewrites/interleave_buffers.cc",
     "rewrites/make_tunable.cc",
     "rewrites/optimizer.cc",

@@ -30,6 +30,9 @@ enum Counter : int {
   kCounterCacheMisses,
   kCounterCacheSavedUs,
   kCounterCacheShrinks,
+  kCounterRowStoreRows,
+  kCounterRowStoreBytes,
+  kCounterRowStoreGathered,
   kNumCounters,
 };
 inline constexpr const char* kCounterNames[kNumCounters] = {
@@ -39,7 +42,8 @@ inline constexpr const char* kCounterNames[kNumCounters] = {
     "created_us",     "unlowerable_bytes",   "pinned_ram_budget",
     "cache_bytes",    "cache_limit",         "cache_elements",
     "cache_complete", "cache_hits",          "cache_misses",
-    "cache_saved_us", "cache_shrinks"};
+    "cache_saved_us", "cache_shrinks",       "row_store_rows",
+    "row_store_bytes", "row_store_gathered"};
 
 // Columns of the `stage_stats` output of IntuneObserve, one row per node.
 enum StageColumn : int {

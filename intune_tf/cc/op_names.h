@@ -35,6 +35,10 @@ inline constexpr char kCachePointAttr[] = "cache_point";
 // `options.deterministic=False`); empty when the order is fixed. Such a
 // cache serves only a whole epoch.
 inline constexpr char kCacheUnorderedAttr[] = "unordered";
+// Its attribute naming the row store of the map above it (the rewrite
+// insert_row_store): when set, each element comes with its position, a
+// scalar int64 before its components, which names the store (row_store.h).
+inline constexpr char kCacheRowStoreAttr[] = "row_store";
 
 // The nodes of the release op and of the cache in the autotuning model,
 // left out of stage names: a stage's name is the same with them or without

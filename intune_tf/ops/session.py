@@ -40,7 +40,8 @@ COUNTERS = ("elements", "gap_time_us", "gap_count", "get_next_time_us",
             "guard_shrinks", "guard_over_budget", "created_us",
             "unlowerable_bytes", "pinned_ram_budget", "cache_bytes",
             "cache_limit", "cache_elements", "cache_complete", "cache_hits",
-            "cache_misses", "cache_saved_us", "cache_shrinks")
+            "cache_misses", "cache_saved_us", "cache_shrinks",
+            "row_store_rows", "row_store_bytes", "row_store_gathered")
 # The counters `TuningSession.counters()` adds: this process's share of the
 # host.
 HOST_COUNTERS = ("host_cpu_share", "host_ram_share", "host_processes")
@@ -437,7 +438,11 @@ class TuningSession:
       `saved_s`: the upstream seconds the hits saved, at the rate measured
       as the cache filled (time between two elements read from the input,
       so wall time seen by the consumer, not CPU time); `shrunk_bytes`:
-      bytes the guard dropped from it.
+      bytes the guard dropped from it; `row_store_rows`,
+      `row_store_bytes`: the rows of a row-wise map above a shuffle that the
+      cache's row store holds (positions carried through the shuffle, the
+      map skipped for a batch whose rows it holds), and their bytes;
+      `row_store_gathered`: the batches it gave in place of the map.
     """
     state, point, reason = self._call(_kernels.ops().intune_session_cache)
     c = self._call(_kernels.ops().intune_session_counters).numpy()
@@ -451,7 +456,10 @@ class TuningSession:
             "misses": c["cache_misses"],
             "served": c["cache_hits"] / reads if reads else 0.0,
             "saved_s": c["cache_saved_us"] / 1e6,
-            "shrunk_bytes": c["cache_shrinks"]}
+            "shrunk_bytes": c["cache_shrinks"],
+            "row_store_rows": c["row_store_rows"],
+            "row_store_bytes": c["row_store_bytes"],
+            "row_store_gathered": c["row_store_gathered"]}
 
   def set_ram_budget(self, ram_budget: int) -> None:
     """Changes the RAM budget that the guard enforces, in bytes (> 0). From

@@ -46,6 +46,7 @@
 #include "intune_tf/cc/cache_decision.h"
 #include "intune_tf/cc/kernels/cache_store.h"
 #include "intune_tf/cc/kernels/pass_through.h"
+#include "intune_tf/cc/kernels/row_store.h"
 #include "intune_tf/cc/graph_walk.h"
 #include "intune_tf/cc/kernels/session_registry.h"
 #include "intune_tf/cc/op_names.h"
@@ -320,6 +321,7 @@ class IntuneCacheDatasetOp : public data::UnaryDatasetOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr(kCachePointAttr, &point_));
     OP_REQUIRES_OK(ctx,
                    ctx->GetAttr(kCacheUnorderedAttr, &unordered_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kCacheRowStoreAttr, &row_store_));
   }
 
  protected:
@@ -331,6 +333,7 @@ class IntuneCacheDatasetOp : public data::UnaryDatasetOpKernel {
 
   std::string point_;
   std::string unordered_;
+  std::string row_store_;
 };
 
 class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
@@ -338,14 +341,27 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
   // `entry` null: the input cannot be keyed, and the dataset passes its
   // elements through.
   Dataset(OpKernelContext* ctx, const DatasetBase* input, std::string point,
-          std::string unordered, std::shared_ptr<CacheEntry> entry,
-          std::vector<std::string> files)
+          std::string unordered, std::string row_store,
+          std::shared_ptr<CacheEntry> entry, std::vector<std::string> files)
       : PassThroughDataset(ctx, input),
         point_(std::move(point)),
         unordered_(std::move(unordered)),
+        row_store_(std::move(row_store)),
         entry_(std::move(entry)),
         files_(std::move(files)),
-        epoch_elements_(input->Cardinality()) {}
+        epoch_elements_(input->Cardinality()) {
+    dtypes_ = input->output_dtypes();
+    shapes_ = input->output_shapes();
+    if (!row_store_.empty()) {
+      dtypes_.insert(dtypes_.begin(), DT_INT64);
+      shapes_.insert(shapes_.begin(), PartialTensorShape({}));
+    }
+  }
+
+  const DataTypeVector& output_dtypes() const override { return dtypes_; }
+  const std::vector<PartialTensorShape>& output_shapes() const override {
+    return shapes_;
+  }
 
   std::unique_ptr<data::IteratorBase> MakeIteratorInternal(
       const std::string& prefix) const override {
@@ -366,9 +382,12 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     b->BuildAttrValue(point_, &point);
     AttrValue unordered;
     b->BuildAttrValue(unordered_, &unordered);
+    AttrValue row_store;
+    b->BuildAttrValue(row_store_, &row_store);
     return b->AddDataset(this, {input_node},
                          {{kCachePointAttr, point},
-                          {kCacheUnorderedAttr, unordered}},
+                          {kCacheUnorderedAttr, unordered},
+                          {kCacheRowStoreAttr, row_store}},
                          output);
   }
 
@@ -418,6 +437,9 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
         snapshot_ = entry->Snapshot();
         if (snapshot_ == nullptr) filling_ = entry->ClaimFill(this);
       }
+      if (entry->ordered() && !dataset()->row_store_.empty()) {
+        row_store_ = entry->RowStoreFor(dataset()->row_store_);
+      }
       entry->AddReader();
       reading_ = true;
       if (session_ != nullptr) session_->AttachCache(entry);
@@ -428,6 +450,24 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
                            std::vector<Tensor>* out_tensors,
                            bool* end_of_sequence) override {
       mutex_lock l(mu_);
+      TF_RETURN_IF_ERROR(GetNextElement(ctx, out_tensors, end_of_sequence));
+      if (dataset()->row_store_.empty() || *end_of_sequence) return OkStatus();
+      // The element's index in the epoch is position_ - 1 wherever the
+      // entry is read or appended; elsewhere it has no store.
+      Tensor position(DT_INT64, TensorShape({}));
+      position.scalar<int64_t>()() =
+          row_store_ != nullptr && !bypass_
+              ? RowPosition(row_store_->tag(), position_ - 1)
+              : -1;
+      out_tensors->insert(out_tensors->begin(), std::move(position));
+      return OkStatus();
+    }
+
+   private:
+    Status GetNextElement(data::IteratorContext* ctx,
+                          std::vector<Tensor>* out_tensors,
+                          bool* end_of_sequence)
+        TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       const std::shared_ptr<CacheEntry>& entry = dataset()->entry_;
       if (entry != nullptr && !bypass_ && !entry->ordered()) {
         return GetNextUnordered(ctx, out_tensors, end_of_sequence);
@@ -722,6 +762,7 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     void Decline(const std::string& point, const std::string& why)
         TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       bypass_ = true;
+      row_store_ = nullptr;
       if (session_ == nullptr) return;
       session_->DecideCache(CacheDecision::Declined(point, why));
       session_ = nullptr;
@@ -781,14 +822,21 @@ class IntuneCacheDatasetOp::Dataset : public PassThroughDataset {
     // Counted among the entry's readers (CacheEntry::AddReader).
     bool reading_ = false;
     std::shared_ptr<TuningSession> session_;
+    // The row store its positions name (kCacheRowStoreAttr), held for the
+    // epoch: a store its entry drops meanwhile still serves this epoch's
+    // batches, whose rows it computed.
+    std::shared_ptr<RowStore> row_store_ TF_GUARDED_BY(mu_);
   };
 
   const std::string point_;
   const std::string unordered_;
+  const std::string row_store_;
   const std::shared_ptr<CacheEntry> entry_;
   const std::vector<std::string> files_;
   // The input's cardinality (data::kUnknownCardinality when not known).
   const int64_t epoch_elements_;
+  DataTypeVector dtypes_;
+  std::vector<PartialTensorShape> shapes_;
 };
 
 void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,
@@ -807,8 +855,8 @@ void IntuneCacheDatasetOp::MakeDataset(OpKernelContext* ctx,
       if (!why_not.empty()) entry->Decline(why_not);
     }
   }
-  *output = new Dataset(ctx, input, point_, unordered_, std::move(entry),
-                        std::move(files));
+  *output = new Dataset(ctx, input, point_, unordered_, row_store_,
+                        std::move(entry), std::move(files));
 }
 
 REGISTER_KERNEL_BUILDER(Name(kCacheOp).Device(DEVICE_CPU),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "intune_tf/cc/kernels/row_store.h"
 #include "tensorflow/core/framework/variant.h"
 #include "tensorflow/core/framework/variant_tensor_data.h"
 
@@ -89,9 +90,14 @@ std::vector<CacheEntry::KnobBelow> CacheEntry::knobs_below() const {
 }
 
 bool CacheEntry::CheckFiles(const std::string& signature) {
+  // Dropped after the lock: a store gives its bytes back to the CacheStore.
+  std::map<std::string, std::shared_ptr<RowStore>> dropped;
   mutex_lock l(mu_);
   const bool changed = has_signature_ && signature != signature_;
-  if (changed) ClearLocked();
+  if (changed) {
+    ClearLocked();
+    dropped.swap(row_stores_);
+  }
   signature_ = signature;
   has_signature_ = true;
   return changed;
@@ -121,9 +127,26 @@ int64_t CacheEntry::input_epoch_us() const {
 }
 
 void CacheEntry::Decline(const std::string& reason) {
+  std::map<std::string, std::shared_ptr<RowStore>> dropped;
   mutex_lock l(mu_);
   ClearLocked();
+  dropped.swap(row_stores_);
   declined_ = reason;
+}
+
+std::shared_ptr<RowStore> CacheEntry::RowStoreFor(const std::string& key) {
+  mutex_lock l(mu_);
+  if (!declined_.empty()) return nullptr;
+  std::shared_ptr<RowStore>& store = row_stores_[key];
+  if (store == nullptr) store = RowStoreRegistry::Global()->MakeTagged(key);
+  return store;
+}
+
+std::vector<std::shared_ptr<RowStore>> CacheEntry::row_stores() const {
+  mutex_lock l(mu_);
+  std::vector<std::shared_ptr<RowStore>> stores;
+  for (const auto& [key, store] : row_stores_) stores.push_back(store);
+  return stores;
 }
 
 std::string CacheEntry::declined() const {

@@ -40,6 +40,7 @@ namespace tensorflow {
 namespace intune {
 
 class CacheStore;
+class RowStore;
 
 class CacheEntry {
  public:
@@ -88,6 +89,16 @@ class CacheEntry {
   void RememberKnobs(const std::vector<KnobBelow>& knobs)
       TF_LOCKS_EXCLUDED(mu_);
   std::vector<KnobBelow> knobs_below() const TF_LOCKS_EXCLUDED(mu_);
+
+  // The row store (row_store.h) of the map `key` above the entry's cache,
+  // made if there is none; null while the entry is declined. The entry owns
+  // it, and drops it (and the others) when its files change or it is
+  // declined: the rows were computed from its elements.
+  std::shared_ptr<RowStore> RowStoreFor(const std::string& key)
+      TF_LOCKS_EXCLUDED(mu_);
+  // The row stores it owns now.
+  std::vector<std::shared_ptr<RowStore>> row_stores() const
+      TF_LOCKS_EXCLUDED(mu_);
 
   // Element `index`, if held.
   bool Get(int64_t index, std::vector<Tensor>* out) const
@@ -178,6 +189,8 @@ class CacheEntry {
   int64_t upstream_us_ TF_GUARDED_BY(mu_) = 0;
   int64_t dropped_ TF_GUARDED_BY(mu_) = 0;
   std::map<std::string, KnobBelow> knobs_below_ TF_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<RowStore>> row_stores_
+      TF_GUARDED_BY(mu_);
 };
 
 // Something outside the entries that holds bytes reserved in the store

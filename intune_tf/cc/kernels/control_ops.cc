@@ -176,6 +176,9 @@ std::vector<int64_t> CounterFields(const TuningSession* session) {
   fields[kCounterCacheMisses] = c.cache_misses;
   fields[kCounterCacheSavedUs] = c.cache_saved_us;
   fields[kCounterCacheShrinks] = c.cache_shrinks;
+  fields[kCounterRowStoreRows] = c.row_store_rows;
+  fields[kCounterRowStoreBytes] = c.row_store_bytes;
+  fields[kCounterRowStoreGathered] = c.row_store_gathered;
   return fields;
 }
 

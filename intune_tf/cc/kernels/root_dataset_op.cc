@@ -266,11 +266,13 @@ class RootDatasetOp::Dataset : public data::DatasetBase {
       return errors::FailedPrecondition(
           "InTune could not restore this iterator checkpoint: ", s.message(),
           " InTune's graph rewrites changed the pipeline's structure "
-          "(prefetches inserted after parallel stages), so a checkpoint "
-          "written with InTune off or with other IntuneOptions does not "
-          "match it. Restore with the options the checkpoint was written "
-          "with, or turn off the rewrite that changes the structure: "
-          "IntuneOptions(insert_prefetch=False).");
+          "(prefetches inserted after parallel stages, or positions carried "
+          "through a shuffle for the row store), so a checkpoint written with "
+          "InTune off or with other IntuneOptions does not match it. Restore "
+          "with the options the checkpoint was written with, or turn off the "
+          "rewrite that changes the structure: "
+          "IntuneOptions(insert_prefetch=False), or cache=False for the row "
+          "store.");
     }
 
    private:

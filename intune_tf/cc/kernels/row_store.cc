@@ -5,6 +5,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/errors.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tensorflow/core/platform/random.h"
 #include "tensorflow/core/util/batch_util.h"
 
 namespace tensorflow {
@@ -18,6 +19,24 @@ Status CheckRowTypes(const DataTypeVector& dtypes) {
           DataTypeString(dtypes[i]),
           " (sparse, ragged, nested datasets and resources are not stored).");
     }
+  }
+  return OkStatus();
+}
+
+DataTypeVector RowStore::dtypes() const {
+  mutex_lock l(mu_);
+  return dtypes_;
+}
+
+Status RowStore::Accept(const DataTypeVector& dtypes) {
+  mutex_lock l(mu_);
+  if (dtypes_.empty()) {
+    TF_RETURN_IF_ERROR(CheckRowTypes(dtypes));
+    dtypes_ = dtypes;
+  } else if (dtypes_ != dtypes) {
+    return errors::InvalidArgument(
+        "Row store ", key_, " holds rows of dtypes ",
+        DataTypeVectorString(dtypes_), ", not ", DataTypeVectorString(dtypes));
   }
   return OkStatus();
 }
@@ -100,7 +119,8 @@ Status RowStore::Gather(const Tensor& positions,
     }
   }
   out->clear();
-  for (size_t i = 0; i < dtypes_.size(); ++i) {
+  const DataTypeVector dtypes = this->dtypes();
+  for (size_t i = 0; i < dtypes.size(); ++i) {
     TensorShape row_shape;
     if (n > 0) {
       row_shape = rows[0][i].shape();
@@ -117,7 +137,7 @@ Status RowStore::Gather(const Tensor& positions,
     }
     TensorShape batch_shape = row_shape;
     batch_shape.InsertDim(0, n);
-    Tensor batch(dtypes_[i], batch_shape);
+    Tensor batch(dtypes[i], batch_shape);
     for (int64_t j = 0; j < n; ++j) {
       const Tensor& row = rows[j][i];
       if (row.shape() != row_shape) {
@@ -131,6 +151,7 @@ Status RowStore::Gather(const Tensor& positions,
     }
     out->push_back(std::move(batch));
   }
+  gathered_.fetch_add(1);
   return OkStatus();
 }
 
@@ -179,14 +200,37 @@ Status RowStoreRegistry::GetOrCreate(const std::string& key,
   if (slot == nullptr) {
     slot = std::make_shared<RowStore>(key, dtypes, CacheStore::Global());
     CacheStore::Global()->AddHolder(slot);
-  } else if (slot->dtypes() != dtypes) {
-    return errors::InvalidArgument(
-        "Row store ", key, " holds rows of dtypes ",
-        DataTypeVectorString(slot->dtypes()), ", not ",
-        DataTypeVectorString(dtypes));
   }
+  TF_RETURN_IF_ERROR(slot->Accept(dtypes));
   *store = slot;
   return OkStatus();
+}
+
+std::shared_ptr<RowStore> RowStoreRegistry::MakeTagged(const std::string& key) {
+  constexpr int64_t kTags = int64_t{1} << (63 - kRowTagShift);
+  mutex_lock l(mu_);
+  for (auto it = tagged_.begin(); it != tagged_.end();) {
+    it = it->second.expired() ? tagged_.erase(it) : std::next(it);
+  }
+  int64_t tag = 0;
+  while (tag == 0 || tagged_.count(tag) > 0) {
+    tag = static_cast<int64_t>(random::New64() % static_cast<uint64_t>(kTags));
+  }
+  auto store = std::make_shared<RowStore>(key, DataTypeVector(),
+                                          CacheStore::Global(), tag);
+  tagged_[tag] = store;
+  CacheStore::Global()->AddHolder(store);
+  return store;
+}
+
+std::shared_ptr<RowStore> RowStoreRegistry::LookupTagged(
+    int64_t tag, const std::string& key) const {
+  mutex_lock l(mu_);
+  auto it = tagged_.find(tag);
+  if (it == tagged_.end()) return nullptr;
+  std::shared_ptr<RowStore> store = it->second.lock();
+  if (store == nullptr || store->key() != key) return nullptr;
+  return store;
 }
 
 std::shared_ptr<RowStore> RowStoreRegistry::Lookup(

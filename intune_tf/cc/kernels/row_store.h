@@ -1,38 +1,49 @@
 // The rows a row-wise map over batches computed, by position, outside any
 // one iterator (the ops in row_store_ops.cc).
 //
-// A pipeline `enumerate -> shuffle -> batch -> map(f)` carries each row's
+// A pipeline `positions -> shuffle -> batch -> map(f)` carries each row's
 // position in the epoch beside it: a shuffle's order depends only on its
 // seeds and on how many elements it read, so the positions come out in the
 // order plain tf.data gives the rows. When f is row-wise (row j of its
 // output depends only on row j of its input), the map can be wrapped as
 //
-//   f'(pos, x) = cond(IntuneRowStoreHas(pos),
-//                     IntuneRowStoreGather(pos),
-//                     IntuneRowStorePut(pos, f(x)))
+//   f'(pos, x) = If(IntuneRowStoreHas(pos),
+//                   IntuneRowStoreGather(pos),
+//                   IntuneRowStorePut(pos, f(x)))
 //
 // so that a batch whose rows were all stored skips f, and a batch with a
 // row missing is computed as written (a malformed row raises where plain
 // tf.data raises).
 //
-// One store per key (the wrapped map), in a process-wide registry that holds
-// it for the life of the process: `model.fit` makes one iterator per epoch,
-// and the ops' kernels go with their iterator. The store's bytes are taken
-// from the room of the process's caches (CacheStore::Reserve), so the budget
-// guard counts them, and the store is the first that the caches give back
-// when they must shrink (CacheStore::Balance): it drops rows from the
-// highest position down. Once a row does not fit, or once the store was
-// shrunk, it takes no more rows: it holds the rows stored before, and the
-// others are computed every epoch.
+// Two kinds of positions:
+// - Tagged (the rewrite insert_row_store): the cache below the shuffle gives
+//   each element `RowPosition(tag, index)`, where `tag` names a store that
+//   the cache's entry owns (CacheEntry::RowStoreFor): the store lives while
+//   the entry does (with the datasets that read it) and is dropped with the
+//   entry's elements when its files change or it is declined. The tag is
+//   random, and the ops check the store's key too, so that positions
+//   restored from another process's checkpoint find no store of another
+//   pipeline. A negative position has no store: its batch is computed.
+// - Untagged (0 <= position < 2^kRowTagShift, written by hand): the store
+//   is the op's `key` in a registry that holds it for the life of the
+//   process.
+//
+// A store's bytes are taken from the room of the process's caches
+// (CacheStore::Reserve), so the budget guard counts them, and the store is
+// the first that the caches give back when they must shrink
+// (CacheStore::Balance): it drops rows from the highest position down. Once
+// a row does not fit, or once the store was shrunk, it takes no more rows:
+// it holds the rows stored before, and the others are computed every epoch.
 //
 // A stored row stays stored between the IntuneRowStoreHas that found it and
 // the IntuneRowStoreGather of the same batch: a Has that answers true pins
 // the batch's rows, its Gather unpins them, and a shrink leaves pinned rows.
-// A Has answering true must therefore be followed by its Gather (the cond
+// A Has answering true must therefore be followed by its Gather (the If
 // does); a pin left behind only keeps its rows from a shrink.
 #ifndef INTUNE_TF_CC_KERNELS_ROW_STORE_H_
 #define INTUNE_TF_CC_KERNELS_ROW_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -56,17 +67,37 @@ namespace intune {
 // resource dtype (their bytes and lifetime are not the store's to know).
 Status CheckRowTypes(const DataTypeVector& dtypes);
 
+// A tagged position: bits 0..kRowTagShift-1 hold the element's index in the
+// epoch, the bits above the tag of its store (1 .. 2^(63-kRowTagShift)-1).
+inline constexpr int kRowTagShift = 40;
+inline constexpr int64_t RowPosition(int64_t tag, int64_t index) {
+  return (tag << kRowTagShift) | index;
+}
+inline constexpr int64_t RowTag(int64_t position) {
+  return position < 0 ? -1 : position >> kRowTagShift;
+}
+
 class RowStore : public CacheHolder {
  public:
-  // `budget` (may be null: no limit) gives the room for the rows' bytes.
-  RowStore(std::string key, DataTypeVector dtypes, CacheStore* budget)
-      : key_(std::move(key)), dtypes_(std::move(dtypes)), budget_(budget) {}
+  // `budget` (may be null: no limit) gives the room for the rows' bytes;
+  // `tag` (0: untagged) is the one its positions carry. Empty `dtypes`: set
+  // by the first Accept.
+  RowStore(std::string key, DataTypeVector dtypes, CacheStore* budget,
+           int64_t tag = 0)
+      : key_(std::move(key)),
+        budget_(budget),
+        tag_(tag),
+        dtypes_(std::move(dtypes)) {}
   ~RowStore() override;
   RowStore(const RowStore&) = delete;
   RowStore& operator=(const RowStore&) = delete;
 
   const std::string& key() const { return key_; }
-  const DataTypeVector& dtypes() const { return dtypes_; }
+  int64_t tag() const { return tag_; }
+  DataTypeVector dtypes() const TF_LOCKS_EXCLUDED(mu_);
+  // OK when the store holds rows of `dtypes` (the first call of a store made
+  // without dtypes sets them); else InvalidArgument.
+  Status Accept(const DataTypeVector& dtypes) TF_LOCKS_EXCLUDED(mu_);
 
   // Whether every position of `positions` (a vector) is stored; false when
   // there is none (an empty batch is computed as written). When true, the
@@ -99,12 +130,16 @@ class RowStore : public CacheHolder {
   int64_t rows() const TF_LOCKS_EXCLUDED(mu_);
   int64_t bytes() const TF_LOCKS_EXCLUDED(mu_);
   bool stopped() const TF_LOCKS_EXCLUDED(mu_);
+  // Batches gathered (Gather calls that succeeded).
+  int64_t gathered() const { return gathered_.load(); }
 
  private:
   const std::string key_;
-  const DataTypeVector dtypes_;
   CacheStore* const budget_;
+  const int64_t tag_;
+  std::atomic<int64_t> gathered_{0};
   mutable mutex mu_;
+  DataTypeVector dtypes_ TF_GUARDED_BY(mu_);
   struct Row {
     // Its components; never changed once stored, so readers share them.
     std::vector<Tensor> components;
@@ -117,8 +152,9 @@ class RowStore : public CacheHolder {
   bool stopped_ TF_GUARDED_BY(mu_) = false;
 };
 
-// The process's row stores, by key. A store lives as long as the process;
-// each is a holder of the process's CacheStore.
+// The process's row stores: untagged ones by key, which live as long as the
+// process, and tagged ones by tag, while their owner holds them. Each is a
+// holder of the process's CacheStore.
 class RowStoreRegistry {
  public:
   static RowStoreRegistry* Global();
@@ -132,9 +168,20 @@ class RowStoreRegistry {
   std::shared_ptr<RowStore> Lookup(const std::string& key) const
       TF_LOCKS_EXCLUDED(mu_);
 
+  // A new store of `key` with a random tag that no live store has, for its
+  // caller to own (the registry keeps it only while the caller does).
+  std::shared_ptr<RowStore> MakeTagged(const std::string& key)
+      TF_LOCKS_EXCLUDED(mu_);
+  // The live store of `tag` if its key is `key`, else null.
+  std::shared_ptr<RowStore> LookupTagged(int64_t tag,
+                                         const std::string& key) const
+      TF_LOCKS_EXCLUDED(mu_);
+
  private:
   mutable mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<RowStore>> stores_
+      TF_GUARDED_BY(mu_);
+  std::unordered_map<int64_t, std::weak_ptr<RowStore>> tagged_
       TF_GUARDED_BY(mu_);
 };
 

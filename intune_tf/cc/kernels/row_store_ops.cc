@@ -6,6 +6,7 @@
 
 #include "intune_tf/cc/kernels/row_store.h"
 #include "intune_tf/cc/op_names.h"
+#include "tensorflow/core/framework/dataset_stateful_op_allowlist.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -27,6 +28,29 @@ bool CheckPositions(OpKernelContext* ctx) {
   return false;
 }
 
+// The store the batch's positions name (row_store.h): the tagged store of
+// their tag and `key`, or the untagged store of `key` (made, for a Put, with
+// `dtypes`); null when the batch is empty, a position is negative or the
+// positions carry different tags, or no such store lives.
+Status StoreOf(const Tensor& positions, const std::string& key,
+               const DataTypeVector* dtypes, std::shared_ptr<RowStore>* store) {
+  store->reset();
+  const auto pos = positions.flat<int64_t>();
+  if (pos.size() == 0) return OkStatus();
+  const int64_t tag = RowTag(pos(0));
+  for (int64_t j = 0; j < pos.size(); ++j) {
+    if (RowTag(pos(j)) != tag || pos(j) < 0) return OkStatus();
+  }
+  if (tag > 0) {
+    *store = RowStoreRegistry::Global()->LookupTagged(tag, key);
+  } else if (dtypes != nullptr) {
+    return RowStoreRegistry::Global()->GetOrCreate(key, *dtypes, store);
+  } else {
+    *store = RowStoreRegistry::Global()->Lookup(key);
+  }
+  return OkStatus();
+}
+
 class IntuneRowStoreHasOp : public OpKernel {
  public:
   explicit IntuneRowStoreHasOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -35,7 +59,8 @@ class IntuneRowStoreHasOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     if (!CheckPositions(ctx)) return;
-    std::shared_ptr<RowStore> store = RowStoreRegistry::Global()->Lookup(key_);
+    std::shared_ptr<RowStore> store;
+    OP_REQUIRES_OK(ctx, StoreOf(ctx->input(0), key_, nullptr, &store));
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<bool>()() = store != nullptr && store->HasAll(ctx->input(0));
@@ -48,12 +73,9 @@ class IntuneRowStoreHasOp : public OpKernel {
 class IntuneRowStorePutOp : public OpKernel {
  public:
   explicit IntuneRowStorePutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string key;
-    DataTypeVector dtypes;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(kRowStoreKeyAttr, &key));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(kRowStoreTypesAttr, &dtypes));
-    OP_REQUIRES_OK(ctx,
-                   RowStoreRegistry::Global()->GetOrCreate(key, dtypes, &store_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kRowStoreKeyAttr, &key_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(kRowStoreTypesAttr, &dtypes_));
+    OP_REQUIRES_OK(ctx, CheckRowTypes(dtypes_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -70,14 +92,20 @@ class IntuneRowStorePutOp : public OpKernel {
               kPositions, "), got shape ", component.shape().DebugString()));
       components.push_back(component);
     }
-    OP_REQUIRES_OK(ctx, store_->Put(ctx->input(0), components));
+    std::shared_ptr<RowStore> store;
+    OP_REQUIRES_OK(ctx, StoreOf(ctx->input(0), key_, &dtypes_, &store));
+    if (store != nullptr) {
+      OP_REQUIRES_OK(ctx, store->Accept(dtypes_));
+      OP_REQUIRES_OK(ctx, store->Put(ctx->input(0), components));
+    }
     for (int i = 1; i < ctx->num_inputs(); ++i) {
       ctx->set_output(i - 1, ctx->input(i));
     }
   }
 
  private:
-  std::shared_ptr<RowStore> store_;
+  std::string key_;
+  DataTypeVector dtypes_;
 };
 
 class IntuneRowStoreGatherOp : public OpKernel {
@@ -95,17 +123,14 @@ class IntuneRowStoreGatherOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     if (!CheckPositions(ctx)) return;
-    std::shared_ptr<RowStore> store = RowStoreRegistry::Global()->Lookup(key_);
+    std::shared_ptr<RowStore> store;
+    OP_REQUIRES_OK(ctx, StoreOf(ctx->input(0), key_, nullptr, &store));
     OP_REQUIRES(ctx, store != nullptr,
                 errors::InvalidArgument(
                     "Row store ", key_, " holds no rows: only a batch whose "
                     "rows are all stored (IntuneRowStoreHas) can be "
                     "gathered."));
-    OP_REQUIRES(ctx, store->dtypes() == dtypes_,
-                errors::InvalidArgument(
-                    "Row store ", key_, " holds rows of dtypes ",
-                    DataTypeVectorString(store->dtypes()), ", not ",
-                    DataTypeVectorString(dtypes_)));
+    OP_REQUIRES_OK(ctx, store->Accept(dtypes_));
     std::vector<Tensor> out;
     OP_REQUIRES_OK(ctx, store->Gather(ctx->input(0), shapes_, &out));
     for (size_t i = 0; i < out.size(); ++i) ctx->set_output(i, out[i]);
@@ -123,6 +148,13 @@ REGISTER_KERNEL_BUILDER(Name(kRowStorePutOp).Device(DEVICE_CPU),
                         IntuneRowStorePutOp);
 REGISTER_KERNEL_BUILDER(Name(kRowStoreGatherOp).Device(DEVICE_CPU),
                         IntuneRowStoreGatherOp);
+
+// Stateful for the graph's optimizers (never folded, pruned or merged), but
+// nothing of theirs belongs in an iterator checkpoint: a store holds only
+// what its map computes again without it.
+ALLOW_STATEFUL_OP_FOR_DATASET_FUNCTIONS(kRowStoreHasOp);
+ALLOW_STATEFUL_OP_FOR_DATASET_FUNCTIONS(kRowStorePutOp);
+ALLOW_STATEFUL_OP_FOR_DATASET_FUNCTIONS(kRowStoreGatherOp);
 
 }  // namespace
 }  // namespace intune

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "intune_tf/cc/kernels/bounded_buffers.h"
 #include "intune_tf/cc/kernels/budget_guard.h"
+#include "intune_tf/cc/kernels/row_store.h"
 #include "intune_tf/cc/kernels/stage_names.h"
 #include "intune_tf/cc/op_names.h"
 #include "tensorflow/core/framework/model.pb.h"
@@ -677,6 +678,11 @@ SessionCounters TuningSession::Counters() const {
     c.cache_limit += entry->limit();
     c.cache_elements += entry->size();
     c.cache_complete += entry->complete() ? 1 : 0;
+    for (const auto& store : entry->row_stores()) {
+      c.row_store_rows += store->rows();
+      c.row_store_bytes += store->bytes();
+      c.row_store_gathered += store->gathered();
+    }
   }
   c.cache_hits = cache_hits_.load();
   c.cache_misses = cache_misses_.load();

@@ -79,6 +79,9 @@ struct SessionCounters {
   int64_t cache_misses = 0;        // elements it read from the input instead
   int64_t cache_saved_us = 0;      // upstream time the hits saved
   int64_t cache_shrinks = 0;       // bytes the guard dropped from caches
+  int64_t row_store_rows = 0;      // rows the caches' row stores hold
+  int64_t row_store_bytes = 0;     // their bytes
+  int64_t row_store_gathered = 0;  // batches gathered from them
 };
 
 class TuningSession {

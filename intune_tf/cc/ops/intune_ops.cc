@@ -118,6 +118,7 @@ REGISTER_OP("IntuneCacheDataset")
     .Attr("output_shapes: list(shape) >= 1")
     .Attr("cache_point: string = ''")
     .Attr("unordered: string = ''")
+    .Attr("row_store: string = ''")
     .Attr("metadata: string = ''")
     .SetTypeConstructor(full_type::VariadicTensorContainer(TFT_DATASET,
                                                            "output_types"))
@@ -133,6 +134,10 @@ cache_point: the node it caches, for display.
 unordered: why its input may give its elements in another order each epoch
   (empty: the order is fixed). Such a cache serves an epoch only when it holds
   all of it; otherwise the input runs as if there were no cache.
+row_store: the key of the row store of the map above the cache (empty:
+  none). Each element then comes with its position (int64, before its
+  components), which names the store that the cache's entry owns; -1 when
+  there is none.
 )doc");
 
 REGISTER_OP("IntuneBufferReleaseDataset")
