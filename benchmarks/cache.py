@@ -87,9 +87,31 @@ def _files(rows: int, data_dir: str) -> list[str]:
   return sorted(glob.glob(os.path.join(out, "*.tsv")))
 
 
+# "text" (the L4 pipeline of `pipelines.pipeline`) or "tfrecord" (its stages
+# over TFRecord Examples, `pipelines.examples_pipeline`); set by main.
+_SOURCE = ["text"]
+
+
+def _records(files, data_dir: str) -> list[str]:
+  """`files` converted to TFRecord Examples once, into `data_dir`."""
+  out = os.path.join(data_dir, os.path.basename(os.path.dirname(files[0])) +
+                     "-tfrecord")
+  records = sorted(glob.glob(os.path.join(out, "*.tfrecord")))
+  if records:
+    return records
+  subprocess.run([sys.executable, "-m", "intune_tf", "criteo", "convert",
+                  "--out", out, "--rows-per-file",
+                  str(max(1, sum(1 for _ in open(files[0])))), "--quiet",
+                  *files], check=True, stdout=subprocess.DEVNULL)
+  return sorted(glob.glob(os.path.join(out, "*.tfrecord")))
+
+
 def _pipeline(files, batch_size: int, hand_cache: bool = False):
   """The L4 pipeline, one epoch per iterator (as `fit` reads it); with
   `hand_cache`, a `.cache()` right after the read stage."""
+  if _SOURCE[0] == "tfrecord":
+    return pipelines.examples_pipeline(LEVEL, files, batch_size=batch_size,
+                                       seed=0, cache_records=hand_cache)
   if not hand_cache:
     return pipelines.pipeline(LEVEL, files, batch_size=batch_size, seed=0)
   lines = reader.lines_dataset
@@ -272,7 +294,10 @@ def _cache_probe(files, batch_size: int, epochs: int,
 def _child(args) -> int:
   """`--child`: the fits of `args.child` (variants, comma-separated) and,
   with `--probe`, `_cache_probe`'s epochs, as one JSON line on stdout."""
+  _SOURCE[0] = args.source
   files = _files(args.rows, args.data_dir)
+  if args.source == "tfrecord":
+    files = _records(files, args.data_dir)
   names = [n for n in args.child.split(",") if n]
   model = demo.tiny_dlrm()
   if names:
@@ -296,7 +321,8 @@ def _in_cgroup(args, variants: list[str], limit: int,
   command = [sys.executable, os.path.abspath(__file__), "--child=" +
              ",".join(variants), "--rows", str(args.rows), "--repeats",
              str(args.repeats), "--epochs", str(args.epochs), "--batch-size",
-             str(args.batch_size), "--data-dir", args.data_dir]
+             str(args.batch_size), "--data-dir", args.data_dir,
+             "--source", args.source]
   if probe_budget:
     command += ["--probe", "--probe-budget", str(probe_budget)]
   with _memcg.memory_cgroup(limit or (1 << 60), "intune-cache") as (cg, v2):
@@ -384,6 +410,11 @@ def main(argv=None) -> int:
   parser.add_argument("--batch-size", type=arguments.positive_int, default=4096)
   parser.add_argument("--data-dir", default=os.path.expanduser(
       "~/.cache/intune_tf/cache-bench"), help="Where the rows are made.")
+  parser.add_argument("--source", choices=("text", "tfrecord"),
+                      default="text",
+                      help="text: Criteo L4 as `pipelines.pipeline` builds "
+                      "it; tfrecord: its stages over TFRecord Examples "
+                      "(`pipelines.examples_pipeline`, converted once).")
   parser.add_argument("--half-budget", action="store_true",
                       help="The half-epoch RAM budget run (see above).")
   parser.add_argument("--pipeline", default=None,
@@ -413,9 +444,13 @@ def main(argv=None) -> int:
     probe = _files(20_000, args.data_dir)
     rows = int(args.epoch_mb * 1e6 / _row_bytes(probe, args.batch_size))
   files = _files(rows, args.data_dir)
+  _SOURCE[0] = args.source
+  if args.source == "tfrecord":
+    files = _records(files, args.data_dir)
   args.rows = rows
   row_bytes = _row_bytes(files, args.batch_size)
-  print(f"Criteo L{LEVEL}, {rows:,} generated rows in {len(files)} files, "
+  print(f"Criteo L{LEVEL} ({args.source}), {rows:,} generated rows in "
+        f"{len(files)} files, "
         f"batch {args.batch_size}; one preprocessed epoch "
         f"{rows * row_bytes / 1e6:.0f} MB; {args.repeats} interleaved "
         f"repeats; {host.usable_cpus()} CPUs, TF {tf.__version__}", flush=True)
@@ -448,6 +483,15 @@ def main(argv=None) -> int:
   print(f"\nintune cache / hand .cache() time ratio (median of paired): "
         f"{1 / cached[0]:.3f}; intune cache / bound: {1 / bound[0]:.3f}")
   one_epoch_report(single)
+  print("\nintune cache, per epoch (one tuned dataset read alone):")
+  for epoch, figures in enumerate(_cache_probe(files, args.batch_size,
+                                               args.epochs)):
+    print(f"  epoch {epoch + 1}: cache {figures['bytes'] / 1e6:.0f} MB, "
+          f"served {figures['served']:.2f}; row store "
+          f"{figures['row_store_rows']:,} rows, "
+          f"{figures['row_store_bytes'] / 1e6:.0f} MB, "
+          f"{figures['row_store_gathered']:,} batches gathered")
+  print(f"  reason: {figures['reason']}")
   return 0
 
 

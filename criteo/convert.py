@@ -260,7 +260,9 @@ _EXAMPLE_SPEC = {
 }
 
 
-def _parse_examples(serialized: tf.Tensor):
+def parse_examples(serialized: tf.Tensor):
+  """A batch of serialized rows as `convert_files` writes them (a string
+  vector) -> `({"dense", "sparse"}, label)`, as `reader.read` yields them."""
   parsed = tf.io.parse_example(serialized, _EXAMPLE_SPEC)
   return {"dense": parsed["dense"], "sparse": parsed["sparse"]}, parsed["label"]
 
@@ -295,7 +297,7 @@ def read_tfrecord(patterns: str | Iterable[str],
                                                    if num_parallel_reads != 1
                                                    else None))
   ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-  ds = ds.map(_parse_examples, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.map(parse_examples, num_parallel_calls=tf.data.AUTOTUNE)
   return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -35,11 +35,12 @@ UDFs:
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from intune_tf.criteo import convert
 from intune_tf.criteo import reader
 from intune_tf.criteo import schema
 from intune_tf.criteo import synthetic
@@ -92,7 +93,7 @@ def log_dense(dense: tf.Tensor) -> tf.Tensor:
 class _Parse:
   """L3 UDF: decode, log-transform dense, hash categoricals."""
 
-  def __init__(self, decode: reader.Parser, num_buckets: int):
+  def __init__(self, decode: Callable[[Any], Any], num_buckets: int):
     self._decode = decode
     self._num_buckets = num_buckets
 
@@ -290,6 +291,68 @@ def pipeline(level: int,
   ds = ds.prefetch(par["prefetch"])
   ds.stages = STAGES[level]
   ds.bad_rows = bad_rows
+  return ds
+
+
+def examples_pipeline(level: int,
+                      files: str | Iterable[str],
+                      *,
+                      batch_size: int = 4096,
+                      shuffle_buffer: int = 16_384,
+                      seed: int | None = None,
+                      num_buckets: int = 1 << 20,
+                      vocab_size: int = 1000,
+                      noise_std: float = 0.05,
+                      heavy_rounds: int = 6,
+                      cache_records: bool = False) -> tf.data.Dataset:
+  """The level-`level` stages of `pipeline` over TFRecord files of
+  `tf.train.Example` rows (as `convert.convert_files` writes them), in the
+  shape of TensorFlow's performance guide:
+
+  `interleave(TFRecordDataset) -> shuffle -> batch -> map(parse) ->
+  map(features) -> map(heavy) -> prefetch`, every parallel stage on
+  AUTOTUNE, where `parse` is `convert.parse_examples` (a `tf.io.parse_example`
+  of the batch) followed by the same transforms as `pipeline`'s.
+
+  Args:
+    level: 1..5, as `pipeline` (`STAGES`).
+    files: TFRecord file names or glob patterns.
+    batch_size: Rows per batch (default 4096).
+    shuffle_buffer: Rows in the shuffle buffer, levels >= 2 (default 16,384).
+    seed: Shuffle and noise seed (default None: random).
+    num_buckets: Hash buckets per categorical feature (default 2**20).
+    vocab_size: Dictionary entries per feature at level >= 4 (default 1000).
+    noise_std: Standard deviation of the dense noise (default 0.05).
+    heavy_rounds: Hashing rounds of level 5 (default 6).
+    cache_records: A `.cache()` right after the read, where a user would put
+      one by hand (default False).
+
+  Returns:
+    The dataset; its attribute `stages` is `STAGES[level]`.
+  """
+  if level not in STAGES:
+    raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+  paths = reader.expand_patterns(files)
+  auto = tf.data.AUTOTUNE
+  ds = tf.data.Dataset.from_tensor_slices(paths).interleave(
+      tf.data.TFRecordDataset, cycle_length=min(len(paths), os.cpu_count() or 1),
+      num_parallel_calls=auto)
+  if cache_records:
+    ds = ds.cache()
+  if level >= 2:
+    ds = ds.shuffle(shuffle_buffer, seed=seed)
+  ds = ds.batch(batch_size, num_parallel_calls=auto)
+  if level >= 3:
+    ds = ds.map(_Parse(convert.parse_examples, num_buckets),
+                num_parallel_calls=auto)
+  if level >= 4:
+    ds = ds.map(_Features(vocabulary_table(num_buckets, vocab_size),
+                          num_buckets, noise_std, seed),
+                num_parallel_calls=auto)
+  if level >= 5:
+    ds = ds.map(_Heavy(heavy_rounds, num_buckets), num_parallel_calls=auto)
+  ds = ds.prefetch(auto)
+  ds.stages = STAGES[level]
   return ds
 
 

@@ -479,6 +479,8 @@ class Prover {
           out[0].ints = std::move(ints);
           out[0].ints_known = ints_known;
         }
+      } else if (n == 1 && op == "Range") {
+        out[0].rank = 1;  // a vector, whatever its length
       } else if (n == 1 && inputs.size() == 1 &&
                  (op == "Identity" || op == "Snapshot")) {
         out[0] = inputs[0];
