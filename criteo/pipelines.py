@@ -334,9 +334,9 @@ def examples_pipeline(level: int,
     raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
   paths = reader.expand_patterns(files)
   auto = tf.data.AUTOTUNE
+  cycle = min(len(paths), os.cpu_count() or 1)
   ds = tf.data.Dataset.from_tensor_slices(paths).interleave(
-      tf.data.TFRecordDataset, cycle_length=min(len(paths), os.cpu_count() or 1),
-      num_parallel_calls=auto)
+      tf.data.TFRecordDataset, cycle_length=cycle, num_parallel_calls=auto)
   if cache_records:
     ds = ds.cache()
   if level >= 2:
