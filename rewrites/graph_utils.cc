@@ -15,7 +15,6 @@ namespace intune {
 namespace rewrites {
 namespace {
 
-inline constexpr char kIdentityOp[] = "Identity";
 inline constexpr char kConstOp[] = "Const";
 inline constexpr char kSink[] = "Sink";
 inline constexpr char kFakeSink[] = "FakeSink";

@@ -33,6 +33,7 @@ inline constexpr char kAssertPrevOp[] = "AssertPrevDataset";
 inline constexpr char kFunctionAttr[] = "f";
 inline constexpr char kOutputTypes[] = "output_types";
 inline constexpr char kOutputShapes[] = "output_shapes";
+inline constexpr char kIdentityOp[] = "Identity";
 inline constexpr char kLegacyAutotune[] = "legacy_autotune";
 inline constexpr char kBufferSizeMin[] = "buffer_size_min";
 

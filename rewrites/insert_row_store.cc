@@ -27,7 +27,6 @@ namespace rewrites {
 namespace {
 
 inline constexpr char kIfOp[] = "If";
-inline constexpr char kIdentityOp[] = "Identity";
 inline constexpr char kPlaceholderOp[] = "Placeholder";
 inline constexpr char kCapturedTypesAttr[] = "Targuments";
 inline constexpr char kPositionsArg[] = "positions";
@@ -91,7 +90,7 @@ Status AddPositions(int64_t batch_dim, NodeDef* node) {
 }
 
 // Dim 0 of the first output of a batch, -1 when not known.
-int64_t BatchDim(const NodeDef& batch) {
+int64_t BatchRows(const NodeDef& batch) {
   const auto it = batch.attr().find(kOutputShapes);
   if (it == batch.attr().end() || it->second.list().shape_size() == 0) {
     return -1;
@@ -483,7 +482,7 @@ Status InsertRowStore(GraphDef* graph, const CachePoint& point,
   (*cache_node->second->mutable_attr())[kCacheRowStoreAttr].set_s(key);
   TF_RETURN_IF_ERROR(AddPositions(-2, cache_node->second));
   for (NodeDef* node : unbatched) TF_RETURN_IF_ERROR(AddPositions(-2, node));
-  const int64_t batch_dim = BatchDim(*batch->second);
+  const int64_t batch_dim = BatchRows(*batch->second);
   for (NodeDef* node : batched) {
     TF_RETURN_IF_ERROR(AddPositions(batch_dim, node));
   }

@@ -847,3 +847,96 @@ def test_a_tf1_style_program_is_tuned(tmp_path):
   assert "first [0, 2, 4]\ntuned True\n" in result.stdout
   for failure in ("tuner step failed", "cannot be tuned"):
     assert failure not in result.stderr, result.stderr[-2000:]
+
+
+def _stats(name: str, ns: int, elements: int = 100, inputs=()):
+  return records.StageStats(name=name, elements=elements,
+                            processing_time_ns=ns, buffered_bytes=0,
+                            buffered_elements=0, bytes_produced=0,
+                            bytes_consumed=0, parameters={},
+                            inputs=tuple(inputs))
+
+
+_BATCH = "Prefetch.ParallelMapV2.ParallelMapV2.ParallelBatch"
+# Processing times 10 + 60 + 20 + 5 + 5 = 100 ns: the upper map (features)
+# takes 60 / 100 = 0.6, the lower one (parse) 20 / 100 = 0.2.
+_CHAIN_STATS = [
+    _stats("Prefetch", 10, inputs=["Prefetch.ParallelMapV2"]),
+    _stats("Prefetch.ParallelMapV2", 60,
+           inputs=["Prefetch.ParallelMapV2.ParallelMapV2"]),
+    _stats("Prefetch.ParallelMapV2.ParallelMapV2", 20, inputs=[_BATCH]),
+    _stats(_BATCH, 5, inputs=[_BATCH + ".Shuffle"]),
+    _stats(_BATCH + ".Shuffle", 5),
+]
+_REFUSED = ("above it: S (ShuffleDatasetV3) reshuffles each epoch; the map "
+            "{map} (ParallelMapDatasetV2) after shuffle S and batch B is not "
+            "row-wise{below}: {why}")
+
+
+@pytest.mark.parametrize("below,why,expected", [
+    # The first map above the batch is refused: the parse, 0.2.
+    ("", "where (Where) in f keeps a number of rows that depends on their "
+     "values (a mask)", ("Prefetch.ParallelMapV2.ParallelMapV2", 0.2)),
+    # One row-wise map below it: the next map up, the features, 0.6.
+    (" (M1 below it is)", "Max (Max) in g reduces over the batch axis",
+     ("Prefetch.ParallelMapV2", 0.6)),
+    # Random: no move of the map makes its output the same every epoch.
+    (" (M1 below it is)", "n (RandomStandardNormal) in g is random", None),
+    # Two row-wise maps below, but only two maps: none is found.
+    (" (M1, M2 below it is)", "x (Max) in g reduces over the batch axis",
+     None),
+])
+def test_refused_map_share_finds_the_refused_map_above_the_batch(
+    below, why, expected):
+  reason = _REFUSED.format(map="M", below=below, why=why)
+  found = tuner_lib.refused_map_share(reason, _CHAIN_STATS)
+  if expected is None:
+    assert found is None
+  else:
+    assert found == (expected[0], why, pytest.approx(expected[1]))
+
+
+def test_refused_map_share_waits_for_elements_and_needs_a_refusal():
+  reason = _REFUSED.format(map="M", below="", why="w (Where) in f masks")
+  few = [dataclasses.replace(s, elements=3) for s in _CHAIN_STATS]
+  assert tuner_lib.refused_map_share(reason, few) is None
+  placed = ("above it: S reshuffles each epoch; the map after shuffle S and "
+            "batch B is row-wise (M): a candidate for a row store")
+  assert tuner_lib.refused_map_share(placed, _CHAIN_STATS) is None
+
+
+def test_an_expensive_refused_map_above_a_shuffle_is_told_once_with_its_op(
+    caplog):
+  caplog.set_level("INFO", logger="absl")
+
+  def heavy_then_sum(x):
+    # Row-wise work (a sine over 4,000 values per row), then a sum over the
+    # batch axis, which the proof refuses.
+    wide = tf.tile(tf.cast(x, tf.float32)[:, None], [1, 4000])
+    return tf.reduce_sum(tf.math.sin(wide) * 2.0, axis=0)
+
+  ds = (tf.data.Dataset.range(20_000).map(lambda x: x * 3).shuffle(64, seed=1)
+        .batch(16).map(heavy_then_sum, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(2))
+  it = iter(intune_tf.tune(ds, policy="even", period_s=0.02))
+  try:
+    next(it)
+    session = intune_tf.session_of(it)
+
+    def told():
+      for _ in range(20):
+        next(it)  # noqa: F821
+      intune_tf.global_tuner().step()
+      return _told_of(caplog, session, "of the pipeline's CPU")
+
+    assert wait_for(told, timeout=60), caplog.text
+    for _ in range(3):
+      told()
+    (message,) = told()
+    assert "the map Prefetch.ParallelMapV2 takes " in message, message
+    assert "(Sum) " in message and "reduces over the batch axis" in message
+    share = int(re.search(r"takes (\d+)% of", message).group(1))
+    assert 10 <= share <= 100, message
+  finally:
+    del it
+    gc.collect()

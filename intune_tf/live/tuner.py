@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import re
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from absl import logging
 import numpy as np
@@ -24,6 +25,7 @@ from intune_tf.live import registry
 from intune_tf.observe import status
 from intune_tf.ops import session as session_lib
 from intune_tf.records import CacheState
+from intune_tf.records import StageStats
 from intune_tf.tuning import env as env_lib
 from intune_tf.tuning import policies
 
@@ -51,6 +53,21 @@ UNLOWERABLE_WARN_SHARE = 0.25
 _BUDGET_PERIOD_S = 1.0
 # A share is written only when it moves by more than this fraction.
 _BUDGET_TOLERANCE = 0.05
+# A map above a shuffle that the row-wise proof refuses is told (INFO, once
+# per pipeline) when it takes at least this share of the pipeline's CPU,
+# measured over at least `_ROW_WISE_MIN_ELEMENTS` of its elements.
+ROW_WISE_TELL_SHARE = 0.10
+_ROW_WISE_MIN_ELEMENTS = 8
+# The cache's reason for a refused map (rewrites/row_wise.h,
+# RowWiseChain::Describe): the map, its op, the shuffle, the batch, the
+# row-wise maps below it, and the proof's refusal.
+_REFUSED_MAP = re.compile(
+    r"the map (\S+) \((\w+)\) after shuffle (\S+) and batch (\S+) is not "
+    r"row-wise(?: \(([^)]*) below it is\))?: (.*?)(?:; |$)")
+# Refusals that no move of the map changes: its output differs every epoch.
+_NOT_DETERMINISTIC = (" is random", " reads a variable")
+_MAP_NODES = ("Map", "ParallelMap", "ParallelMapV2")
+_BATCH_NODES = ("Batch", "BatchV2", "ParallelBatch")
 
 
 def default_budget_shares(available: int, held: list[int],
@@ -128,6 +145,54 @@ def buffer_budget(budget: int, policy_bytes: int) -> int:
   return max(1, int(budget) - max(0, int(policy_bytes)))
 
 
+def refused_map_share(reason: str, stats: Sequence[StageStats]
+                      ) -> tuple[str, str, float] | None:
+  """The share of the pipeline's CPU that the map the row-wise proof refused
+  takes, from the cache's `reason` and the session's stage statistics.
+
+  The map is found from the batch that reads the shuffle, up: the
+  `k + 1`-th map stage above it, `k` the row-wise maps the reason names
+  below the refused one.
+
+  Args:
+    reason: `TuningSession.cache()["reason"]`.
+    stats: `TuningSession.stats()`.
+
+  Returns:
+    `(stage name, the proof's refusal, share of all stages' processing
+    time)`, or None when the reason refuses no map, the refusal is one no
+    move changes (random ops, variables), the stage is not found, or it has
+    produced fewer than `_ROW_WISE_MIN_ELEMENTS` elements.
+  """
+  match = _REFUSED_MAP.search(reason)
+  if match is None:
+    return None
+  below, refusal = match.group(5), match.group(6)
+  if any(word in refusal for word in _NOT_DETERMINISTIC):
+    return None
+  skip = len(below.split(", ")) if below else 0
+  by_name = {s.name: s for s in stats}
+  for stage in stats:
+    parts = stage.name.split(".")
+    shuffled = any(i.split(".")[-1].startswith("Shuffle")
+                   for i in stage.inputs)
+    if parts[-1] not in _BATCH_NODES or not shuffled:
+      continue
+    for end in range(len(parts) - 1, 0, -1):
+      if parts[end - 1] not in _MAP_NODES:
+        continue
+      if skip > 0:
+        skip -= 1
+        continue
+      found = by_name.get(".".join(parts[:end]))
+      total = sum(s.processing_time_ns for s in stats)
+      if (found is None or found.elements < _ROW_WISE_MIN_ELEMENTS or
+          total <= 0):
+        return None
+      return found.name, refusal, found.processing_time_ns / total
+  return None
+
+
 class _Tuned:
   """Per-session state of the tuner."""
 
@@ -189,6 +254,7 @@ class Tuner:
     self._budget_logged: set[int] = set()
     self._unlowerable_told: set[str] = set()  # see `_tell_unlowerable`
     self._cache_told: set[tuple[str, str]] = set()  # see `_tell_cache`
+    self._row_wise_told: set[tuple[str, str]] = set()  # `_tell_row_wise`
     self._stops_at_exit = False
 
   def drive(self, session_id: int) -> None:
@@ -613,8 +679,38 @@ class Tuner:
           "a larger ram_budget, or IntuneOptions(cache=False) to say so.",
           t.session, cache["limit"], cache["point"])
 
+  def _tell_row_wise(self, t: _Tuned) -> None:
+    """Says (INFO, once per pipeline in the process) what the cache misses
+    where a map above the shuffle that the row-wise proof refuses takes at
+    least `ROW_WISE_TELL_SHARE` of the pipeline's CPU: its share, measured,
+    and the op that stops it, so that the user can change the map."""
+    if "row_wise" in t.told:
+      return
+    cache = t.session.cache()
+    if "is not row-wise" not in cache["reason"]:
+      t.told.add("row_wise")
+      return
+    found = refused_map_share(cache["reason"], t.session.stats())
+    if found is None:
+      return
+    t.told.add("row_wise")
+    key = (cache["point"], t.session.options.to_json())
+    stage, refusal, share = found
+    if share < ROW_WISE_TELL_SHARE or key in self._row_wise_told:
+      return
+    self._row_wise_told.add(key)
+    logging.info(
+        "InTune %r: the map %s takes %.0f%% of the pipeline's CPU, and every "
+        "epoch computes it again: it comes after a shuffle, and InTune keeps "
+        "a map's rows across epochs only when it proves the map row-wise, "
+        "which it does not: %s. A map that computes each row from that row "
+        "alone (or the same map put before the shuffle, where the cache "
+        "holds its output) would save about that share from the second "
+        "epoch on.", t.session, stage, 100 * share, refusal)
+
   def _step_one_unguarded(self, t: _Tuned) -> None:
     self._tell_cache(t)
+    self._tell_row_wise(t)
     # A static policy is stepped again only when the set of knobs changes;
     # listeners (the status file, the Keras logs) still see every step, and
     # with none the session is still observed every `_HELD_OBSERVE_S`.

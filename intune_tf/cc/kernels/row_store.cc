@@ -1,6 +1,10 @@
 #include "intune_tf/cc/kernels/row_store.h"
 
+#include <cstring>
+#include <memory>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/platform/errors.h"
@@ -51,10 +55,51 @@ bool RowStore::HasAll(const Tensor& positions) {
   if (pos.size() == 0) return false;
   mutex_lock l(mu_);
   for (int64_t j = 0; j < pos.size(); ++j) {
-    if (rows_.find(pos(j)) == rows_.end()) return false;
+    const int64_t index = pos(j) & kRowIndexMask;
+    const Chunk* chunk = ChunkOf(index, /*make=*/false);
+    if (chunk == nullptr || !chunk->present[index % kRowChunk]) return false;
   }
-  for (int64_t j = 0; j < pos.size(); ++j) ++rows_[pos(j)].pins;
+  for (int64_t j = 0; j < pos.size(); ++j) {
+    ++ChunkOf(pos(j) & kRowIndexMask, /*make=*/false)->pins;
+  }
   return true;
+}
+
+int64_t RowStore::RowBytes(size_t i) const {
+  if (!DataTypeCanUseMemcpy(dtypes_[i])) return -1;
+  return row_shapes_[i].num_elements() * DataTypeSize(dtypes_[i]);
+}
+
+namespace {
+
+// Where a tensor's bytes start; null for a dtype not copied by memcpy.
+char* Base(const Tensor& t) {
+  if (!DataTypeCanUseMemcpy(t.dtype())) return nullptr;
+  return const_cast<char*>(t.tensor_data().data());
+}
+
+}  // namespace
+
+RowStore::Chunk* RowStore::ChunkOf(int64_t index, bool make) {
+  const size_t number = static_cast<size_t>(index / kRowChunk);
+  if (number < chunks_.size() && chunks_[number] != nullptr) {
+    return chunks_[number].get();
+  }
+  if (!make) return nullptr;
+  auto chunk = std::make_unique<Chunk>();
+  for (size_t i = 0; i < dtypes_.size(); ++i) {
+    TensorShape shape = row_shapes_[i];
+    shape.InsertDim(0, kRowChunk);
+    chunk->columns.emplace_back(dtypes_[i], shape);
+    chunk->bases.push_back(Base(chunk->columns.back()));
+    chunk->bytes += chunk->columns.back().TotalBytes();
+  }
+  chunk->present.assign(kRowChunk, false);
+  if (budget_ != nullptr && !budget_->Reserve(chunk->bytes)) return nullptr;
+  bytes_ += chunk->bytes;
+  if (number >= chunks_.size()) chunks_.resize(number + 1);
+  chunks_[number] = std::move(chunk);
+  return chunks_[number].get();
 }
 
 Status RowStore::Put(const Tensor& positions,
@@ -62,30 +107,74 @@ Status RowStore::Put(const Tensor& positions,
   const auto pos = positions.flat<int64_t>();
   int64_t count = 0;
   mutex_lock l(mu_);
-  for (int64_t j = 0; j < pos.size() && !stopped_; ++j) {
-    if (rows_.find(pos(j)) != rows_.end()) continue;
-    Row row;
-    row.components.reserve(components.size());
+  if (row_shapes_.empty() && !components.empty()) {
     for (const Tensor& component : components) {
       TensorShape shape = component.shape();
       shape.RemoveDim(0);
-      Tensor element(component.dtype(), shape);
-      TF_RETURN_IF_ERROR(batch_util::CopySliceToElement(component, &element, j));
-      row.components.push_back(std::move(element));
+      row_shapes_.push_back(shape);
     }
-    row.bytes = ElementBytes(row.components);
-    if (budget_ != nullptr && !budget_->Reserve(row.bytes)) {
-      stopped_ = true;
-      LOG(INFO) << "InTune row store " << key_ << ": no room for row "
-                << pos(j) << " (" << row.bytes << " bytes) under the "
-                << "process's cache budget; it keeps its " << rows_.size()
-                << " rows (" << bytes_ << " bytes) and stores no more: the "
-                << "others are computed every epoch.";
+  }
+  std::string why_stop;
+  for (size_t i = 0; i < components.size() && !stopped_; ++i) {
+    TensorShape shape = components[i].shape();
+    shape.RemoveDim(0);
+    if (shape != row_shapes_[i]) {
+      why_stop = absl::StrCat("component ", i, " has rows of shape ",
+                              shape.DebugString(), ", not ",
+                              row_shapes_[i].DebugString(), " as before");
+    }
+  }
+  std::vector<int64_t> row_bytes(components.size());
+  std::vector<const char*> sources(components.size());
+  for (size_t i = 0; i < components.size(); ++i) {
+    row_bytes[i] = RowBytes(i);
+    sources[i] = Base(components[i]);
+  }
+  for (int64_t j = 0; j < pos.size() && !stopped_ && why_stop.empty(); ++j) {
+    const int64_t index = pos(j) & kRowIndexMask;
+    Chunk* chunk = ChunkOf(index, /*make=*/true);
+    if (chunk == nullptr) {
+      why_stop = absl::StrCat("no room for the rows at position ", index,
+                              " under the process's cache budget");
       break;
     }
-    bytes_ += row.bytes;
-    rows_.emplace(pos(j), std::move(row));
+    const int64_t slot = index % kRowChunk;
+    if (chunk->present[slot]) continue;
+    int64_t string_bytes = 0;
+    for (size_t i = 0; i < components.size(); ++i) {
+      if (row_bytes[i] >= 0) {
+        std::memcpy(chunk->bases[i] + slot * row_bytes[i],
+                    sources[i] + j * row_bytes[i], row_bytes[i]);
+        continue;
+      }
+      TF_RETURN_IF_ERROR(batch_util::CopyContiguousSlices(
+          components[i], j, slot, 1, &chunk->columns[i]));
+      if (dtypes_[i] != DT_STRING) continue;
+      const int64_t per_row = row_shapes_[i].num_elements();
+      const auto strings = chunk->columns[i].flat<tstring>();
+      for (int64_t e = slot * per_row; e < (slot + 1) * per_row; ++e) {
+        string_bytes += strings(e).size();
+      }
+    }
+    if (string_bytes > 0 && budget_ != nullptr &&
+        !budget_->Reserve(string_bytes)) {
+      why_stop = absl::StrCat("no room for the strings of position ", index,
+                              " under the process's cache budget");
+      break;
+    }
+    chunk->bytes += string_bytes;
+    bytes_ += string_bytes;
+    chunk->present[slot] = true;
+    ++chunk->rows;
+    ++rows_;
     ++count;
+  }
+  if (!why_stop.empty()) {
+    stopped_ = true;
+    LOG(INFO) << "InTune row store " << key_ << ": " << why_stop
+              << "; it keeps its " << rows_ << " rows (" << bytes_
+              << " bytes) and stores no more: the others are computed every "
+              << "epoch.";
   }
   if (stored != nullptr) *stored = count;
   return OkStatus();
@@ -96,34 +185,23 @@ Status RowStore::Gather(const Tensor& positions,
                         std::vector<Tensor>* out) {
   const auto pos = positions.flat<int64_t>();
   const int64_t n = pos.size();
-  // The rows' tensors (shared buffers), taken under the lock; a shrink may
-  // drop the rows once they are unpinned.
-  std::vector<std::vector<Tensor>> rows(n);
-  {
-    mutex_lock l(mu_);
-    int64_t missing = -1;
-    for (int64_t j = 0; j < n; ++j) {
-      auto it = rows_.find(pos(j));
-      if (it == rows_.end()) {
-        if (missing < 0) missing = j;
-        continue;
-      }
-      rows[j] = it->second.components;
-      if (it->second.pins > 0) --it->second.pins;
-    }
-    if (missing >= 0) {
+  mutex_lock l(mu_);
+  std::vector<Chunk*> chunks(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t index = pos(j) & kRowIndexMask;
+    chunks[j] = ChunkOf(index, /*make=*/false);
+    if (chunks[j] == nullptr || !chunks[j]->present[index % kRowChunk]) {
       return errors::InvalidArgument(
-          "Row store ", key_, " holds no row at position ", pos(missing),
-          " (element ", missing, " of the batch): only a batch whose rows are "
+          "Row store ", key_, " holds no row at position ", pos(j),
+          " (element ", j, " of the batch): only a batch whose rows are "
           "all stored (IntuneRowStoreHas) can be gathered.");
     }
   }
   out->clear();
-  const DataTypeVector dtypes = this->dtypes();
-  for (size_t i = 0; i < dtypes.size(); ++i) {
+  for (size_t i = 0; i < dtypes_.size(); ++i) {
     TensorShape row_shape;
-    if (n > 0) {
-      row_shape = rows[0][i].shape();
+    if (i < row_shapes_.size()) {
+      row_shape = row_shapes_[i];
     } else if (!shapes[i].AsTensorShape(&row_shape)) {
       return errors::InvalidArgument(
           "Row store ", key_, ": an empty batch needs a fully known row shape "
@@ -137,19 +215,23 @@ Status RowStore::Gather(const Tensor& positions,
     }
     TensorShape batch_shape = row_shape;
     batch_shape.InsertDim(0, n);
-    Tensor batch(dtypes[i], batch_shape);
+    Tensor batch(dtypes_[i], batch_shape);
+    const int64_t row_bytes = i < row_shapes_.size() ? RowBytes(i) : -1;
+    char* const base = Base(batch);
     for (int64_t j = 0; j < n; ++j) {
-      const Tensor& row = rows[j][i];
-      if (row.shape() != row_shape) {
-        return errors::InvalidArgument(
-            "Row store ", key_, ": the rows of component ", i, " differ in "
-            "shape within a batch (", row_shape.DebugString(), " at position ",
-            pos(0), ", ", row.shape().DebugString(), " at position ", pos(j),
-            ")");
+      const int64_t slot = (pos(j) & kRowIndexMask) % kRowChunk;
+      if (row_bytes >= 0) {
+        std::memcpy(base + j * row_bytes,
+                    chunks[j]->bases[i] + slot * row_bytes, row_bytes);
+      } else {
+        TF_RETURN_IF_ERROR(batch_util::CopyContiguousSlices(
+            chunks[j]->columns[i], slot, j, 1, &batch));
       }
-      TF_RETURN_IF_ERROR(batch_util::CopyElementToSlice(row, &batch, j));
     }
     out->push_back(std::move(batch));
+  }
+  for (Chunk* chunk : chunks) {
+    if (chunk->pins > 0) --chunk->pins;
   }
   gathered_.fetch_add(1);
   return OkStatus();
@@ -160,11 +242,11 @@ int64_t RowStore::Shrink(int64_t bytes) {
   if (bytes <= 0) return 0;
   stopped_ = true;
   int64_t freed = 0;
-  for (auto it = rows_.end(); it != rows_.begin() && freed < bytes;) {
-    --it;
-    if (it->second.pins > 0) continue;
-    freed += it->second.bytes;
-    it = rows_.erase(it);
+  for (size_t n = chunks_.size(); n-- > 0 && freed < bytes;) {
+    if (chunks_[n] == nullptr || chunks_[n]->pins > 0) continue;
+    freed += chunks_[n]->bytes;
+    rows_ -= chunks_[n]->rows;
+    chunks_[n].reset();
   }
   bytes_ -= freed;
   if (budget_ != nullptr) budget_->Release(freed);
@@ -173,7 +255,7 @@ int64_t RowStore::Shrink(int64_t bytes) {
 
 int64_t RowStore::rows() const {
   mutex_lock l(mu_);
-  return rows_.size();
+  return rows_;
 }
 
 int64_t RowStore::bytes() const {

@@ -31,7 +31,8 @@
 // A store's bytes are taken from the room of the process's caches
 // (CacheStore::Reserve), so the budget guard counts them, and the store is
 // the first that the caches give back when they must shrink
-// (CacheStore::Balance): it drops rows from the highest position down. Once
+// (CacheStore::Balance): it drops rows (kRowChunk positions at a time) from
+// the highest positions down. Once
 // a row does not fit, or once the store was shrunk, it takes no more rows:
 // it holds the rows stored before, and the others are computed every epoch.
 //
@@ -70,6 +71,9 @@ Status CheckRowTypes(const DataTypeVector& dtypes);
 // A tagged position: bits 0..kRowTagShift-1 hold the element's index in the
 // epoch, the bits above the tag of its store (1 .. 2^(63-kRowTagShift)-1).
 inline constexpr int kRowTagShift = 40;
+inline constexpr int64_t kRowIndexMask = (int64_t{1} << kRowTagShift) - 1;
+// Positions held together, in one chunk of columns (RowStore).
+inline constexpr int64_t kRowChunk = 32;
 inline constexpr int64_t RowPosition(int64_t tag, int64_t index) {
   return (tag << kRowTagShift) | index;
 }
@@ -108,8 +112,8 @@ class RowStore : public CacheHolder {
   // `positions`) under positions[j], copied, unless that position is stored
   // (it is left as it is) or the store stopped taking rows. The first row
   // without room under the budget stops the store, for good, and says so
-  // once in the log. `stored` (may be null) is set to the rows this call
-  // stored. The shapes are the caller's to check.
+  // once in the log; so does a row whose shape is not the first row's.
+  // `stored` (may be null) is set to the rows this call stored.
   Status Put(const Tensor& positions, const std::vector<Tensor>& components,
              int64_t* stored = nullptr) TF_LOCKS_EXCLUDED(mu_);
 
@@ -121,9 +125,10 @@ class RowStore : public CacheHolder {
                 const std::vector<PartialTensorShape>& shapes,
                 std::vector<Tensor>* out) TF_LOCKS_EXCLUDED(mu_);
 
-  // Drops rows not pinned, from the highest position down, until `bytes`
-  // are freed or none is left, and stops taking rows. Returns the bytes
-  // freed (released to the budget).
+  // Drops the chunks of rows (kRowChunk positions each) not pinned, from
+  // the highest positions down, until `bytes` are freed or none is left,
+  // and stops taking rows. Returns the bytes freed (released to the
+  // budget).
   int64_t Shrink(int64_t bytes) override TF_LOCKS_EXCLUDED(mu_);
 
   // Rows and bytes held, and whether the store stopped taking rows.
@@ -140,14 +145,30 @@ class RowStore : public CacheHolder {
   std::atomic<int64_t> gathered_{0};
   mutable mutex mu_;
   DataTypeVector dtypes_ TF_GUARDED_BY(mu_);
-  struct Row {
-    // Its components; never changed once stored, so readers share them.
-    std::vector<Tensor> components;
+  // Rows are kept by column, kRowChunk consecutive positions to a chunk: one
+  // tensor [kRowChunk, *row_shapes_[i]] per component, whose bytes are taken
+  // from the budget when the chunk is made (and a string's bytes when it is
+  // stored).
+  struct Chunk {
+    std::vector<Tensor> columns;
+    // Where each column's bytes start (memcpy-able dtypes).
+    std::vector<char*> bases;
+    std::vector<bool> present;
+    int64_t rows = 0;
     int64_t bytes = 0;
-    // Has answers that found it and whose Gather has not run yet.
+    // Rows that a Has answered for and whose Gather has not run yet.
     int64_t pins = 0;
   };
-  std::map<int64_t, Row> rows_ TF_GUARDED_BY(mu_);
+  // The chunk of `index`, made if `make` (null when it is not there, or
+  // when its bytes have no room: the store then stops).
+  Chunk* ChunkOf(int64_t index, bool make) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes of a row of component `i` for a memcpy, -1 for a dtype that
+  // is not copied so (strings).
+  int64_t RowBytes(size_t i) const TF_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<TensorShape> row_shapes_ TF_GUARDED_BY(mu_);
+  // By chunk number (index / kRowChunk); null where none is held.
+  std::vector<std::unique_ptr<Chunk>> chunks_ TF_GUARDED_BY(mu_);
+  int64_t rows_ TF_GUARDED_BY(mu_) = 0;
   int64_t bytes_ TF_GUARDED_BY(mu_) = 0;
   bool stopped_ TF_GUARDED_BY(mu_) = false;
 };
