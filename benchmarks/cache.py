@@ -232,6 +232,12 @@ def own_pipeline(args) -> int:
   print(f"\n{args.pipeline}, {args.epochs} epochs, {args.repeats} "
         f"interleaved repeats, {host.usable_cpus()} CPUs\n")
   table(results, "autotune", args.epochs)
+  it = iter(intune_tf.tune(trial.make_dataset(args.pipeline, args.take),
+                           cache=True))
+  next(it)
+  cache = intune_tf.session_of(it).cache()
+  print(f"\nintune cache: {cache['state'].value} after {cache['point']}: "
+        f"{cache['reason']}")
   if args.json:
     figures = {name: paired(results, name, "autotune") for name in names[1:]}
     with open(args.json, "w") as f:
@@ -342,8 +348,10 @@ def _in_cgroup(args, variants: list[str], limit: int,
 def half_budget(args, files) -> int:
   """`--half-budget`: see the module docstring."""
   full = _cache_probe(files, args.batch_size, 1)[0]
-  budget = full["buffered_peak"] + full["bytes"] // 2
-  print(f"A whole epoch's cache: {full['bytes'] / 1e6:.1f} MB; buffers' "
+  held = full["bytes"] + full["row_store_bytes"]
+  budget = full["buffered_peak"] + held // 2
+  print(f"A whole epoch's cache: {full['bytes'] / 1e6:.1f} MB, and its row "
+        f"store {full['row_store_bytes'] / 1e6:.1f} MB; buffers' "
         f"peak {full['buffered_peak'] / 1e6:.1f} MB; RAM budget "
         f"{budget / 1e6:.1f} MB", flush=True)
   one = argparse.Namespace(**{**vars(args), "repeats": 1})
@@ -387,7 +395,9 @@ def half_budget(args, files) -> int:
   probe = out["probe"]
   print(f"\nUnder the budget, per epoch: cache held (MB) "
         f"{[round(e['bytes'] / 1e6, 1) for e in probe]}; served from it "
-        f"{[round(e['served'], 3) for e in probe]}; highest cgroup peak "
+        f"{[round(e['served'], 3) for e in probe]}; row store rows "
+        f"{[e['row_store_rows'] for e in probe]}, batches gathered "
+        f"{[e['row_store_gathered'] for e in probe]}; highest cgroup peak "
         f"(MB): " + ", ".join(f"{n.split(' budget=')[0]} {p / 1e6:.0f}"
                               for n, p in peaks.items())
         + f", probe {probe_peak / 1e6:.0f}, of {limit / 1e6:.0f}; "

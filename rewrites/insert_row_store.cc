@@ -371,6 +371,11 @@ class Wrapper {
     put->set_op(kRowStorePutOp);
     put->add_input(kPositionsArg);
     for (const std::string& value : values) put->add_input(value);
+    // After every call has ended, its side effects (an Assert) included:
+    // the rows of a batch that raises are never stored.
+    for (size_t m = 0; m < maps_.size(); ++m) {
+      put->add_input(absl::StrCat("^call", m));
+    }
     SetKeyAndTypes(put, /*with_types=*/true);
     return f;
   }
