@@ -23,7 +23,7 @@ def _files() -> list[str]:
     return paths
   os.makedirs(folder, exist_ok=True)
   rng = np.random.default_rng(0)
-  for i, path in enumerate(paths):
+  for path in paths:
     with tf.io.TFRecordWriter(path + ".tmp") as writer:
       for _ in range(ROWS // len(paths)):
         writer.write(tf.train.Example(features=tf.train.Features(feature={
