@@ -61,9 +61,18 @@ int64_t ElementBytes(const std::vector<Tensor>& element,
   return bytes;
 }
 
+bool CacheRoom::Take(int64_t bytes) {
+  int64_t held = held_.load();
+  do {
+    if (held + bytes > limit_.load()) return false;
+  } while (!held_.compare_exchange_weak(held, held + bytes));
+  return true;
+}
+
 CacheEntry::~CacheEntry() {
   mutex_lock l(mu_);
   if (store_ != nullptr) store_->Release(bytes_);
+  room_->Give(bytes_);
 }
 
 void CacheEntry::set_point(const std::string& point) {
@@ -138,7 +147,9 @@ std::shared_ptr<RowStore> CacheEntry::RowStoreFor(const std::string& key) {
   mutex_lock l(mu_);
   if (!declined_.empty()) return nullptr;
   std::shared_ptr<RowStore>& store = row_stores_[key];
-  if (store == nullptr) store = RowStoreRegistry::Global()->MakeTagged(key);
+  if (store == nullptr) {
+    store = RowStoreRegistry::Global()->MakeTagged(key, room_);
+  }
   return store;
 }
 
@@ -174,8 +185,12 @@ bool CacheEntry::Append(int64_t index, const std::vector<Tensor>& element,
   }
   std::string uncounted;
   const int64_t bytes = ElementBytes(element, &uncounted);
-  if (!uncounted.empty() || bytes_ + bytes > limit_ ||
-      (store_ != nullptr && !store_->Reserve(bytes))) {
+  bool room = uncounted.empty() && room_->Take(bytes);
+  if (room && store_ != nullptr && !store_->Reserve(bytes)) {
+    room_->Give(bytes);
+    room = false;
+  }
+  if (!room) {
     stopped_ = true;
     if (!ordered_) {
       // A part of an unordered epoch is never served: let it go.
@@ -248,13 +263,26 @@ void CacheEntry::BeginEpoch() {
 }
 
 int64_t CacheEntry::SetLimit(int64_t bytes) {
-  mutex_lock l(mu_);
-  limit_ = std::max<int64_t>(bytes, 0);
+  std::vector<std::shared_ptr<RowStore>> stores;
+  {
+    mutex_lock l(mu_);
+    limit_ = std::max<int64_t>(bytes, 0);
+    room_->set_limit(limit_);
+    for (const auto& [key, store] : row_stores_) stores.push_back(store);
+  }
+  // The row stores first (outside the lock: a store gives its bytes back
+  // to the room and the CacheStore).
   int64_t dropped = 0;
-  if (!ordered_ && bytes_ > limit_) {
+  for (const auto& store : stores) {
+    const int64_t excess = room_->held() - room_->limit();
+    if (excess <= 0) break;
+    dropped += store->Shrink(excess);
+  }
+  mutex_lock l(mu_);
+  if (!ordered_ && bytes_ > 0 && room_->held() > limit_) {
     // Part of an unordered epoch is worth nothing: all of it goes, and the
     // filler (if any) stops; readers keep their snapshots to the epoch's end.
-    dropped = bytes_;
+    dropped += bytes_;
     dropped_ += elements_->size();
     needed_bytes_ = std::max(needed_bytes_, bytes_);
     filler_ = nullptr;
@@ -262,7 +290,7 @@ int64_t CacheEntry::SetLimit(int64_t bytes) {
     stopped_ = true;
     return dropped;
   }
-  while (bytes_ > limit_ && !elements_->empty()) {
+  while (room_->held() > limit_ && !elements_->empty()) {
     dropped += DropLastLocked();
     complete_ = false;
     // A shrunk entry is a prefix: nothing more until the next epoch.
@@ -284,6 +312,7 @@ int64_t CacheEntry::Shrink(int64_t bytes) {
     ClearLocked();
     stopped_ = true;
     limit_ = 0;
+    room_->set_limit(limit_);
     return dropped;
   }
   while (dropped < bytes && !elements_->empty()) {
@@ -292,7 +321,8 @@ int64_t CacheEntry::Shrink(int64_t bytes) {
     stopped_ = true;
     ++dropped_;
   }
-  limit_ = std::min(limit_, bytes_);
+  limit_ = std::min(limit_, room_->held());
+  room_->set_limit(limit_);
   return dropped;
 }
 
@@ -335,11 +365,13 @@ int64_t CacheEntry::DropLastLocked() {
   element_bytes_.pop_back();
   bytes_ -= last;
   if (store_ != nullptr) store_->Release(last);
+  room_->Give(last);
   return last;
 }
 
 void CacheEntry::ClearLocked() {
   if (store_ != nullptr) store_->Release(bytes_);
+  room_->Give(bytes_);
   // A new vector: a snapshot of the old one stays whole.
   elements_ = std::make_shared<Elements>();
   element_bytes_.clear();

@@ -42,6 +42,23 @@ namespace intune {
 class CacheStore;
 class RowStore;
 
+// The bytes a cache entry may hold, which its elements and its row stores
+// (row_store.h) share: each takes its bytes here as well as from the
+// process's CacheStore.
+class CacheRoom {
+ public:
+  // Takes `bytes` if held + bytes stays within the limit.
+  bool Take(int64_t bytes);
+  void Give(int64_t bytes) { held_.fetch_sub(bytes); }
+  void set_limit(int64_t bytes) { limit_.store(bytes); }
+  int64_t limit() const { return limit_.load(); }
+  int64_t held() const { return held_.load(); }
+
+ private:
+  std::atomic<int64_t> limit_{0};
+  std::atomic<int64_t> held_{0};
+};
+
 class CacheEntry {
  public:
   using Elements = std::vector<std::vector<Tensor>>;
@@ -130,8 +147,9 @@ class CacheEntry {
   void FailedAt(int64_t index) TF_LOCKS_EXCLUDED(mu_);
   void BeginEpoch() TF_LOCKS_EXCLUDED(mu_);
 
-  // Sets the byte limit, dropping elements from the end above it. Returns
-  // the bytes dropped.
+  // Sets the byte limit of the elements and the row stores together,
+  // shrinking the row stores first, then dropping elements from the end,
+  // while they hold more. Returns the bytes dropped.
   int64_t SetLimit(int64_t bytes) TF_LOCKS_EXCLUDED(mu_);
   // Drops elements from the end until `bytes` are freed (or none is left),
   // and lowers the limit to what is left. Returns the bytes dropped.
@@ -191,6 +209,7 @@ class CacheEntry {
   std::map<std::string, KnobBelow> knobs_below_ TF_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<RowStore>> row_stores_
       TF_GUARDED_BY(mu_);
+  const std::shared_ptr<CacheRoom> room_ = std::make_shared<CacheRoom>();
 };
 
 // Something outside the entries that holds bytes reserved in the store

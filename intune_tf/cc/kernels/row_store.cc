@@ -47,7 +47,21 @@ Status RowStore::Accept(const DataTypeVector& dtypes) {
 
 RowStore::~RowStore() {
   mutex_lock l(mu_);
-  if (budget_ != nullptr) budget_->Release(bytes_);
+  Give(bytes_);
+}
+
+bool RowStore::Take(int64_t bytes) {
+  if (budget_ != nullptr && !budget_->Reserve(bytes)) return false;
+  if (room_ != nullptr && !room_->Take(bytes)) {
+    if (budget_ != nullptr) budget_->Release(bytes);
+    return false;
+  }
+  return true;
+}
+
+void RowStore::Give(int64_t bytes) {
+  if (budget_ != nullptr) budget_->Release(bytes);
+  if (room_ != nullptr) room_->Give(bytes);
 }
 
 bool RowStore::HasAll(const Tensor& positions) {
@@ -95,7 +109,7 @@ RowStore::Chunk* RowStore::ChunkOf(int64_t index, bool make) {
     chunk->bytes += chunk->columns.back().TotalBytes();
   }
   chunk->present.assign(kRowChunk, false);
-  if (budget_ != nullptr && !budget_->Reserve(chunk->bytes)) return nullptr;
+  if (!Take(chunk->bytes)) return nullptr;
   bytes_ += chunk->bytes;
   if (number >= chunks_.size()) chunks_.resize(number + 1);
   chunks_[number] = std::move(chunk);
@@ -156,8 +170,7 @@ Status RowStore::Put(const Tensor& positions,
         string_bytes += strings(e).size();
       }
     }
-    if (string_bytes > 0 && budget_ != nullptr &&
-        !budget_->Reserve(string_bytes)) {
+    if (string_bytes > 0 && !Take(string_bytes)) {
       why_stop = absl::StrCat("no room for the strings of position ", index,
                               " under the process's cache budget");
       break;
@@ -249,7 +262,7 @@ int64_t RowStore::Shrink(int64_t bytes) {
     chunks_[n].reset();
   }
   bytes_ -= freed;
-  if (budget_ != nullptr) budget_->Release(freed);
+  Give(freed);
   return freed;
 }
 
@@ -288,7 +301,8 @@ Status RowStoreRegistry::GetOrCreate(const std::string& key,
   return OkStatus();
 }
 
-std::shared_ptr<RowStore> RowStoreRegistry::MakeTagged(const std::string& key) {
+std::shared_ptr<RowStore> RowStoreRegistry::MakeTagged(
+    const std::string& key, std::shared_ptr<CacheRoom> room) {
   constexpr int64_t kTags = int64_t{1} << (63 - kRowTagShift);
   mutex_lock l(mu_);
   for (auto it = tagged_.begin(); it != tagged_.end();) {
@@ -299,7 +313,8 @@ std::shared_ptr<RowStore> RowStoreRegistry::MakeTagged(const std::string& key) {
     tag = static_cast<int64_t>(random::New64() % static_cast<uint64_t>(kTags));
   }
   auto store = std::make_shared<RowStore>(key, DataTypeVector(),
-                                          CacheStore::Global(), tag);
+                                          CacheStore::Global(), tag,
+                                          std::move(room));
   tagged_[tag] = store;
   CacheStore::Global()->AddHolder(store);
   return store;

@@ -86,10 +86,13 @@ class RowStore : public CacheHolder {
   // `budget` (may be null: no limit) gives the room for the rows' bytes;
   // `tag` (0: untagged) is the one its positions carry. Empty `dtypes`: set
   // by the first Accept.
+  // `room` (may be null): the owning cache entry's, which its bytes are
+  // taken from too.
   RowStore(std::string key, DataTypeVector dtypes, CacheStore* budget,
-           int64_t tag = 0)
+           int64_t tag = 0, std::shared_ptr<CacheRoom> room = nullptr)
       : key_(std::move(key)),
         budget_(budget),
+        room_(std::move(room)),
         tag_(tag),
         dtypes_(std::move(dtypes)) {}
   ~RowStore() override;
@@ -139,8 +142,13 @@ class RowStore : public CacheHolder {
   int64_t gathered() const { return gathered_.load(); }
 
  private:
+  // Takes `bytes` from the budget and the room (both or neither).
+  bool Take(int64_t bytes);
+  void Give(int64_t bytes);
+
   const std::string key_;
   CacheStore* const budget_;
+  const std::shared_ptr<CacheRoom> room_;
   const int64_t tag_;
   std::atomic<int64_t> gathered_{0};
   mutable mutex mu_;
@@ -190,8 +198,10 @@ class RowStoreRegistry {
       TF_LOCKS_EXCLUDED(mu_);
 
   // A new store of `key` with a random tag that no live store has, for its
-  // caller to own (the registry keeps it only while the caller does).
-  std::shared_ptr<RowStore> MakeTagged(const std::string& key)
+  // caller to own (the registry keeps it only while the caller does), its
+  // bytes taken from `room` too.
+  std::shared_ptr<RowStore> MakeTagged(const std::string& key,
+                                       std::shared_ptr<CacheRoom> room)
       TF_LOCKS_EXCLUDED(mu_);
   // The live store of `tag` if its key is `key`, else null.
   std::shared_ptr<RowStore> LookupTagged(int64_t tag,
