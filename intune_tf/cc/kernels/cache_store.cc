@@ -186,13 +186,6 @@ bool CacheEntry::Append(int64_t index, const std::vector<Tensor>& element,
   std::string uncounted;
   const int64_t bytes = ElementBytes(element, &uncounted);
   bool room = uncounted.empty() && room_->Take(bytes);
-  // The elements come first: the row stores above give room back for them
-  // (their rows are then computed), and hold what the elements leave.
-  for (auto it = row_stores_.begin();
-       !room && uncounted.empty() && it != row_stores_.end(); ++it) {
-    it->second->Shrink(bytes);
-    room = room_->Take(bytes);
-  }
   if (room && store_ != nullptr && !store_->Reserve(bytes)) {
     room_->Give(bytes);
     room = false;

@@ -121,8 +121,7 @@ class CacheEntry {
   bool Get(int64_t index, std::vector<Tensor>* out) const
       TF_LOCKS_EXCLUDED(mu_);
   // Appends `element` as element `index` when the entry holds exactly
-  // `index` elements, is not complete and has room under its limit, which
-  // its row stores give back first if they hold it. Once an
+  // `index` elements, is not complete and has room under its limit. Once an
   // element did not fit, nothing is appended until the next epoch begins
   // (`BeginEpoch`): the entry stays a prefix.
   // An unordered entry takes elements only from its filler (ClaimFill), and
