@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include "tensorflow/core/framework/dataset_stateful_op_allowlist.h"
 #include "tensorflow/core/platform/errors.h"
 
 namespace tensorflow {
@@ -50,6 +51,32 @@ StatusOr<Fn> FindSymbol(const char* name, const char* mangled) {
 #endif
 
 }  // namespace
+
+int AllowStatefulOpInTensorFlow(const std::string& op) {
+  int added = 0;
+#if defined(INTUNE_REWRITE_DATASET_SYMBOL)
+  for (const char* library : {"libtensorflow_framework.so.2", kTfCcLibrary}) {
+    void* handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) continue;
+    // The static `reg` of the inline AllowlistedStatefulOpRegistry::Global():
+    // a pointer, set once its library first called Global().
+    void* symbol = dlsym(handle,
+                         "_ZZN10tensorflow4data29AllowlistedStatefulOpRegistry"
+                         "6GlobalEvE3reg");
+    if (symbol == nullptr) continue;
+    auto* registry =
+        *static_cast<data::AllowlistedStatefulOpRegistry**>(symbol);
+    if (registry == nullptr ||
+        registry == data::AllowlistedStatefulOpRegistry::Global()) {
+      continue;
+    }
+    if (registry->Add(op).ok()) ++added;
+  }
+#else
+  (void)op;
+#endif
+  return added;
+}
 
 StatusOr<RewriteDatasetFn> FindRewriteDataset() {
   // Thread-safe static initialization: looked up once per process.

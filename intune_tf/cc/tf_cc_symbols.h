@@ -10,6 +10,8 @@
 #ifndef INTUNE_TF_CC_TF_CC_SYMBOLS_H_
 #define INTUNE_TF_CC_TF_CC_SYMBOLS_H_
 
+#include <string>
+
 #include "tensorflow/core/data/rewrite_utils.h"
 #include "tensorflow/core/platform/status.h"
 #include "tensorflow/core/platform/statusor.h"
@@ -26,6 +28,15 @@ StatusOr<RewriteDatasetFn> FindRewriteDataset();
 
 // data::CreateRewriterConfig, as FindRewriteDataset.
 StatusOr<CreateRewriterConfigFn> FindCreateRewriterConfig();
+
+// Adds `op` to the copies of data::AllowlistedStatefulOpRegistry that
+// TensorFlow's libraries (libtensorflow_framework.so.2,
+// libtensorflow_cc.so.2) made, where they are not the copy that
+// ALLOW_STATEFUL_OP_FOR_DATASET_FUNCTIONS reaches from this library: on
+// TensorFlow 2.16 this library keeps a registry of its own, and saving an
+// iterator refuses an op missing from TensorFlow's as stateful. Returns the
+// copies it was added to.
+int AllowStatefulOpInTensorFlow(const std::string& op);
 
 }  // namespace intune
 }  // namespace tensorflow

@@ -6,6 +6,7 @@
 
 #include "intune_tf/cc/kernels/row_store.h"
 #include "intune_tf/cc/op_names.h"
+#include "intune_tf/cc/tf_cc_symbols.h"
 #include "tensorflow/core/framework/dataset_stateful_op_allowlist.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -155,6 +156,14 @@ REGISTER_KERNEL_BUILDER(Name(kRowStoreGatherOp).Device(DEVICE_CPU),
 ALLOW_STATEFUL_OP_FOR_DATASET_FUNCTIONS(kRowStoreHasOp);
 ALLOW_STATEFUL_OP_FOR_DATASET_FUNCTIONS(kRowStorePutOp);
 ALLOW_STATEFUL_OP_FOR_DATASET_FUNCTIONS(kRowStoreGatherOp);
+// Also in TensorFlow's own copies of the allowlist, where this library's
+// is another (TensorFlow 2.16).
+const bool kAllowedInTensorFlow TF_ATTRIBUTE_UNUSED = [] {
+  for (const char* op : {kRowStoreHasOp, kRowStorePutOp, kRowStoreGatherOp}) {
+    AllowStatefulOpInTensorFlow(op);
+  }
+  return true;
+}();
 
 }  // namespace
 }  // namespace intune
