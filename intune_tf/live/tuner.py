@@ -683,12 +683,15 @@ class Tuner:
     """Says (INFO, once per pipeline in the process) what the cache misses
     where a map above the shuffle that the row-wise proof refuses takes at
     least `ROW_WISE_TELL_SHARE` of the pipeline's CPU: its share, measured,
-    and the op that stops it, so that the user can change the map."""
+    and the op that stops it, so that the user can change the map. Told in
+    an epoch the cache serves (the second on), where the map runs again."""
     if "row_wise" in t.told:
       return
     cache = t.session.cache()
     if "is not row-wise" not in cache["reason"]:
       t.told.add("row_wise")
+      return
+    if cache["hits"] == 0:
       return
     found = refused_map_share(cache["reason"], t.session.stats())
     if found is None:
