@@ -35,17 +35,6 @@ bool IsParallelMap(absl::string_view op) {
   return op == "ParallelMapDataset" || op == "ParallelMapDatasetV2";
 }
 
-// Stages between the cache, the shuffle, the batch and the maps whose
-// elements are their input's: they carry the positions as one more
-// component.
-bool CarriesPositions(absl::string_view op) {
-  return op == "OptionsDataset" || op == "ModelDataset" || op == kPrefetchOp ||
-         op == "MaxIntraOpParallelismDataset" ||
-         op == "PrivateThreadPoolDataset" ||
-         op == "AssertCardinalityDataset" || op == kUntrackedOp ||
-         op == kBufferReleaseOp;
-}
-
 NodeDef* FirstInput(std::unordered_map<std::string, NodeDef*>& nodes,
                     const NodeDef& node) {
   const std::vector<int> inputs = DataInputs(node);
@@ -55,14 +44,16 @@ NodeDef* FirstInput(std::unordered_map<std::string, NodeDef*>& nodes,
 }
 
 // The nodes from `top`'s input down to `bottom` (excluded), if every one
-// carries positions; false when another stage is on the way.
+// passes its input's elements through (IsPassThrough, row_wise.h): they
+// carry the positions as one more component; false when another stage is
+// on the way.
 bool PathDown(std::unordered_map<std::string, NodeDef*>& nodes, NodeDef* top,
               const std::string& bottom, std::vector<NodeDef*>* path) {
   std::unordered_set<std::string> seen;
   for (NodeDef* node = FirstInput(nodes, *top); node != nullptr;
        node = FirstInput(nodes, *node)) {
     if (node->name() == bottom) return true;
-    if (!CarriesPositions(node->op()) || !seen.insert(node->name()).second) {
+    if (!IsPassThrough(node->op()) || !seen.insert(node->name()).second) {
       return false;
     }
     path->push_back(node);

@@ -883,13 +883,6 @@ bool IsShuffleOp(absl::string_view op) {
          op == "ShuffleDatasetV3";
 }
 
-// Stages that give their input's elements as they are.
-bool IsPassThrough(absl::string_view op) {
-  return op == "OptionsDataset" || op == "ModelDataset" ||
-         op == kPrefetchOp || op == "MaxIntraOpParallelismDataset" ||
-         op == "PrivateThreadPoolDataset" || op == "AssertCardinalityDataset" ||
-         op == kUntrackedOp || op == kBufferReleaseOp || op == kCacheOp;
-}
 
 // The producer of a top-level reference, through Identity.
 const NodeDef* Producer(
@@ -1093,6 +1086,13 @@ std::string RowWiseChain::Describe() const {
                       refused.Describe());
 }
 
+bool IsPassThrough(absl::string_view op) {
+  return op == "OptionsDataset" || op == "ModelDataset" ||
+         op == kPrefetchOp || op == "MaxIntraOpParallelismDataset" ||
+         op == "PrivateThreadPoolDataset" || op == "AssertCardinalityDataset" ||
+         op == kUntrackedOp || op == kBufferReleaseOp || op == kCacheOp;
+}
+
 RowWiseChain FindRowWiseChain(const GraphDef& graph,
                               const std::string& output) {
   RowWiseChain chain;
@@ -1110,7 +1110,7 @@ RowWiseChain FindRowWiseChain(const GraphDef& graph,
   for (size_t b = 0; b < path.size(); ++b) {
     if (!row_wise_proof::IsBatch(path[b]->op())) continue;
     size_t s = b + 1;
-    while (s < path.size() && row_wise_proof::IsPassThrough(path[s]->op())) ++s;
+    while (s < path.size() && IsPassThrough(path[s]->op())) ++s;
     if (s >= path.size() || !row_wise_proof::IsShuffleOp(path[s]->op())) {
       continue;
     }
@@ -1119,7 +1119,7 @@ RowWiseChain FindRowWiseChain(const GraphDef& graph,
     for (size_t m = b; m-- > 0;) {
       if (row_wise_proof::IsMap(path[m]->op())) {
         maps.push_back(path[m]);
-      } else if (!row_wise_proof::IsPassThrough(path[m]->op())) {
+      } else if (!IsPassThrough(path[m]->op())) {
         break;
       }
     }

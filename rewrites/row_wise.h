@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "tensorflow/core/framework/function.pb.h"
 #include "tensorflow/core/framework/graph.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
@@ -101,6 +102,10 @@ struct RowWiseChain {
   // row-wise below M in parentheses, if any.
   std::string Describe() const;
 };
+
+// Stages that give their input's elements as they are (a prefetch, options,
+// InTune's cache and wrappers): a chain skips them.
+bool IsPassThrough(absl::string_view op);
 
 // The chain above `output` (the pipeline's output node) of `graph`.
 RowWiseChain FindRowWiseChain(const GraphDef& graph,
