@@ -84,7 +84,7 @@ const absl::flat_hash_set<std::string>& ElementWiseBroadcast() {
       "Xlogy", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
       "GreaterEqual", "ApproximateEqual", "LogicalAnd", "LogicalOr",
       "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LeftShift", "RightShift",
-      "SelectV2", "ClipByValue", "StringJoin"};
+      "SelectV2", "ClipByValue", "StringJoin", "Substr"};
   return *ops;
 }
 
@@ -257,6 +257,64 @@ class Prover {
     return found == functions_.end() ? nullptr : found->second;
   }
 
+  // Why `node` (of `function`) is not pure, or empty; with its priority.
+  // Calls are checked where they are followed; a StatelessIf's branches
+  // here, through `PureFunction`.
+  std::string Impurity(const NodeDef& node, int depth, int* priority) {
+    *priority = kNotPure;
+    const std::string& op = node.op();
+    if (Function(op) != nullptr || IsCallOp(op)) return "";
+    if (op == "StatelessIf") {
+      for (const std::string& branch : AttrFunctions(node)) {
+        PureFunction(branch, depth + 1);
+      }
+      return "";
+    }
+    // Functions run by other ops (a stateful cond's branches, a nested
+    // dataset's functions) are not followed.
+    if (!AttrFunctions(node).empty()) return "runs functions not followed";
+    if (IsPyFunction(op)) return "is a py_function";
+    if (IsRandom(op)) return "is random";
+    if (ReadsVariable(op)) return "reads a variable";
+    if (StatefulAllowed(op) || op == "Assert") return "";
+    const OpDef* op_def = nullptr;
+    if (!OpRegistry::Global()->LookUpOpDef(op, &op_def).ok() ||
+        op_def == nullptr) {
+      return "is an unknown op";
+    }
+    return op_def->is_stateful() ? "is stateful" : "";
+  }
+
+  // Refuses every op of `name`, and of the functions it calls, that is not
+  // pure; an assert or a table lookup there too.
+  void PureFunction(const std::string& name, int depth) {
+    const FunctionDef* f = Function(name);
+    if (f == nullptr || depth > kMaxDepth) {
+      Refuse(kNotPure, name, name, name,
+             f == nullptr ? "is not in the library"
+                          : "calls functions nested too deep");
+      return;
+    }
+    for (const NodeDef& node : f->node_def()) {
+      const std::string& op = node.op();
+      std::string callee = Function(op) != nullptr ? op : "";
+      if (IsCallOp(op)) {
+        const auto attr = node.attr().find(kFunctionAttr);
+        if (attr != node.attr().end()) callee = attr->second.func().name();
+      }
+      if (!callee.empty()) {
+        PureFunction(callee, depth + 1);
+        continue;
+      }
+      int priority = 0;
+      std::string why = Impurity(node, depth, &priority);
+      if (why.empty() && (StatefulAllowed(op) || op == "Assert")) {
+        why = "is stateful";
+      }
+      if (!why.empty()) Refuse(priority, name, node.name(), op, why);
+    }
+  }
+
  private:
   // One function body's analysis.
   class Body {
@@ -278,6 +336,10 @@ class Prover {
       // Every node first, used or not: an op that is not pure changes the
       // map wherever it is.
       for (const NodeDef& node : function_.node_def()) CheckPure(node);
+      // An assert runs whether or not an output needs it.
+      for (const NodeDef& node : function_.node_def()) {
+        if (node.op() == "Assert") Outputs(node);
+      }
       std::vector<Fact> returns;
       for (const auto& out : function_.signature().output_arg()) {
         const auto ret = function_.ret().find(out.name());
@@ -304,26 +366,12 @@ class Prover {
                       std::move(reason));
     }
 
+    // Calls are followed when used; an assert's condition is checked in
+    // `Returns`, a lookup's table where it is applied.
     void CheckPure(const NodeDef& node) {
-      const std::string& op = node.op();
-      if (prover_->Function(op) != nullptr) return;  // followed when used
-      // Functions run by other ops (a cond's branches, a nested dataset's
-      // functions) are not followed.
-      if (!IsCallOp(op) && !AttrFunctions(node).empty()) {
-        return Refuse(kNotPure, node, "runs functions not followed");
-      }
-      if (IsPyFunction(op)) return Refuse(kNotPure, node, "is a py_function");
-      if (IsRandom(op)) return Refuse(kNotPure, node, "is random");
-      if (ReadsVariable(op)) {
-        return Refuse(kNotPure, node, "reads a variable");
-      }
-      if (StatefulAllowed(op)) return;
-      const OpDef* op_def = nullptr;
-      if (!OpRegistry::Global()->LookUpOpDef(op, &op_def).ok() ||
-          op_def == nullptr) {
-        return Refuse(kNotPure, node, "is an unknown op");
-      }
-      if (op_def->is_stateful()) Refuse(kNotPure, node, "is stateful");
+      int priority = 0;
+      std::string why = prover_->Impurity(node, depth_, &priority);
+      if (!why.empty()) Refuse(priority, node, std::move(why));
     }
 
     // The fact of a reference of this body.
@@ -424,11 +472,14 @@ class Prover {
       }
       if (!callee.empty()) return prover_->Call(callee, inputs, depth_ + 1);
 
+      std::vector<Fact> special;
+      if (Special(node, inputs, n, &special)) return special;
       bool any_rows = false;
       bool any_batch = false;
       for (const Fact& fact : inputs) {
         any_rows |= fact.kind == Kind::kRows;
-        any_batch |= fact.kind == Kind::kBatch;
+        // What only `Special` knows is the batch's anywhere else.
+        any_batch |= fact.kind != Kind::kRows && fact.kind != Kind::kFixed;
       }
       // A mask reads rows by their values: told first, even when its input
       // is already refused (boolean_mask reshapes the mask by the batch's
@@ -462,6 +513,144 @@ class Prover {
         return std::vector<Fact>(n, Batch());
       }
       return out;
+    }
+
+    static Fact SplitPart(const std::string& split, int part) {
+      Fact fact;
+      fact.kind = Kind::kSplit;
+      fact.split = split;
+      fact.split_part = part;
+      return fact;
+    }
+
+    static bool IsPart(const Fact& fact, int part) {
+      return fact.kind == Kind::kSplit && fact.split_part == part;
+    }
+
+    static bool IntsAre(const Fact& fact, const std::vector<int64_t>& ints) {
+      std::vector<int64_t> got;
+      return Ints(fact, &got) && got == ints;
+    }
+
+    // The asserts, the StatelessIf and the string split padded to a fixed
+    // width (`tf.strings.split(lines).to_tensor(shape=[None, k])`, and its
+    // `row_lengths()`), whose facts the other ops do not know: true when
+    // `node` is one of them, its outputs' facts in `*out`.
+    bool Special(const NodeDef& node, const std::vector<Fact>& inputs,
+                 int n, std::vector<Fact>* out) {
+      const std::string& op = node.op();
+      if (op == "Assert") {
+        if (inputs.empty() || (inputs[0].kind != Kind::kEveryRow &&
+                               inputs[0].kind != Kind::kFixed)) {
+          Refuse(kMixesRows, node,
+                 "asserts a condition on the batch, not a check that every "
+                 "row passes");
+        }
+        *out = std::vector<Fact>(n, Batch());
+        return true;
+      }
+      if (op == "StatelessIf") {  // its branches were checked to be pure
+        *out = std::vector<Fact>(n, Batch());
+        return true;
+      }
+      if (op == "StringSplitV2" && n == 3 && inputs.size() == 2 &&
+          inputs[0].kind == Kind::kRows && inputs[0].rank == 1 &&
+          inputs[1].kind == Kind::kFixed) {
+        *out = {SplitPart(node.name(), kSplitIndices),
+                SplitPart(node.name(), kSplitValues),
+                SplitPart(node.name(), kSplitShape)};
+        return true;
+      }
+      bool any_special = false;
+      for (const Fact& fact : inputs) {
+        any_special |= fact.kind == Kind::kAnyRow ||
+                       fact.kind == Kind::kEveryRow ||
+                       fact.kind == Kind::kSplit;
+      }
+      if (!any_special) return false;
+      *out = std::vector<Fact>(n, Batch());
+      const Fact& first = inputs[0];
+      if (n != 1) return true;
+      if ((op == "Identity" || op == "Snapshot") && inputs.size() == 1) {
+        (*out)[0] = first;
+      } else if (op == "LogicalNot" && first.kind != Kind::kSplit) {
+        (*out)[0] = first;
+        (*out)[0].kind = first.kind == Kind::kAnyRow ? Kind::kEveryRow
+                                                     : Kind::kAnyRow;
+      } else if (op == "Cast" && (IsPart(first, kSplitRowIds) ||
+                                  IsPart(first, kSplitRows))) {
+        (*out)[0] = first;  // integers cast to integers
+      } else if (op == "Reshape" && inputs.size() == 2 &&
+                 IsPart(first, kSplitRowIds) && IntsAre(inputs[1], {-1})) {
+        (*out)[0] = first;
+      } else if (op == "StridedSlice" && inputs.size() == 4 &&
+                 OthersFixed(inputs, 1)) {
+        int64_t begin_mask = 0, end_mask = 0, ellipsis = 0, new_axis = 0,
+                shrink = 0;
+        IntAttr(node, "begin_mask", &begin_mask);
+        IntAttr(node, "end_mask", &end_mask);
+        IntAttr(node, "ellipsis_mask", &ellipsis);
+        IntAttr(node, "new_axis_mask", &new_axis);
+        IntAttr(node, "shrink_axis_mask", &shrink);
+        const bool plain = ellipsis == 0 && new_axis == 0;
+        // indices[:, 0]: each value's row.
+        if (IsPart(first, kSplitIndices) && plain && begin_mask == 1 &&
+            end_mask == 1 && shrink == 2 && IntsAre(inputs[1], {0, 0}) &&
+            IntsAre(inputs[2], {0, 1}) && IntsAre(inputs[3], {1, 1})) {
+          (*out)[0] = SplitPart(first.split, kSplitRowIds);
+        }
+        // shape[0]: how many rows.
+        if (IsPart(first, kSplitShape) && plain && begin_mask == 0 &&
+            end_mask == 0 && shrink == 1 && IntsAre(inputs[1], {0}) &&
+            IntsAre(inputs[2], {1}) && IntsAre(inputs[3], {1})) {
+          (*out)[0] = SplitPart(first.split, kSplitRows);
+        }
+      } else if (op == "Maximum" && inputs.size() == 2) {
+        for (const Fact& fact : inputs) {
+          if (IsPart(fact, kSplitRows)) {
+            (*out)[0] = SplitPart(fact.split, kSplitAtLeastRows);
+          }
+        }
+      } else if (op == "Minimum" && inputs.size() == 2) {
+        // min(rows, max(rows, x)) is rows.
+        for (int i = 0; i < 2; ++i) {
+          if (IsPart(inputs[i], kSplitRows) &&
+              IsPart(inputs[1 - i], kSplitAtLeastRows) &&
+              inputs[i].split == inputs[1 - i].split) {
+            (*out)[0] = inputs[i];
+          }
+        }
+      } else if (op == "DenseBincount" && inputs.size() == 3) {
+        // bincount(row ids, size=rows): each row's number of values.
+        bool binary = false;
+        const auto attr = node.attr().find("binary_output");
+        if (attr != node.attr().end()) binary = attr->second.b();
+        if (!binary && IsPart(first, kSplitRowIds) &&
+            IsPart(inputs[1], kSplitRows) &&
+            first.split == inputs[1].split &&
+            inputs[2].kind == Kind::kFixed && inputs[2].shape_known &&
+            inputs[2].shape == std::vector<int64_t>{0}) {
+          (*out)[0] = Rows(1);
+        }
+      } else if (op == "RaggedTensorToTensor" && inputs.size() == 5) {
+        // Each row's values, padded or cut to a fixed width.
+        const auto types = node.attr().find("row_partition_types");
+        const bool value_rowids =
+            types != node.attr().end() &&
+            types->second.list().s_size() == 2 &&
+            types->second.list().s(0) == "FIRST_DIM_SIZE" &&
+            types->second.list().s(1) == "VALUE_ROWIDS";
+        std::vector<int64_t> shape;
+        if (value_rowids && Ints(first, &shape) && shape.size() == 2 &&
+            shape[0] == -1 && shape[1] >= 0 && IsPart(inputs[1], kSplitValues) &&
+            inputs[2].kind == Kind::kFixed && inputs[2].rank == 0 &&
+            IsPart(inputs[3], kSplitRows) && IsPart(inputs[4], kSplitRowIds) &&
+            inputs[1].split == inputs[3].split &&
+            inputs[1].split == inputs[4].split) {
+          (*out)[0] = Rows(2);
+        }
+      }
+      return true;
     }
 
     // Outputs of a node none of whose inputs depends on the batch: the same
@@ -646,12 +835,23 @@ class Prover {
             *why = "reduces over an axis not known";
             return {};
           }
-          if (a == 0) {
-            *why = "reduces over the batch axis";
-            *priority = kMixesRows;
-            return {};
-          }
           resolved.insert(a);
+        }
+        if (resolved.count(0) > 0) {
+          // Whether some row, or every row, passes a check: fit for an
+          // assert.
+          if ((op == "Any" || op == "All") && first.rank > 0 &&
+              static_cast<int>(resolved.size()) == first.rank &&
+              *std::max_element(resolved.begin(), resolved.end()) <
+                  first.rank) {
+            Fact fact;
+            fact.kind = op == "Any" ? Kind::kAnyRow : Kind::kEveryRow;
+            fact.rank = 0;
+            return {fact};
+          }
+          *why = "reduces over the batch axis";
+          *priority = kMixesRows;
+          return {};
         }
         bool keep_dims = false;
         const auto keep = node.attr().find("keep_dims");
@@ -726,6 +926,33 @@ class Prover {
       }
       if (op == "StridedSlice" && inputs.size() == 4) {
         return StridedSlice(node, inputs, why);
+      }
+      if (op == "GatherV2" && inputs.size() == 3) {
+        int64_t batch_dims = 0;
+        IntAttr(node, "batch_dims", &batch_dims);
+        const Fact& params = first;
+        const Fact& indices = inputs[1];
+        std::vector<int64_t> axis;
+        if (batch_dims == 0 && params.rank > 0 && indices.rank >= 0 &&
+            Ints(inputs[2], &axis) && axis.size() == 1) {
+          const int64_t a = Axis(axis[0], params.rank);
+          const int rank = params.rank + indices.rank - 1;
+          // table[ids]: a fixed table looked up by each row's ids.
+          if (params.kind == Kind::kFixed && indices.kind == Kind::kRows &&
+              a == 0 && indices.rank > 0) {
+            return {Rows(rank)};
+          }
+          // rows[:, ids]: fixed positions within each row.
+          if (params.kind == Kind::kRows && indices.kind == Kind::kFixed &&
+              a >= 1) {
+            return {Rows(rank)};
+          }
+        }
+      }
+      if (op == "DecodePaddedRaw" && inputs.size() == 2 &&
+          first.kind == Kind::kRows && first.rank >= 0 &&
+          inputs[1].kind == Kind::kFixed) {
+        return {Rows(first.rank + 1)};
       }
       if (op == "GatherV2" || op == "Gather" || op == "GatherNd" ||
           op == "ResourceGather") {
@@ -970,8 +1197,12 @@ RowWiseProof ProveRowWise(const FunctionDefLibrary& library,
         break;
       }
     }
-    return row_wise_proof::Refused(function, node, op,
-                   "gives an output without a row per input row");
+    return row_wise_proof::Refused(
+        function, node, op,
+        op == "StatelessIf"
+            ? "runs functions whose outputs are not followed (a cond may "
+              "only make an assert's message)"
+            : "gives an output without a row per input row");
   }
   if (returns.empty()) {
     return row_wise_proof::Refused(function, function, function,

@@ -40,6 +40,10 @@ struct RowWiseArg {
     kRows,   // a component of the batch: its axis 0 holds the rows
     kFixed,  // the same for every row and every batch (a captured tensor)
     kBatch,  // depends on the batch, not row by row (refused already)
+    // Known only inside a function:
+    kAnyRow,    // a scalar: whether a per-row predicate holds for some row
+    kEveryRow,  // a scalar: whether it holds for every row
+    kSplit,     // a part of `StringSplitV2` over the rows (`split_part`)
   };
   Kind kind = Kind::kFixed;
   // Its rank, -1 when not known.
@@ -53,16 +57,32 @@ struct RowWiseArg {
   // kFixed resources: the op that made the resource in the graph (after
   // Identity), e.g. "HashTableV2"; empty when not known.
   std::string resource_op;
+  // kSplit: the StringSplitV2 node, and which part of its result:
+  // kSplitIndices, kSplitValues, kSplitShape (its outputs), kSplitRowIds
+  // (indices[:, 0]), kSplitRows (shape[0]), kSplitAtLeastRows (a maximum of
+  // kSplitRows and anything).
+  std::string split;
+  int split_part = 0;
 };
+
+inline constexpr int kSplitIndices = 0;
+inline constexpr int kSplitValues = 1;
+inline constexpr int kSplitShape = 2;
+inline constexpr int kSplitRowIds = 3;
+inline constexpr int kSplitRows = 4;
+inline constexpr int kSplitAtLeastRows = 5;
 
 // Proves that `function` of `library`, called with `args`, gives each of
 // its outputs row by row. Refuses random ops, stateful ops (but lookups of
-// immutable tables), variables, py_function, ops not on the list, ops of
-// the list used where they would mix rows (a reduction over axis 0, a
-// broadcast against a tensor of as many or more axes, an axis put before
-// the batch's), sparse or ragged outputs, and outputs without a row per
-// input row. Calls (PartitionedCall, StatefulPartitionedCall, a library
-// function as an op) are followed, up to 8 deep.
+// immutable tables, and asserts that every row passes a check), variables,
+// py_function, ops not on the list, ops of the list used where they would
+// mix rows (a reduction over axis 0, a broadcast against a tensor of as
+// many or more axes, an axis put before the batch's), sparse or ragged
+// outputs (a string split padded to a fixed width is row-wise), and outputs
+// without a row per input row. Calls (PartitionedCall,
+// StatefulPartitionedCall, a library function as an op) are followed, up
+// to 8 deep; a StatelessIf's branches only for purity: its outputs are the
+// batch's, fit only for an assert's message.
 RowWiseProof ProveRowWise(const FunctionDefLibrary& library,
                           const std::string& function,
                           const std::vector<RowWiseArg>& args);

@@ -304,6 +304,96 @@ def test_a_malformed_row_raises_where_plain_raises_every_epoch(
   assert caches[2]["row_store_gathered"] > 0, caches[2]
 
 
+def _criteo_text(folder: str, bad_line: int | None = None) -> list[str]:
+  """400 synthetic Criteo rows in 2 TSV files; line `bad_line` of the
+  first (1-based) replaced by a row of 3 fields."""
+  from intune_tf.criteo import synthetic  # noqa: PLC0415  only these tests
+  files = synthetic.generate(400, folder, seed=5, rows_per_file=200)
+  if bad_line is not None:
+    with open(files[0], "rb") as f:
+      lines = f.read().split(b"\n")
+    lines[bad_line - 1] = b"1\t2\t3"
+    with open(files[0], "wb") as f:
+      f.write(b"\n".join(lines))
+  return files
+
+
+def _criteo_pipeline(files: list[str], level: int) -> tf.data.Dataset:
+  from intune_tf.criteo import pipelines  # noqa: PLC0415  only these tests
+  return pipelines.pipeline(level, files, batch_size=32, shuffle_buffer=64,
+                            seed=SEED, num_buckets=97, vocab_size=20,
+                            noise_std=0.0)
+
+
+@pytest.mark.parametrize("level", [3, 4])
+def test_the_criteo_text_parse_gives_plain_rows_from_the_store(level,
+                                                               tmp_path):
+  # The parse splits each line into fields padded to 40, checks every row
+  # with an assert whose message a cond makes, and gathers by the file's
+  # index: row-wise. Level 4's features map (random noise, here of 0
+  # deviation: the order of its parallel calls moves it) runs every epoch.
+  files = _criteo_text(str(tmp_path))
+  expected, _ = _epochs(_criteo_pipeline(files, level))
+  got, caches = _epochs(_tuned(_criteo_pipeline(files, level)))
+  assert expected[0] != expected[1]
+  assert got == expected
+  assert "_Parse" in caches[0]["reason"] or KEPT in caches[0]["reason"]
+  _assert_served(caches, -(-400 // 32), 400)
+
+
+@pytest.mark.parametrize("bad_line", [1, 150])
+def test_a_bad_criteo_line_raises_where_plain_raises_every_epoch(bad_line,
+                                                                 tmp_path):
+  files = _criteo_text(str(tmp_path), bad_line)
+  expected, _ = _epochs(_criteo_pipeline(files, 3))
+  got, caches = _epochs(_tuned(_criteo_pipeline(files, 3)))
+  # An error is (its class, its message); an element (features, label).
+  errors = [[i for i, e in enumerate(epoch) if isinstance(e[0], str)]
+            for epoch in expected]
+  assert [len(e) for e in errors] == [1] * EPOCHS, errors
+  assert f":{bad_line}: has 3 fields" in expected[0][errors[0][0]][1], (
+      expected[0][errors[0][0]])
+  assert got == expected
+  assert KEPT in caches[0]["reason"], caches[0]["reason"]
+  # Every row but those of the batch that raised is stored in epoch 1.
+  assert caches[0]["row_store_rows"] == 400 - 32, caches[0]
+  assert caches[2]["row_store_gathered"] > 0, caches[2]
+
+
+def _unordered_examples(folder: str) -> tf.data.Dataset:
+  """test_row_store's rows in 4 TFRecord files, read 2 at a time by an
+  interleave with deterministic=False."""
+  rows = test_row_store._rows()  # noqa: SLF001
+  paths = []
+  for part in range(4):
+    paths.append(os.path.join(folder, f"rows-{part}.tfrecord"))
+    _write(paths[-1], rows[part::4])
+  return tf.data.Dataset.from_tensor_slices(paths).interleave(
+      tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2,
+      deterministic=False)
+
+
+@pytest.mark.parametrize("ram_budget", [None, 4096], ids=["whole", "partial"])
+def test_an_unordered_input_gets_no_row_store_and_every_row_once(ram_budget,
+                                                                 tmp_path):
+  # The rows below the shuffle may come in another order each epoch, with
+  # the records cache holding all of them or part: no positions, the rows
+  # as plain TF gives them, each once.
+  def make() -> tf.data.Dataset:
+    return _unordered_examples(str(tmp_path)).shuffle(16, seed=SEED).batch(
+        4).map(_parse_rows).prefetch(2)
+
+  fields = {} if ram_budget is None else {"ram_budget": ram_budget}
+  tuned = intune_tf.tune(make(), policy="manual", warm_start=False,
+                         cache=True, **fields)
+  for elements, cache in zip(*_epochs(tuned)):
+    rows = sorted(i for element in elements for i in element["i"])
+    assert rows == list(range(test_row_store.ROWS))
+    assert "no row store: the rows below the shuffle change order" in (
+        cache["reason"]), cache["reason"]
+    assert cache["row_store_rows"] == 0, cache
+
+
 # The refused maps of test_row_wise, and a lookup of a StaticHashTable (the
 # root's graph holds the table as a placeholder: its kind is not known).
 REFUSED = [r[:3] for r in test_row_wise.REFUSED] + [

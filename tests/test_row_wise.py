@@ -3,6 +3,8 @@
 reason tells it: through `intune_tf.rewrites.cache_point` on the graphs of
 real pipelines, and through a tuned iterator's `TuningSession.cache()`."""
 
+from typing import Callable
+
 import _tuned
 import pytest
 import tensorflow as tf
@@ -101,6 +103,26 @@ def _table():
           tf.range(4, dtype=tf.int64)), -1)
 
 
+def _asserted(condition: Callable[[tf.Tensor], tf.Tensor]
+              ) -> Callable[[tf.Tensor], tf.Tensor]:
+  """f: its batch as it is, once `tf.debugging.Assert(condition(batch))`
+  holds; the message says which row fails `x >= 0` (a cond, as
+  criteo.reader.Parser makes it)."""
+
+  def f(x: tf.Tensor) -> tf.Tensor:
+    bad = x < 0
+    message = tf.cond(
+        tf.reduce_any(bad),
+        lambda: tf.strings.format("row {} is negative", tf.argmax(
+            tf.cast(bad, tf.int32), output_type=tf.int32)),
+        lambda: tf.constant(""))
+    check = tf.debugging.Assert(condition(x), [message])
+    with tf.control_dependencies([check]):
+      return tf.identity(x)
+
+  return f
+
+
 # (name, source, the map's function): each row-wise, with the op it shows.
 ROW_WISE = [
     ("ParseExampleV2", "examples", lambda s: tf.io.parse_example(s, _DENSE)),
@@ -131,6 +153,21 @@ ROW_WISE = [
      lambda x: tf.concat([tf.stack([x, x], axis=1)[:, 0], x], axis=1)),
     ("SelectV2", "ints", lambda x: tf.where(x > 3, x, tf.zeros_like(x))),
     ("a nested function", "vectors", _scaled),
+    ("an assert that every row passes", "ints",
+     _asserted(lambda x: tf.reduce_all(x >= 0))),
+    ("an assert that no row fails", "vectors",
+     _asserted(lambda x: tf.logical_not(tf.reduce_any(x < 0)))),
+    ("a split padded to a fixed width", "lines",
+     lambda s: tf.strings.split(s, ",").to_tensor("", shape=[None, 2])),
+    ("a split's row lengths", "lines",
+     lambda s: tf.strings.split(s, "1").row_lengths()),
+    ("a gather from a fixed table", "ints",
+     lambda x: tf.gather(tf.constant([10, 20, 30], tf.int64), x % 3)),
+    ("a gather within each row", "vectors",
+     lambda x: tf.gather(x, [2, 0], axis=1)),
+    ("DecodePaddedRaw", "words",
+     lambda s: tf.io.decode_raw(s, tf.uint8, fixed_length=5)),
+    ("Substr", "words", lambda s: tf.strings.substr(s, 3, 2)),
     ("features after the parse", "examples",
      lambda s: tf.one_hot(tf.io.parse_example(s, _DENSE)["a"] % 3, 3)),
 ]
@@ -220,7 +257,19 @@ REFUSED = [
      "Const", "without a row per input row"),
     ("a cond", "ints",
      lambda x: tf.cond(tf.reduce_all(x > 100), lambda: x, lambda: x + 1),
-     "StatelessIf", "runs functions not followed"),
+     "StatelessIf", "runs functions whose outputs are not followed"),
+    ("a stateful cond", "ints",
+     lambda x: tf.cond(tf.reduce_all(x > 100), lambda: x,
+                       lambda: x + tf.random.uniform([], 0, 2, tf.int64)),
+     "If", "runs functions not followed"),
+    ("an assert on the batch", "ints", _asserted(lambda x: tf.reduce_any(x > 3)),
+     "Assert", "asserts a condition on the batch"),
+    # Its row splits are the row lengths' running sum, across the rows.
+    ("a split kept ragged", "lines", lambda s: tf.strings.split(s, ","),
+     "Cumsum", "is not known to be row-wise"),
+    ("a split padded to the longest row", "lines",
+     lambda s: tf.strings.split(s, ",").to_tensor(""),
+     "RaggedTensorToTensor", "without a row per input row"),
     ("a variable-length dense feature", "examples",
      lambda s: tf.io.parse_example(s, {"tags": tf.io.FixedLenSequenceFeature(
          [], tf.string, allow_missing=True)}),
