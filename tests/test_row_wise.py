@@ -262,7 +262,8 @@ REFUSED = [
      lambda x: tf.cond(tf.reduce_all(x > 100), lambda: x,
                        lambda: x + tf.random.uniform([], 0, 2, tf.int64)),
      "If", "runs functions not followed"),
-    ("an assert on the batch", "ints", _asserted(lambda x: tf.reduce_any(x > 3)),
+    ("an assert on the batch", "ints",
+     _asserted(lambda x: tf.reduce_any(x > 3)),
      "Assert", "asserts a condition on the batch"),
     # Its row splits are the row lengths' running sum, across the rows.
     ("a split kept ragged", "lines", lambda s: tf.strings.split(s, ","),
