@@ -257,7 +257,7 @@ class Prover {
     return found == functions_.end() ? nullptr : found->second;
   }
 
-  // Why `node` (of `function`) is not pure, or empty; with its priority.
+  // Why `node` is not pure, or empty; with its priority.
   // Calls are checked where they are followed; a StatelessIf's branches
   // here, through `PureFunction`.
   std::string Impurity(const NodeDef& node, int depth, int* priority) {
