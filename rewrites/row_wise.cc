@@ -585,23 +585,17 @@ class Prover {
         (*out)[0] = first;
       } else if (op == "StridedSlice" && inputs.size() == 4 &&
                  OthersFixed(inputs, 1)) {
-        int64_t begin_mask = 0, end_mask = 0, ellipsis = 0, new_axis = 0,
-                shrink = 0;
-        IntAttr(node, "begin_mask", &begin_mask);
-        IntAttr(node, "end_mask", &end_mask);
-        IntAttr(node, "ellipsis_mask", &ellipsis);
-        IntAttr(node, "new_axis_mask", &new_axis);
-        IntAttr(node, "shrink_axis_mask", &shrink);
-        const bool plain = ellipsis == 0 && new_axis == 0;
+        const SliceMasks m = Masks(node);
+        const bool plain = m.ellipsis == 0 && m.new_axis == 0;
         // indices[:, 0]: each value's row.
-        if (IsPart(first, kSplitIndices) && plain && begin_mask == 1 &&
-            end_mask == 1 && shrink == 2 && IntsAre(inputs[1], {0, 0}) &&
+        if (IsPart(first, kSplitIndices) && plain && m.begin == 1 &&
+            m.end == 1 && m.shrink == 2 && IntsAre(inputs[1], {0, 0}) &&
             IntsAre(inputs[2], {0, 1}) && IntsAre(inputs[3], {1, 1})) {
           (*out)[0] = SplitPart(first.split, kSplitRowIds);
         }
         // shape[0]: how many rows.
-        if (IsPart(first, kSplitShape) && plain && begin_mask == 0 &&
-            end_mask == 0 && shrink == 1 && IntsAre(inputs[1], {0}) &&
+        if (IsPart(first, kSplitShape) && plain && m.begin == 0 &&
+            m.end == 0 && m.shrink == 1 && IntsAre(inputs[1], {0}) &&
             IntsAre(inputs[2], {1}) && IntsAre(inputs[3], {1})) {
           (*out)[0] = SplitPart(first.split, kSplitRows);
         }
@@ -731,6 +725,25 @@ class Prover {
       if (attr == node.attr().end()) return false;
       *value = attr->second.i();
       return true;
+    }
+
+    // A StridedSlice's masks.
+    struct SliceMasks {
+      int64_t begin = 0;
+      int64_t end = 0;
+      int64_t ellipsis = 0;
+      int64_t new_axis = 0;
+      int64_t shrink = 0;
+    };
+
+    static SliceMasks Masks(const NodeDef& node) {
+      SliceMasks m;
+      IntAttr(node, "begin_mask", &m.begin);
+      IntAttr(node, "end_mask", &m.end);
+      IntAttr(node, "ellipsis_mask", &m.ellipsis);
+      IntAttr(node, "new_axis_mask", &m.new_axis);
+      IntAttr(node, "shrink_axis_mask", &m.shrink);
+      return m;
     }
 
     // The outputs of `node`, some of whose inputs are rows (and none
@@ -1064,17 +1077,12 @@ class Prover {
                                           std::string* why) {
       const Fact& x = inputs[0];
       std::vector<int64_t> strides;
-      int64_t begin_mask = 0, end_mask = 0, ellipsis = 0, new_axis = 0,
-              shrink = 0;
-      IntAttr(node, "begin_mask", &begin_mask);
-      IntAttr(node, "end_mask", &end_mask);
-      IntAttr(node, "ellipsis_mask", &ellipsis);
-      IntAttr(node, "new_axis_mask", &new_axis);
-      IntAttr(node, "shrink_axis_mask", &shrink);
+      const SliceMasks m = Masks(node);
+      const int64_t shrink = m.shrink;
       if (x.kind != Kind::kRows || !OthersFixed(inputs, 1) ||
           !Ints(inputs[3], &strides) || strides.empty() || strides[0] != 1 ||
-          (begin_mask & 1) == 0 || (end_mask & 1) == 0 || ellipsis != 0 ||
-          new_axis != 0 || (shrink & 1) != 0 || x.rank < 0) {
+          (m.begin & 1) == 0 || (m.end & 1) == 0 || m.ellipsis != 0 ||
+          m.new_axis != 0 || (shrink & 1) != 0 || x.rank < 0) {
         *why = "slices the batch axis, or in a way not known to keep it";
         return {};
       }
