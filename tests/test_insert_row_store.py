@@ -534,6 +534,21 @@ def _restored_in_new_process(folder: str, args: list[str]) -> list[Any]:
     return pickle.load(f)
 
 
+def _saved_and_restored(ds: tf.data.Dataset, folder: str,
+                        taken: int) -> tuple[list[Any], str, list[Any],
+                                             list[Any]]:
+  """A new iterator of `ds` after `taken` elements, checkpointed under
+  `folder`: the elements taken, the checkpoint's prefix, the elements after
+  them, and those of a new iterator restored from the checkpoint."""
+  it = iter(ds)
+  head = [_numpy(next(it)) for _ in range(taken)]
+  prefix = tf.train.Checkpoint(iterator=it).save(os.path.join(folder, "ckpt"))
+  rest = [_numpy(e) for e in it]
+  again = iter(ds)
+  tf.train.Checkpoint(iterator=again).restore(prefix)
+  return head, prefix, rest, [_numpy(e) for e in again]
+
+
 def _checkpoint_run(folder: str, mode: str, prefetched: bool,
                     taken: int) -> dict[str, Any]:
   """Epoch 1 of `_checkpointed`, then `taken` elements of epoch 2 and a
@@ -547,16 +562,10 @@ def _checkpoint_run(folder: str, mode: str, prefetched: bool,
   first, cache = _epoch(ds)
   if mode == "tuned":
     assert KEPT in cache["reason"], cache["reason"]
-  it = iter(ds)
-  head = [_numpy(next(it)) for _ in range(taken)]
-  prefix = tf.train.Checkpoint(iterator=it).save(
-      os.path.join(folder, mode, "ckpt"))
-  rest = [_numpy(e) for e in it]
-  again = iter(ds)
-  tf.train.Checkpoint(iterator=again).restore(prefix)
+  head, prefix, rest, restored = _saved_and_restored(
+      ds, os.path.join(folder, mode), taken)
   args = [path, "prefetched" if prefetched else "sequential", mode, prefix]
-  return {"first": first, "head": head, "rest": rest,
-          "restored": [_numpy(e) for e in again],
+  return {"first": first, "head": head, "rest": rest, "restored": restored,
           "new process": _restored_in_new_process(folder, args)}
 
 
@@ -591,11 +600,6 @@ def test_a_checkpoint_under_the_fail_policy_saves(mode, tmp_path):
   _, cache = _epoch(ds)
   if mode == "tuned":
     assert KEPT in cache["reason"], cache["reason"]
-  it = iter(ds)
-  head = _numpy(next(it))
-  prefix = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt"))
-  rest = [_numpy(e) for e in it]
-  again = iter(ds)
-  tf.train.Checkpoint(iterator=again).restore(prefix)
-  assert [_numpy(e) for e in again] == rest
+  (head,), _, rest, restored = _saved_and_restored(ds, str(tmp_path), 1)
+  assert restored == rest
   assert len([head] + rest) == BATCHES

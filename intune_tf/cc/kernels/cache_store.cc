@@ -50,6 +50,16 @@ int64_t TensorBytes(const Tensor& t, int depth, std::string* uncounted) {
   return bytes;
 }
 
+// Adds `bytes` to `held` if the sum stays within `limit`.
+bool AddUnderLimit(std::atomic<int64_t>* held,
+                   const std::atomic<int64_t>& limit, int64_t bytes) {
+  int64_t now = held->load();
+  do {
+    if (now + bytes > limit.load()) return false;
+  } while (!held->compare_exchange_weak(now, now + bytes));
+  return true;
+}
+
 }  // namespace
 
 int64_t ElementBytes(const std::vector<Tensor>& element,
@@ -62,11 +72,7 @@ int64_t ElementBytes(const std::vector<Tensor>& element,
 }
 
 bool CacheRoom::Take(int64_t bytes) {
-  int64_t held = held_.load();
-  do {
-    if (held + bytes > limit_.load()) return false;
-  } while (!held_.compare_exchange_weak(held, held + bytes));
-  return true;
+  return AddUnderLimit(&held_, limit_, bytes);
 }
 
 CacheEntry::~CacheEntry() {
@@ -452,11 +458,7 @@ int64_t CacheStore::buffered() const {
 }
 
 bool CacheStore::Reserve(int64_t bytes) {
-  int64_t held = bytes_.load();
-  do {
-    if (held + bytes > room_.load()) return false;
-  } while (!bytes_.compare_exchange_weak(held, held + bytes));
-  return true;
+  return AddUnderLimit(&bytes_, room_, bytes);
 }
 
 void CacheStore::Release(int64_t bytes) { bytes_.fetch_sub(bytes); }
